@@ -1,0 +1,34 @@
+# All set-up happens here: `make demo` and `make test` work from a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+# CPU wheel by default; on a GPU cluster keep your own: make test TORCH_SPEC=
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q "$(TORCH_SPEC)"; fi
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/commlens demo
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,10 @@
+"""Shared descriptions of a job: the parallel layout and the model shape.
+
+Both the workloads (which run a job) and the analytical model (which
+predicts one) take these objects, so a run and its prediction can never
+describe different layouts.
+"""
+
+from commlens.spec.parallel import ParallelDims
+
+__all__ = ["ParallelDims"]

@@ -1,0 +1,1 @@
+"""The ``commlens`` command line: one small module per subcommand."""

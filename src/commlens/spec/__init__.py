@@ -5,6 +5,22 @@ predicts one) take these objects, so a run and its prediction can never
 describe different layouts.
 """
 
+from commlens.spec.models import (
+    PRESETS,
+    ModelConfig,
+    flops_per_step,
+    get_preset,
+    param_count,
+    param_shapes,
+)
 from commlens.spec.parallel import ParallelDims
 
-__all__ = ["ParallelDims"]
+__all__ = [
+    "PRESETS",
+    "ModelConfig",
+    "ParallelDims",
+    "flops_per_step",
+    "get_preset",
+    "param_count",
+    "param_shapes",
+]

@@ -215,7 +215,7 @@ Shape = tuple[int, ...]
 
 
 def _norm(prefix: str, h: int, bias: bool) -> list[tuple[str, Shape]]:
-    out = [(f"{prefix}.weight", (h,))]
+    out: list[tuple[str, Shape]] = [(f"{prefix}.weight", (h,))]
     return [*out, (f"{prefix}.bias", (h,))] if bias else out
 
 
@@ -345,7 +345,7 @@ def flops_per_step(
     c = 4 if recompute else 3
     h, s, f = cfg.hidden, seq_len, cfg.ffn_hidden
     weights = 4 * h * h + 2 * h * f
-    per_token = cfg.layers * (2 * weights + 4 * s * h)
+    per_token = float(cfg.layers * (2 * weights + 4 * s * h))
     per_token += cfg.decoder_layers * (2 * (weights + 4 * h * h) + 8 * s * h)
     per_token += 1.5 * cfg.vocab * h
     return float(c * micro_batch * microbatches * s * per_token)

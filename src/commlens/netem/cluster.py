@@ -1,0 +1,242 @@
+"""An emulated cluster: K network namespaces ("nodes") on a bridge, shaped uplinks.
+
+Layout of one run (``<id>`` is unique per run, see :mod:`commlens.netem.iproute`)::
+
+    host:  bridge cl<id>br ── veth cl<id>h0 ─┐  ... ── veth cl<id>h<K-1> ─┐
+    node k (netns commlens-<id>-n<k>):       └─ cl<id>n<k>  10.A.B.(k+1)/24, lo
+
+Each node's link is shaped with tbf in both directions: on the node side
+(egress = uplink) and on the bridge side (egress = downlink), so a node sends
+and receives at ``link`` at most, full duplex, like a NIC. Ranks of one node
+reach each other through the node's own addresses, which the kernel routes
+over loopback: intra-node traffic is not shaped and never touches the veth.
+The bridge has no address on the host, so a run's subnet cannot clash with
+the host's networks; each run still gets its own /24.
+
+Teardown runs on normal exit, on exceptions (SIGTERM is turned into
+KeyboardInterrupt while the cluster is up) and, if this process dies without
+running it (SIGKILL), from a small reaper process that waits for our end of a
+pipe to close. Ranks left inside a node are killed before its namespace goes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from commlens.launch import RankPlacement
+from commlens.netem import iproute
+from commlens.netem.rate import format_rate, parse_rate
+from commlens.netem.state import forget_owner, record_owner
+
+# tbf bucket: 1 ms worth of tokens, at least a few full-size frames. A small
+# bucket keeps the link honest for messages of tens of KiB (no line-rate burst).
+_BURST_S = 0.001
+_MIN_BURST_BYTES = 8 * 1514
+_QUEUE_LATENCY = "50ms"
+
+
+class EmulatedCluster:
+    """Context manager that builds the namespaces and links, and removes them."""
+
+    def __init__(self, nodes: int, link: str | None = None, *, mtu: int = 1500) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be at least 1")
+        self.nodes = nodes
+        self.link = link
+        self.rate_bits = parse_rate(link) if link else None
+        self.mtu = mtu
+        self.run_id = ""
+        self.addrs: list[str] = []
+        self._subnet: ipaddress.IPv4Network | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+        self._old_sigterm: Any = None
+        self._up = False
+
+    # -- public API -------------------------------------------------------------
+    @property
+    def master_addr(self) -> str:
+        """Node 0's address: reachable from every node, where rank 0 listens."""
+        return self.addrs[0]
+
+    def namespace(self, node: int) -> str:
+        return iproute.namespace_name(self.run_id, node)
+
+    def host_ifaces(self) -> list[str]:
+        """Bridge-side veth of each node, in node order (their counters = the node's NIC)."""
+        return [iproute.host_veth(self.run_id, k) for k in range(self.nodes)]
+
+    def placement(self, rank: int, node: int) -> RankPlacement:
+        """Run ``rank`` in node ``node``'s namespace; gloo/NCCL use the node's veth."""
+        iface = iproute.node_veth(self.run_id, node)
+        env = {
+            "GLOO_SOCKET_IFNAME": iface,
+            "NCCL_SOCKET_IFNAME": iface,
+            "MASTER_ADDR": self.master_addr,
+            "COMMLENS_NODE": str(node),
+        }
+        return RankPlacement(
+            node=node, prefix=("ip", "netns", "exec", self.namespace(node)), env=env
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Topology and link, for the run manifest."""
+        return {
+            "kind": "emulated",
+            "nodes": self.nodes,
+            "link": format_rate(self.rate_bits) if self.rate_bits else None,
+            "link_bits_per_s": self.rate_bits,
+            "shaping": "tbf (both directions per node)" if self.rate_bits else "none",
+            "tbf_burst_bytes": self._burst_bytes() if self.rate_bits else None,
+            "mtu": self.mtu,
+            "run_id": self.run_id,
+            "subnet": str(self._subnet) if self._subnet else None,
+            "node_addrs": list(self.addrs),
+            "namespaces": [self.namespace(k) for k in range(self.nodes)],
+            "host_ifaces": self.host_ifaces(),
+            "intra_node": "loopback (unshaped)",
+        }
+
+    # -- lifecycle --------------------------------------------------------------
+    def __enter__(self) -> EmulatedCluster:
+        iproute.require_netns("an emulated link (--link/--nodes)")
+        present = iproute.run_ids_present()
+        self.run_id = next(i for i in iter(lambda: secrets.token_hex(3), None) if i not in present)
+        self._subnet = _pick_subnet(self.run_id)
+        hosts = list(self._subnet.hosts())
+        self.addrs = [str(hosts[k]) for k in range(self.nodes)]
+        if self.nodes > len(hosts):
+            raise ValueError(f"at most {len(hosts)} nodes")
+        record_owner(self.run_id, os.getpid())
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "commlens.netem.reaper", self.run_id],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C to our process group must not kill it
+        )
+        self._up = True
+        self._trap_sigterm()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every namespace and interface of this run (idempotent)."""
+        if not self._up:
+            return
+        self._up = False
+        try:
+            iproute.remove_run(self.run_id)
+        finally:
+            forget_owner(self.run_id)
+            if self._reaper is not None and self._reaper.stdin is not None:
+                self._reaper.stdin.close()  # the reaper finds nothing left and exits
+                try:
+                    self._reaper.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._restore_sigterm()
+
+    # -- internals --------------------------------------------------------------
+    def _burst_bytes(self) -> int:
+        assert self.rate_bits is not None
+        return max(int(self.rate_bits / 8 * _BURST_S), _MIN_BURST_BYTES)
+
+    def _build(self) -> None:
+        run = iproute.run
+        assert self._subnet is not None
+        bridge = iproute.bridge_name(self.run_id)
+        run(["ip", "link", "add", bridge, "type", "bridge"])
+        run(["ip", "link", "set", bridge, "mtu", str(self.mtu), "up"])
+        for k in range(self.nodes):
+            ns, host, node = self.namespace(k), *self._veths(k)
+            run(["ip", "netns", "add", ns])
+            mtu = ["mtu", str(self.mtu)]
+            run(
+                ["ip", "link", "add", host, *mtu, "type", "veth", "peer", "name", node, "netns", ns]
+            )
+            run(["ip", "link", "set", host, "master", bridge, "up"])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            cidr = f"{self.addrs[k]}/{self._subnet.prefixlen}"
+            run(["ip", "-n", ns, "addr", "add", cidr, "dev", node])
+            run(["ip", "-n", ns, "link", "set", node, "up"])
+            if self.rate_bits:
+                self._shape(host, None)
+                self._shape(node, ns)
+        self._wait_carrier()
+
+    def _veths(self, node: int) -> tuple[str, str]:
+        return iproute.host_veth(self.run_id, node), iproute.node_veth(self.run_id, node)
+
+    def _shape(self, iface: str, ns: str | None) -> None:
+        assert self.rate_bits is not None
+        where = ["ip", "netns", "exec", ns] if ns else []
+        rate, burst = format_rate(self.rate_bits), str(self._burst_bytes())
+        tbf = ["tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", rate, "burst", burst]
+        iproute.run([*where, *tbf, "latency", _QUEUE_LATENCY])
+
+    def _wait_carrier(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for iface in self.host_ifaces():
+            path = Path("/sys/class/net") / iface / "operstate"
+            while path.read_text().strip() not in ("up", "unknown"):
+                if time.monotonic() > deadline:
+                    raise iproute.IpError(f"{iface} did not come up")
+                time.sleep(0.01)
+
+    def _trap_sigterm(self) -> None:
+        def _raise(signum: int, frame: FrameType | None) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        try:
+            self._old_sigterm = signal.signal(signal.SIGTERM, _raise)
+        except ValueError:  # not the main thread: the reaper still has our back
+            self._old_sigterm = None
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+            except ValueError:
+                pass
+            self._old_sigterm = None
+
+
+def _pick_subnet(run_id: str) -> ipaddress.IPv4Network:
+    """A /24 in 10.128.0.0/9 from the run id, avoiding the host's own networks."""
+    taken = _host_networks()
+    rng = random.Random(run_id)
+    for _ in range(1000):
+        net = ipaddress.IPv4Network((0x0A800000 | (rng.randrange(1 << 15) << 8), 24))
+        if not any(net.overlaps(other) for other in taken):
+            return net
+    raise iproute.IpError("no free /24 in 10.128.0.0/9")
+
+
+def _host_networks() -> list[ipaddress.IPv4Network]:
+    out = iproute.run(["ip", "-j", "-4", "addr"], check=False) or "[]"
+    nets = []
+    for link in json.loads(out):
+        for info in link.get("addr_info", []):
+            nets.append(ipaddress.IPv4Network(f"{info['local']}/{info['prefixlen']}", strict=False))
+    return nets

@@ -1,0 +1,99 @@
+"""Aligning the ranks' clocks with rank 0's, at start and at end.
+
+Each rank plays a few ping-pong rounds with rank 0 (rank r sends its time
+t1, rank 0 answers with its time t2, rank r reads t3): the offset is
+t2 − (t1 + t3)/2 from the round with the shortest round trip. Two such
+measurements, at start and at end, give the drift. The reader then maps a
+rank's time t onto rank 0's clock as t + offset + drift·(t − t_ref).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from commlens.capture.context import TLS
+
+
+def _device() -> torch.device:
+    if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def measure_offset(rounds: int = 6) -> tuple[int, int] | None:
+    """(offset_ns, rtt_ns) of this rank relative to rank 0; None on failure.
+
+    Every rank must call this at the same point. The traffic is not recorded.
+    """
+    if not dist.is_initialized():
+        return None
+    world = dist.get_world_size()
+    rank = dist.get_rank()
+    if world == 1:
+        return (0, 0)
+    if world > 256:
+        rounds = 2
+    device = _device()
+    buf = torch.zeros(1, dtype=torch.int64, device=device)
+    depth, TLS.depth = TLS.depth, 1  # keep the ping-pong out of the trace
+    try:
+        best: tuple[int, int] | None = None
+        for peer in range(1, world):
+            for i in range(rounds + 2):  # two warm-up rounds open the connection
+                keep = i >= 2
+                if rank == 0:
+                    c10d.recv(buf, src=peer)
+                    buf.fill_(time.time_ns())
+                    c10d.send(buf, dst=peer)
+                elif rank == peer:
+                    t1 = time.time_ns()
+                    buf.fill_(t1)
+                    c10d.send(buf, dst=0)
+                    c10d.recv(buf, src=0)
+                    t3 = time.time_ns()
+                    t2 = int(buf.item())
+                    rtt = t3 - t1
+                    if keep and (best is None or rtt < best[1]):
+                        best = (t2 - (t1 + t3) // 2, rtt)
+        return (0, 0) if rank == 0 else best
+    finally:
+        TLS.depth = depth
+
+
+def all_ready(tag: str, timeout_s: float = 10.0) -> bool:
+    """True when every rank reached this point within ``timeout_s`` (via the store)."""
+    try:
+        store: Any = c10d._get_default_store()
+        world, rank = dist.get_world_size(), dist.get_rank()
+        store.set(f"commlens/{tag}/{rank}", "1")
+        store.wait([f"commlens/{tag}/{r}" for r in range(world)], timedelta(seconds=timeout_s))
+        return True
+    except Exception:
+        return False
+
+
+def clock_record(
+    start: tuple[int, int] | None, t_start: int, end: tuple[int, int] | None, t_end: int
+) -> dict[str, Any]:
+    """The manifest entry for one rank's clock."""
+    if start is None:
+        return {}
+    record: dict[str, Any] = {
+        "offset_ns": start[0],
+        "rtt_ns": start[1],
+        "t_ref_ns": t_start,
+        "drift": 0.0,
+    }
+    if end is not None and t_end > t_start:
+        record["offset_end_ns"] = end[0]
+        record["rtt_end_ns"] = end[1]
+        # Each offset is known to ±rtt/2: a change within that is noise, not drift.
+        if abs(end[0] - start[0]) > (start[1] + end[1]) / 2:
+            record["drift"] = (end[0] - start[0]) / (t_end - t_start)
+    return record

@@ -1,0 +1,207 @@
+"""Functional collectives (DTensor tensor parallelism, forward and backward).
+
+DTensor and ``torch.distributed._functional_collectives`` issue their
+communication as ``torch.ops._c10d_functional.<op>(...)`` looked up on the op
+namespace at call time, in forward and in the autograd backward of
+redistributions alike. Replacing those namespace attributes is the narrowest
+mechanism that sees them all: nothing else is intercepted (a dispatch mode
+would see every aten op). The op returns at once; completion is the
+``wait_tensor`` on its output.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed.distributed_c10d as c10d
+
+from commlens.capture.context import TLS
+from commlens.capture.ops import Call, dtype_name
+from commlens.capture.patching import patch
+from commlens.capture.recorder import Pending
+
+if TYPE_CHECKING:
+    from commlens.capture.recorder import Recorder
+
+_time_ns = time.time_ns
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * int(t.element_size())
+
+
+def _group(name: Any) -> Any:
+    return c10d._resolve_process_group(name)
+
+
+def _single(op: str, t: torch.Tensor, group_name: Any, size: int, out: int) -> Call:
+    return Call(
+        op,
+        _group(group_name),
+        int(t.numel()),
+        dtype_name(t.dtype),
+        _nbytes(t),
+        out,
+        size,
+        None,
+        True,
+        t,
+    )
+
+
+def _all_reduce(a: tuple[Any, ...]) -> Call:
+    n = _nbytes(a[0])
+    return _single("all_reduce", a[0], a[2], n, n)
+
+
+def _all_gather(a: tuple[Any, ...]) -> Call:
+    total = _nbytes(a[0]) * int(a[1])
+    return _single("all_gather", a[0], a[2], total, total)
+
+
+def _reduce_scatter(a: tuple[Any, ...]) -> Call:
+    n = _nbytes(a[0])
+    return _single("reduce_scatter", a[0], a[3], n, n // max(1, int(a[2])))
+
+
+def _all_to_all(a: tuple[Any, ...]) -> Call:
+    n = _nbytes(a[0])
+    return _single("all_to_all", a[0], a[3], n, n)
+
+
+def _broadcast(a: tuple[Any, ...]) -> Call:
+    n = _nbytes(a[0])
+    call = _single("broadcast", a[0], a[2], n, n)
+    call.peer = int(a[1])
+    return call
+
+
+def _coalesced(op: str, group_at: int, size_at: int | None) -> Any:
+    def extract(a: tuple[Any, ...]) -> Call:
+        ts = list(a[0])
+        n = sum(_nbytes(t) for t in ts)
+        if op == "all_gather":
+            n *= int(a[size_at or 1])
+        call = Call(
+            op,
+            _group(a[group_at]),
+            sum(int(t.numel()) for t in ts),
+            dtype_name(ts[0].dtype),
+            sum(_nbytes(t) for t in ts),
+            n,
+            n,
+            None,
+            True,
+            ts[0],
+        )
+        return call
+
+    return extract
+
+
+_EXTRACT = {
+    "all_reduce": _all_reduce,
+    "all_reduce_": _all_reduce,
+    "all_gather_into_tensor": _all_gather,
+    "reduce_scatter_tensor": _reduce_scatter,
+    "all_to_all_single": _all_to_all,
+    "broadcast": _broadcast,
+    "all_reduce_coalesced": _coalesced("all_reduce", 2, None),
+    "all_gather_into_tensor_coalesced": _coalesced("all_gather", 2, 1),
+    "reduce_scatter_tensor_coalesced": _coalesced("reduce_scatter", 3, None),
+}
+
+
+class FunctionalOp:
+    """Stands in for one op packet: records the call, forwards attributes."""
+
+    def __init__(self, packet: Any, extract: Any, state: _FuncolState) -> None:
+        self._packet = packet
+        self._extract = extract
+        self._state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._packet, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        rec = self._state.recorder
+        if rec is None or rec.disabled or TLS.depth or kwargs:
+            return self._packet(*args, **kwargs)
+        try:
+            call = self._extract(args)
+            frame = sys._getframe(1)
+        except Exception as exc:
+            rec.fail(exc)
+            return self._packet(*args)
+        t0 = _time_ns()
+        out = self._packet(*args)
+        try:
+            self._state.issued(rec, call, t0, out, frame)
+        except Exception as exc:
+            rec.fail(exc)
+        return out
+
+
+class _FuncolState:
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder: Recorder | None = recorder
+        self.pending: dict[int, tuple[Any, Pending]] = {}
+
+    def issued(self, rec: Recorder, call: Call, t0: int, out: Any, frame: Any) -> None:
+        if rec.writer is None and rec.ensure_open() is None:
+            return
+        head, tail = rec._row_parts(call, "functional", TLS.role_hint or "", frame)
+        pending = Pending(head, tail, t0)
+        for tensor in out if isinstance(out, (list, tuple)) else [out]:
+            self.pending[id(tensor)] = (tensor, pending)
+
+    def waited(self, tensor: Any, t0: int, t1: int) -> None:
+        entry = self.pending.pop(id(tensor), None)
+        rec = self.recorder
+        if entry is None or entry[0] is not tensor or rec is None:
+            return
+        pending = entry[1]
+        if pending.done:
+            return
+        pending.t_end = t1
+        pending.wait_ns = t1 - t0
+        rec._safe_emit(pending)
+
+    def close(self) -> None:
+        rec = self.recorder
+        if rec is not None:
+            for _, pending in self.pending.values():
+                rec._emit(pending, force=True)
+        self.pending.clear()
+        self.recorder = None
+
+
+def install(recorder: Recorder) -> _FuncolState:
+    state = _FuncolState(recorder)
+    namespace = torch.ops._c10d_functional
+    for name, extract in _EXTRACT.items():
+        packet = getattr(namespace, name, None)
+        if packet is not None:
+            patch(namespace, name, FunctionalOp(packet, extract, state))
+    wait_packet = namespace.wait_tensor
+
+    class WaitTensor:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(wait_packet, name)
+
+        def __call__(self, tensor: Any, *args: Any) -> Any:
+            if state.recorder is None or id(tensor) not in state.pending:
+                return wait_packet(tensor, *args)
+            t0 = _time_ns()
+            result = wait_packet(tensor, *args)
+            try:
+                state.waited(tensor, t0, _time_ns())
+            except Exception as exc:
+                state.recorder.fail(exc)
+            return result
+
+    patch(namespace, "wait_tensor", WaitTensor())
+    return state

@@ -1,0 +1,95 @@
+"""Process-group facts for events: name, member ranks, size and role.
+
+The role (dp/tp/pp/ep/cp) comes from, in order: ``commlens.set_group_role``,
+the group's description (``new_group(group_desc="tp")``, DeviceMesh's
+``mesh_<dim>``), and a hint from the capture path (DDP's hook is dp).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+_ROLE_TOKENS = {
+    "dp": "dp",
+    "ddp": "dp",
+    "data": "dp",
+    "fsdp": "dp",
+    "zero": "dp",
+    "shard": "dp",
+    "replicate": "dp",
+    "tp": "tp",
+    "tensor": "tp",
+    "mp": "tp",
+    "pp": "pp",
+    "pipe": "pp",
+    "pipeline": "pp",
+    "ep": "ep",
+    "expert": "ep",
+    "cp": "cp",
+    "context": "cp",
+}
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    name: str
+    ranks: tuple[int, ...]
+    size: int
+    role: str
+
+
+class GroupRegistry:
+    """Caches GroupInfo per process group object and holds explicit roles."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Any, GroupInfo]] = {}
+        self._roles: dict[int, tuple[Any, str]] = {}
+
+    def set_role(self, group: Any, role: str) -> None:
+        group = group if group is not None else dist.group.WORLD
+        self._roles[id(group)] = (group, role)
+        self._cache.pop(id(group), None)
+
+    def info(self, group: Any) -> GroupInfo:
+        if group is None or group is dist.group.WORLD:
+            group = dist.distributed_c10d._get_default_group()
+        hit = self._cache.get(id(group))
+        if hit is not None and hit[0] is group:
+            return hit[1]
+        ranks = tuple(int(r) for r in dist.get_process_group_ranks(group))
+        try:
+            name = str(group.group_name)
+        except Exception:
+            name = ""
+        info = GroupInfo(name=name, ranks=ranks, size=len(ranks), role=self._role(group))
+        self._cache[id(group)] = (group, info)
+        return info
+
+    def _role(self, group: Any) -> str:
+        explicit = self._roles.get(id(group))
+        if explicit is not None and explicit[0] is group:
+            return explicit[1]
+        desc = str(getattr(group, "group_desc", "") or "")
+        return role_from_text(desc)
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._roles.clear()
+
+
+def role_from_text(text: str) -> str:
+    """The role named by a group description, or ''."""
+    for token in re.split(r"[^a-z]+", text.lower()):
+        if token in _ROLE_TOKENS:
+            return _ROLE_TOKENS[token]
+    return ""
+
+
+def global_rank(group: Any, group_rank: int) -> int:
+    if group is None or group is dist.group.WORLD:
+        return int(group_rank)
+    return int(dist.get_global_rank(group, group_rank))

@@ -1,0 +1,270 @@
+"""The per-process recorder: turns intercepted calls into rows of events.
+
+It owns the rank's writer (opened once the process group exists), the
+sequence counter, async ops waiting for completion and the fail-safe: the
+first error inside recording is reported once on stderr and recording stops,
+while every collective keeps running with the caller's arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from commlens.capture.context import StepTracker, current_phase_and_module
+from commlens.capture.groups import GroupRegistry
+from commlens.capture.ops import Call
+from commlens.capture.timing import CudaTimer
+from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path, write_json_atomic
+from commlens.trace.writer import EventWriter
+
+Work = torch._C._distributed_c10d.Work
+
+
+@dataclass
+class Pending:
+    """An async op issued but not yet complete (or still being waited on)."""
+
+    head: tuple[Any, ...]  # rank .. is_async, in column order
+    tail: tuple[Any, ...]  # step, phase, module
+    t_issue: int
+    t_end: int | None = None
+    wait_ns: int = 0
+    waiting: bool = False
+    done: bool = False
+
+
+class Recorder:
+    """Records the events of one process into one run directory."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        meta: dict[str, Any] | None = None,
+        flush_events: int = 16384,
+        flush_seconds: float = 2.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.flush_events = flush_events
+        self.flush_seconds = flush_seconds
+        self.clock = clock
+        self.groups = GroupRegistry()
+        self.steps = StepTracker(clock)
+        self.cuda = CudaTimer()
+        self.writer: EventWriter | None = None
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.backend = ""
+        self.seq = 0
+        self.disabled = False
+        self.error = ""
+        self.clock_info: dict[str, Any] = {}
+        self.pid = os.getpid()
+        self.t_start_ns = clock()
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[Any, Pending]] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+    def ensure_open(self) -> EventWriter | None:
+        """Open this rank's writer once the default process group exists."""
+        if self.writer is not None or self.disabled:
+            return self.writer
+        if not dist.is_available() or not dist.is_initialized():
+            return None
+        try:
+            self.rank = dist.get_rank()
+            self.world_size = dist.get_world_size()
+            self.backend = str(dist.get_backend())
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.writer = EventWriter(
+                self.run_dir,
+                self.rank,
+                flush_events=self.flush_events,
+                flush_seconds=self.flush_seconds,
+            )
+            self.write_meta("running")
+        except Exception as exc:
+            self.fail(exc)
+        return self.writer
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop recording after the first error; say so once."""
+        if self.disabled:
+            return
+        self.disabled = True
+        self.error = f"{type(exc).__name__}: {exc}"
+        where = f"rank {self.rank}" if self.rank is not None else f"pid {os.getpid()}"
+        print(
+            f"commlens: warning: recording stopped on {where} ({self.error}); "
+            "training continues untraced",
+            file=sys.stderr,
+        )
+
+    def close(self) -> None:
+        """Flush everything, finish the rank file and the manifest."""
+        for work, pending in list(self._pending.values()):
+            if work is not None and pending.t_end is None:
+                try:
+                    if work.is_completed():
+                        pending.t_end = self.clock()
+                except Exception:
+                    pass
+            self._emit(pending, force=True)
+        self._pending.clear()
+        if self.writer is None:
+            return
+        try:
+            self.cuda.drain(self)
+            self.writer.close()
+        except Exception as exc:
+            self.fail(exc)
+        try:
+            self.write_meta("ok" if not self.error else "recording-failed")
+            merge_manifest(self.run_dir)
+        except Exception as exc:
+            self.fail(exc)
+
+    def write_meta(self, status: str) -> None:
+        assert self.rank is not None
+        write_json_atomic(
+            rank_meta_path(self.run_dir, self.rank),
+            {
+                "format": FORMAT_NAME + "-rank",
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "backend": self.backend,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "status": status,
+                "events": self.writer.n_events if self.writer else 0,
+                "t_start_ns": self.t_start_ns,
+                "t_end_ns": self.clock(),
+                "steps": self.steps.steps,
+                "clock": self.clock_info,
+                "recording_error": self.error,
+                "meta": self.meta,
+            },
+        )
+
+    # -- recording ---------------------------------------------------------
+    def on_call(
+        self,
+        call: Call,
+        t_issue: int,
+        t_return: int,
+        result: Any,
+        frame: FrameType | None,
+        api: str,
+        role_hint: str,
+        gpu_token: Any = None,
+    ) -> None:
+        if self.writer is None and self.ensure_open() is None:
+            return
+        head, tail = self._row_parts(call, api, role_hint, frame)
+        if isinstance(result, Work):
+            self._track(result, Pending(head, tail, t_issue))
+            return
+        if gpu_token is not None:
+            self.cuda.finish(gpu_token, self, head, tail, t_issue)
+            return
+        self._append(head, tail, t_issue, t_return, t_return - t_issue)
+
+    def _row_parts(
+        self, call: Call, api: str, role_hint: str, frame: FrameType | None
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        info = self.groups.info(call.group)
+        size = call.size_bytes * info.size if call.piece_times_group else call.size_bytes
+        phase, module = current_phase_and_module(self.steps, frame)
+        seq = self.seq
+        self.seq += 1
+        head = (
+            self.rank,
+            seq,
+            call.op,
+            api,
+            info.name,
+            list(info.ranks),
+            info.size,
+            info.role or role_hint,
+            call.dtype,
+            call.count,
+            call.bytes_in,
+            call.bytes_out,
+            size,
+            call.peer,
+            call.is_async,
+        )
+        return head, (self.steps.step, phase, module)
+
+    def _append(
+        self, head: tuple[Any, ...], tail: tuple[Any, ...], t0: int, t1: int, wait: int
+    ) -> None:
+        assert self.writer is not None
+        self.writer.append((*head, t0, t1, wait, (t1 - t0) / 1e9, *tail))
+
+    def _track(self, work: Any, pending: Pending) -> None:
+        key = id(work)
+        with self._lock:
+            self._pending[key] = (work, pending)
+        try:
+            work.get_future().add_done_callback(lambda _f: self._completed(key))
+        except Exception:
+            pass  # completion is then seen by wait() or at close
+
+    def _completed(self, key: int) -> None:
+        now = self.clock()
+        with self._lock:
+            entry = self._pending.get(key)
+            if entry is None:
+                return
+            pending = entry[1]
+            if pending.t_end is None:
+                pending.t_end = now
+            if pending.waiting:
+                return
+            del self._pending[key]
+        self._safe_emit(pending)
+
+    def before_wait(self, work: Any) -> Pending | None:
+        with self._lock:
+            entry = self._pending.get(id(work))
+            if entry is None or entry[0] is not work:
+                return None
+            entry[1].waiting = True
+            return entry[1]
+
+    def after_wait(self, work: Any, pending: Pending, t0: int, t1: int) -> None:
+        with self._lock:
+            pending.waiting = False
+            pending.wait_ns += t1 - t0
+            if pending.t_end is None:
+                pending.t_end = t1
+            self._pending.pop(id(work), None)
+        self._safe_emit(pending)
+
+    def _safe_emit(self, pending: Pending) -> None:
+        try:
+            self._emit(pending)
+        except Exception as exc:
+            self.fail(exc)
+
+    def _emit(self, pending: Pending, force: bool = False) -> None:
+        if pending.done or self.writer is None or (self.disabled and not force):
+            return
+        pending.done = True
+        t_end = pending.t_end if pending.t_end is not None else pending.t_issue
+        self._append(pending.head, pending.tail, pending.t_issue, t_end, pending.wait_ns)

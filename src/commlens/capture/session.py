@@ -1,0 +1,188 @@
+"""``commlens.capture(dir)``: start and stop recording in this process.
+
+Starting installs the interceptions (Python API, DDP buckets, functional
+collectives, optimizer-step hooks); stopping removes them, joins the rank
+file, writes this rank's metadata and re-merges ``run.json``. One capture can
+be active per process. The object reloads what it wrote with ``load()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch.distributed as dist
+
+from commlens.capture import api, ddp, funcol
+from commlens.capture.clock import all_ready, clock_record, measure_offset
+from commlens.capture.patching import restore_all
+from commlens.capture.recorder import Recorder
+from commlens.errors import UsageError
+
+_ACTIVE: Capture | None = None
+
+
+class Capture:
+    """Records every communication op of this process into ``out_dir``."""
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        meta: dict[str, Any] | None = None,
+        align_clocks: bool = True,
+        flush_events: int = 16384,
+        flush_seconds: float = 2.0,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.align_clocks = align_clocks
+        self.recorder = Recorder(
+            self.out_dir, meta=meta, flush_events=flush_events, flush_seconds=flush_seconds
+        )
+        self._funcol: Any = None
+        self._start_offset: tuple[int, int] | None = None
+        self._t_offset = 0
+        self._ended = False
+        self.active = False
+
+    # -- public ------------------------------------------------------------
+    def start(self) -> Capture:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise UsageError("a commlens capture is already active in this process")
+        _ACTIVE = self
+        try:
+            api.install(self._on_init, self._on_destroy)
+            ddp.install()
+            self._funcol = funcol.install(self.recorder)
+            self.recorder.steps.install()
+        except Exception:
+            restore_all()
+            _ACTIVE = None
+            raise
+        api.RECORDER = self.recorder
+        self.active = True
+        if dist.is_available() and dist.is_initialized():
+            self._on_init()
+        return self
+
+    def stop(self) -> None:
+        global _ACTIVE
+        if not self.active:
+            return
+        if os.getpid() != self.recorder.pid:  # a forked child: leave the parent's files be
+            self._detach()
+            return
+        if not self._ended and dist.is_available() and dist.is_initialized():
+            self._on_destroy()
+        self._detach()
+        self.recorder.close()
+
+    def step(self) -> None:
+        """Mark the end of a training step (for loops without an optimizer)."""
+        self.recorder.steps.mark()
+
+    def add_meta(self, key: str, value: Any) -> None:
+        """Store a JSON-able value in this rank's manifest entry (and the run's)."""
+        self.recorder.meta[key] = value
+
+    def set_group_role(self, group: Any, role: str) -> None:
+        self.recorder.groups.set_role(group, role)
+
+    def load(self) -> Any:
+        from commlens.trace.reader import load_run
+
+        return load_run(self.out_dir)
+
+    def __enter__(self) -> Capture:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self._ended = True  # peers may be gone: no end-of-run handshake
+        self.stop()
+
+    # -- internals ---------------------------------------------------------
+    def _detach(self) -> None:
+        global _ACTIVE
+        api.RECORDER = None
+        if self._funcol is not None:
+            self._funcol.close()
+        self.recorder.steps.uninstall()
+        restore_all()
+        self.active = False
+        _ACTIVE = None
+
+    def _on_init(self) -> None:
+        rec = self.recorder
+        try:
+            if rec.ensure_open() is None:
+                return
+            if self.align_clocks:
+                self._t_offset = time.time_ns()
+                self._start_offset = measure_offset()
+                rec.clock_info = clock_record(self._start_offset, self._t_offset, None, 0)
+        except Exception as exc:
+            rec.fail(exc)
+
+    def _on_destroy(self) -> None:
+        """The end-of-run clock measurement, while the process group still exists."""
+        if self._ended:
+            return
+        self._ended = True
+        rec = self.recorder
+        if rec.disabled or rec.writer is None or not self.align_clocks:
+            return
+        try:
+            if self._start_offset is not None and all_ready("clock-end"):
+                t_end = time.time_ns()
+                end = measure_offset()
+                rec.clock_info = clock_record(self._start_offset, self._t_offset, end, t_end)
+        except Exception as exc:
+            rec.fail(exc)
+
+
+def capture(out_dir: str | os.PathLike[str], **kwargs: Any) -> Capture:
+    """``with commlens.capture("runs/x"): ...`` records this process's communication."""
+    return Capture(out_dir, **kwargs)
+
+
+def active() -> Capture | None:
+    return _ACTIVE
+
+
+def step() -> None:
+    """Mark a step boundary in the active capture (no-op without one)."""
+    if _ACTIVE is not None:
+        _ACTIVE.step()
+
+
+def set_group_role(group: Any, role: str) -> None:
+    """Name the role (dp/tp/pp/ep/cp) of a process group for the active capture."""
+    if _ACTIVE is not None:
+        _ACTIVE.set_group_role(group, role)
+
+
+def add_meta(key: str, value: Any) -> None:
+    """Add a JSON-able entry to this rank's manifest in the active capture."""
+    if _ACTIVE is not None:
+        _ACTIVE.add_meta(key, value)
+
+
+def start_from_env() -> Capture | None:
+    """Start a capture when ``COMMLENS_TRACE_DIR`` is set (``commlens trace``)."""
+    out = os.environ.get("COMMLENS_TRACE_DIR")
+    if not out or _ACTIVE is not None:
+        return None
+    cap = Capture(out).start()
+    atexit.register(cap.stop)
+    return cap

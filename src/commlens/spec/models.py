@@ -276,7 +276,7 @@ def param_shapes(
         out.append(("embed.word.weight", (v, h)))
         out.append(("embed.pos.weight", (cfg.max_positions, h)))
         if cfg.arch == "bert":
-            out.append(("embed.type.weight", (cfg.type_vocab, h)))
+            out.append(("embed.token_type.weight", (cfg.type_vocab, h)))
             out += _norm("embed.ln", h, bias=True)
     for i in stage_layers(cfg.layers, pp, pp_stage):
         out += _block(cfg, f"blocks.{i}", tp)

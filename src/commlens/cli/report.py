@@ -1,0 +1,39 @@
+"""``commlens report RUN``: where the communication time of a run goes."""
+
+from __future__ import annotations
+
+import argparse
+
+from commlens.analysis.source import open_run
+from commlens.report.base import FORMATS
+from commlens.report.build import build_report
+from commlens.report.output import emit
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="tables and plots of a run's communication",
+        description="Per op and process group: calls, bytes, time, latency, algbw, busbw; "
+        "per step: comm share and exposed time; cross-rank skew; utilization.",
+    )
+    parser.add_argument("run", help="run directory (run.json + rank-*.parquet)")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: from -o's suffix, else text)",
+    )
+    parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    parser.add_argument("--width", type=int, default=None, help="text width in columns")
+    parser.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    view = open_run(args.run, quiet=False)
+    try:
+        doc = build_report(view)
+    finally:
+        view.close()
+    emit(doc, args.output, args.format, width=args.width)
+    return 0

@@ -1,0 +1,129 @@
+"""What a report holds, independent of how it is rendered.
+
+A :class:`Document` is a title, a few facts about the run(s), warnings and a
+list of :class:`Section`; each section is a table (with the unit of every
+column in its title), an optional note and optional plots. ``data`` is the
+machine-readable form the JSON renderer prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+Figure = Any  # matplotlib.figure.Figure, imported lazily
+
+
+@dataclass(frozen=True)
+class Column:
+    """One displayed column: the table field, its title (with unit) and format."""
+
+    key: str
+    title: str
+    fmt: str = "str"
+    """str, int, bytes, s, ms, us, gbps, gbit, pct, float, ranks"""
+
+
+@dataclass
+class Section:
+    """One table of the report, with the plots that illustrate it."""
+
+    key: str
+    title: str
+    table: pa.Table
+    columns: Sequence[Column]
+    note: str = ""
+    plots: list[tuple[str, Callable[[], Figure]]] = field(default_factory=list)
+    max_rows: int = 0
+    """Show at most this many rows in text/md/html (0: all); JSON/CSV get all."""
+
+
+@dataclass
+class Document:
+    title: str
+    facts: list[tuple[str, str]]
+    sections: list[Section]
+    warnings: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    csv_table: pa.Table | None = None
+
+    def section(self, key: str) -> Section:
+        for section in self.sections:
+            if section.key == key:
+                return section
+        raise KeyError(key)
+
+
+def format_ranks(ranks: Sequence[int] | None) -> str:
+    """[0, 1, 2, 3, 6] -> '0-3,6'."""
+    if not ranks:
+        return ""
+    values = sorted(int(r) for r in ranks)
+    parts: list[str] = []
+    start = prev = values[0]
+    for value in values[1:]:
+        if value == prev + 1:
+            prev = value
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        start = prev = value
+    parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+    return ",".join(parts)
+
+
+def format_bytes(value: float) -> str:
+    """Bytes with a binary-prefix unit: 4096 -> '4.0 KiB'."""
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} TiB"
+
+
+def format_cell(value: Any, fmt: str) -> str:
+    """A value as displayed in text, Markdown and HTML tables."""
+    if value is None:
+        return "-"
+    if fmt == "int":
+        return f"{int(value):,}"
+    if fmt == "bytes":
+        return f"{int(value):,}"
+    if fmt == "size":
+        return format_bytes(value)
+    if fmt == "s":
+        return f"{float(value):.6f}"
+    if fmt == "ms":
+        return f"{float(value) * 1e3:.3f}"
+    if fmt == "us":
+        return f"{float(value) * 1e6:.1f}"
+    if fmt in ("gbps", "gbit"):
+        return f"{float(value):.3f}"
+    if fmt == "pct":
+        return f"{float(value) * 100:.1f}"
+    if fmt == "float":
+        return f"{float(value):.3g}"
+    if fmt == "x":
+        return f"{float(value):.2f}x"
+    if fmt == "ranks":
+        return format_ranks(value)
+    return str(value)
+
+
+def rows(section: Section) -> list[list[str]]:
+    """The section's displayed cells, row by row (truncated to max_rows)."""
+    table = section.table
+    if section.max_rows and table.num_rows > section.max_rows:
+        table = table.slice(0, section.max_rows)
+    data = {c.key: table.column(c.key).to_pylist() for c in section.columns}
+    return [
+        [format_cell(data[c.key][i], c.fmt) for c in section.columns] for i in range(table.num_rows)
+    ]
+
+
+def hidden_rows(section: Section) -> int:
+    n = section.table.num_rows
+    return n - section.max_rows if section.max_rows and n > section.max_rows else 0

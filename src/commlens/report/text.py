@@ -1,0 +1,70 @@
+"""Terminal renderer: rich tables, deterministic when given a width."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from commlens.report.base import Renderer
+from commlens.report.document import Document, Section, hidden_rows, rows
+
+_RIGHT = {"int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x"}
+
+
+class TextRenderer(Renderer):
+    name = "text"
+    extension = ".txt"
+
+    def __init__(self, width: int | None = None) -> None:
+        self.width = width or max(100, shutil.get_terminal_size((160, 24)).columns)
+
+    def render(self, doc: Document) -> str:
+        out = io.StringIO()
+        console = Console(
+            file=out,
+            width=self.width,
+            color_system=None,
+            force_terminal=False,
+            no_color=True,
+            highlight=False,
+            emoji=False,
+            soft_wrap=False,
+            legacy_windows=False,
+            force_jupyter=False,
+        )
+        console.print(doc.title, style="bold")
+        for label, value in doc.facts:
+            console.print(f"  {label}: {value}")
+        for line in doc.warnings:
+            console.print(f"  warning: {line}")
+        for section in doc.sections:
+            console.print()
+            console.print(self._table(section))
+            if hidden_rows(section):
+                console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")
+            if section.note:
+                console.print(f"  {section.note}")
+        return out.getvalue()
+
+    @staticmethod
+    def _table(section: Section) -> Table:
+        table = Table(
+            title=section.title,
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+            pad_edge=False,
+            show_edge=False,
+        )
+        for column in section.columns:
+            table.add_column(
+                column.title, justify="right" if column.fmt in _RIGHT else "left", no_wrap=True
+            )
+        for cells in rows(section):
+            table.add_row(*cells)
+        if not section.table.num_rows:
+            table.add_row(*(["(none)"] + [""] * (len(section.columns) - 1)))
+        return table

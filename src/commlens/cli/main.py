@@ -19,6 +19,7 @@ from commlens.errors import CommlensError
 SUBCOMMANDS: tuple[str, ...] = (
     "trace",
     "report",
+    "predict", "validate", "net",
 )
 
 

@@ -1,0 +1,165 @@
+"""Data-parallel calls exactly as PyTorch's wrappers issue them for the workloads.
+
+- ``dp`` — DDP: gradient buckets (:mod:`commlens.model.buckets`), one
+  all-reduce per bucket per synchronised backward.
+- ``zero1`` — DDP for the gradients plus ``ZeroRedundancyOptimizer``: after
+  each optimizer step every parameter is broadcast from the rank that owns
+  it (``parameters_as_bucket_view=False``: one broadcast per parameter, each
+  rank issuing all of them as sender or receiver).
+- ``zero2`` / ``zero3`` — FSDP2 ``fully_shard`` on every transformer layer
+  and on the root (the embeddings, final norm and head): per unit one
+  all-gather of the padded flat parameters and one reduce-scatter of the
+  padded flat gradients (each parameter's dim 0 padded to a multiple of the
+  dp size). zero3 re-gathers each layer in backward (the root keeps its
+  parameters between forward and backward); zero2
+  (``reshard_after_forward=False``) gathers once per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from commlens.model.buckets import ddp_bucket_bytes
+from commlens.model.calls import Call
+from commlens.model.job import Job
+from commlens.spec.models import param_shapes
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One FSDP unit: the parameters one all-gather / reduce-scatter moves."""
+
+    name: str
+    shapes: tuple[Shape, ...]
+    is_root: bool = False
+
+    def padded_bytes(self, n: int, dtype_bytes: int) -> int:
+        """S of the unit's all-gather: n × Σ ⌈dim0 / n⌉ · rest, in bytes."""
+        per_rank = 0
+        for shape in self.shapes:
+            rows = shape[0] if shape else 1
+            rest = math.prod(shape[1:]) if len(shape) > 1 else 1
+            per_rank += math.ceil(rows / n) * rest
+        return per_rank * n * dtype_bytes
+
+
+def rank_params(job: Job, rank: int) -> list[tuple[str, Shape]]:
+    c = job.dims.coords(rank)
+    return param_shapes(job.model, job.dims.tp, c["tp"], job.dims.pp, c["pp"])
+
+
+def fsdp_units(params: Sequence[tuple[str, Shape]]) -> list[Unit]:
+    """Units in forward order: one per layer (``blocks.N``, ``encoder.blocks.N``), then the root."""
+    layers: dict[str, list[Shape]] = {}
+    root: list[Shape] = []
+    for name, shape in params:
+        parts = name.split(".")
+        if "blocks" in parts:
+            i = parts.index("blocks")
+            layers.setdefault(".".join(parts[: i + 2]), []).append(shape)
+        else:
+            root.append(shape)
+    units = [Unit(name, tuple(shapes)) for name, shapes in layers.items()]
+    if root:
+        units.append(Unit("root", tuple(root), is_root=True))
+    return units
+
+
+def ddp_calls(job: Job, rank: int, group: tuple[int, ...], rebuilt: bool, syncs: int) -> list[Call]:
+    grads = [math.prod(shape) * job.dtype_bytes for _, shape in rank_params(job, rank)]
+    sizes = ddp_bucket_bytes(grads, rebuilt=rebuilt)
+    calls = []
+    for i, size in enumerate(sizes):
+        last = i == len(sizes) - 1
+        calls.append(
+            Call(
+                "all_reduce",
+                "dp",
+                group,
+                size,
+                syncs,
+                "backward",
+                f"gradient bucket {i}",
+                overlap=not last,
+            )
+        )
+    return calls
+
+
+def zero1_broadcasts(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
+    params = rank_params(job, rank)
+    return [
+        Call(
+            "broadcast",
+            "dp",
+            group,
+            math.prod(shape) * job.dtype_bytes,
+            1,
+            "optimizer",
+            f"updated {name}",
+        )
+        for name, shape in params
+    ]
+
+
+def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> list[Call]:
+    n, k, beta = len(group), job.microbatches, job.dtype_bytes
+    calls = []
+    for unit in fsdp_units(rank_params(job, rank)):
+        size = unit.padded_bytes(n, beta)
+        calls.append(
+            Call(
+                "all_gather",
+                "dp",
+                group,
+                size,
+                k,
+                "forward",
+                f"{unit.name} params",
+                overlap=not unit.is_root,
+            )
+        )
+        if reshard and not unit.is_root:
+            calls.append(
+                Call(
+                    "all_gather",
+                    "dp",
+                    group,
+                    size,
+                    k,
+                    "backward",
+                    f"{unit.name} params again",
+                    overlap=True,
+                )
+            )
+        calls.append(
+            Call(
+                "reduce_scatter",
+                "dp",
+                group,
+                size,
+                k,
+                "backward",
+                f"{unit.name} grads",
+                overlap=not unit.is_root,
+            )
+        )
+    return calls
+
+
+def dp_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
+    """The dp-group calls of ``rank`` in ``step`` (0 is the first, before DDP's rebuild)."""
+    d = job.dims
+    if d.dp == 1:
+        return []
+    group = tuple(d.group_of(rank, "dp"))
+    if job.scheme in ("zero2", "zero3"):
+        return fsdp_calls(job, rank, group, reshard=job.scheme == "zero3")
+    calls = ddp_calls(job, rank, group, rebuilt=step > 0, syncs=1)
+    if job.scheme == "zero1":
+        calls += zero1_broadcasts(job, rank, group)
+    return calls

@@ -1,0 +1,98 @@
+"""Tensor-parallel calls exactly as ``commlens.workloads.tp`` issues them.
+
+Per micro-batch, with S_a = s·b·h·βa (activations ``[s, b, h]``) and the
+tp group of the rank (``workloads/tp.py``, ``layers.py``, ``models/*.py``):
+
+- word embedding (first stage; T5: encoder and decoder inputs): forward
+  all-reduce of the partial embeddings; sequence parallel: reduce-scatter
+  forward, all-gather backward.
+- every self-attention or MLP sublayer: its column-parallel input is an
+  identity forward / all-reduce backward, its row-parallel output an
+  all-reduce forward; sequence parallel: all-gather forward + reduce-scatter
+  backward at the input, reduce-scatter forward + all-gather backward at the
+  output. T5's cross-attention adds a column-parallel query (same as above)
+  and a column-parallel key/value over the encoder output (one more input
+  collective per decoder layer).
+- activation recomputation reruns each layer's forward collectives in backward.
+- LM head (last stage): its column-parallel input as above (GPT, T5, S_a);
+  BERT's MLM head works on the b·m masked tokens only, after a forward-only
+  sequence all-gather under SP (its gradient is split, not reduced).
+- vocab-parallel cross entropy: three forward all-reduces of one fp32 per
+  loss token (max, target logit, sum of exponentials).
+"""
+
+from __future__ import annotations
+
+from commlens.model.calls import Call
+from commlens.model.job import Job
+from commlens.spec.models import stage_layers
+
+
+def bert_masked_per_seq(seq_len: int) -> int:
+    """Masked positions per BERT sequence, as the synthetic data draws them."""
+
+    return 0
+
+
+def tp_calls(job: Job, rank: int) -> list[Call]:
+    """The tp-group calls of ``rank`` in one step."""
+    d, cfg = job.dims, job.model
+    if d.tp == 1:
+        return []
+    group = tuple(d.group_of(rank, "tp"))
+    stage = d.coords(rank)["pp"]
+    first, last = stage == 0, stage == d.pp - 1
+    k, b, s, h = job.microbatches, job.micro_batch, job.seq_len, cfg.hidden
+    act = s * b * h * job.dtype_bytes
+    sp = job.sequence_parallel
+    rec = 2 if job.recompute else 1
+    counts = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
+
+    def column_input(n: int, forward_reruns: int = 1) -> None:
+        # n column-parallel entries: AR backward, or AG forward (rerun) + RS backward
+        if sp:
+            counts["all_gather"] += n * forward_reruns
+            counts["reduce_scatter"] += n
+        else:
+            counts["all_reduce"] += n
+
+    def row_output(n: int, forward_reruns: int = 1) -> None:
+        # n row-parallel exits: AR forward (rerun), or RS forward (rerun) + AG backward
+        if sp:
+            counts["reduce_scatter"] += n * forward_reruns
+            counts["all_gather"] += n
+        else:
+            counts["all_reduce"] += n * forward_reruns
+
+    if cfg.arch == "t5":
+        enc, dec = cfg.layers, cfg.decoder_layers
+        row_output(2)  # encoder and decoder word embeddings
+        column_input(2 * enc + 4 * dec, rec)  # qkv, fc1 (+ cross q, cross kv)
+        row_output(2 * enc + 3 * dec, rec)  # proj, fc2 (+ cross proj)
+        column_input(1)  # LM head
+    else:
+        layers = len(stage_layers(cfg.layers, d.pp, stage))
+        if first:
+            row_output(1)  # word embedding
+        column_input(2 * layers, rec)  # qkv, fc1
+        row_output(2 * layers, rec)  # proj, fc2
+        if last and cfg.arch == "gpt":
+            column_input(1)  # LM head
+    calls = [
+        Call(op, "tp", group, act, n * k, "forward/backward", "activations")
+        for op, n in counts.items()
+        if n
+    ]
+    if not last:
+        return calls
+    loss_tokens = s * b
+    if cfg.arch == "bert":
+        loss_tokens = b * bert_masked_per_seq(s)
+        if sp:  # forward-only gather of the sequence before the replicated head
+            calls.append(Call("all_gather", "tp", group, act, k, "forward", "MLM head input"))
+        head = loss_tokens * h * job.dtype_bytes
+        calls.append(Call("all_reduce", "tp", group, head, k, "backward", "MLM head input grad"))
+    calls.append(
+        Call("all_reduce", "tp", group, loss_tokens * 4, 3 * k, "forward", "vocab-parallel loss")
+    )
+    return calls

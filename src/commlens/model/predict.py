@@ -1,0 +1,144 @@
+"""Predict a job: per-rank calls (exact and textbook), volumes, times per network.
+
+:func:`predict` is the library entry point behind ``commlens predict``. Ranks
+that differ only in their data-parallel index issue the same calls, so it
+models one rank per (tp index, pipeline stage) — at most tp·pp ranks, which
+keeps 4096-GPU layouts instant — and shows the one with the most wire bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from commlens.model.calls import Call, OpVolume, aggregate, by_role
+from commlens.model.exact import rank_calls
+from commlens.model.job import Job
+from commlens.model.profiles import NetworkProfile, get_profile
+from commlens.model.textbook import textbook_calls
+from commlens.model.timing import NetworkEstimate, estimate
+from commlens.model.topology import Fabric
+
+DEFAULT_TFLOPS = 100.0
+"""Achieved model TFLOP/s per rank when none is given (an A100-class GPU at ~30% MFU)."""
+
+
+@dataclass
+class Prediction:
+    """What one job is predicted to communicate and cost per step."""
+
+    job: Job
+    shown_rank: int
+    """The rank whose calls the tables show (the most wire bytes)."""
+    per_rank: dict[int, list[Call]]
+    """Steady-state calls of each modelled rank (dp index 0)."""
+    textbook: list[Call]
+    """REFERENCE §2 calls of the shown rank."""
+    networks: list[NetworkEstimate] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> list[Call]:
+        return self.per_rank[self.shown_rank]
+
+    @property
+    def volumes(self) -> list[OpVolume]:
+        return aggregate(self.calls)
+
+    @property
+    def textbook_volumes(self) -> list[OpVolume]:
+        return aggregate(self.textbook)
+
+    def speedups(self) -> list[float]:
+        """Step time of the first network over each network's (no overlap)."""
+        if not self.networks:
+            return []
+        base = self.networks[0].step_time_s
+        return [base / n.step_time_s if n.step_time_s > 0 else float("inf") for n in self.networks]
+
+    def to_dict(self) -> dict[str, Any]:
+        vols = self.volumes
+        ops = []
+        for v in vols:
+            row = {k: val for k, val in v.to_dict().items()}
+            row["time_s"] = {n.name: n.op_times_s.get((v.op, v.role), 0.0) for n in self.networks}
+            ops.append(row)
+        networks = []
+        for n, speedup in zip(self.networks, self.speedups(), strict=True):
+            networks.append({**n.to_dict(), "speedup": speedup})
+        return {
+            "job": self.job.to_dict(),
+            "settings": self.settings,
+            "rank": self.shown_rank,
+            "per_step": {
+                "ops": ops,
+                "total_bytes": sum(v.bytes for v in vols),
+                "total_wire_bytes": sum(v.wire_bytes for v in vols),
+                "total_wire_bytes_study_b": sum(v.wire_bytes_b for v in vols),
+                "by_role": by_role(vols),
+            },
+            "textbook": {
+                "ops": [v.to_dict() for v in self.textbook_volumes],
+                "total_bytes": sum(v.bytes for v in self.textbook_volumes),
+                "total_wire_bytes": sum(v.wire_bytes for v in self.textbook_volumes),
+                "total_wire_bytes_study_b": sum(v.wire_bytes_b for v in self.textbook_volumes),
+            },
+            "ranks": [
+                {
+                    "rank": r,
+                    "coords": self.job.dims.coords(r),
+                    "total_bytes": sum(c.total_bytes for c in calls),
+                    "total_wire_bytes": sum(c.wire_bytes for c in calls),
+                }
+                for r, calls in sorted(self.per_rank.items())
+            ],
+            "networks": networks,
+        }
+
+
+def modelled_ranks(job: Job) -> list[int]:
+    """One rank per (tp index, pipeline stage), all at dp index 0."""
+    d = job.dims
+    return [d.rank_of(0, t, p) for p in range(d.pp) for t in range(d.tp)]
+
+
+def predict(
+    job: Job,
+    networks: Sequence[NetworkProfile] = (),
+    *,
+    intra: NetworkProfile | None = None,
+    gpus_per_node: int = 1,
+    algorithm: str = "ring",
+    tflops: float = DEFAULT_TFLOPS,
+) -> Prediction:
+    """Predict ``job``'s steady step; time it on each inter-node profile in ``networks``.
+
+    ``intra`` is the link inside a node (default ``nvlink``), used for groups
+    whose ranks share a node when ``gpus_per_node`` > 1.
+    """
+    from commlens.errors import UsageError
+
+    if tflops <= 0:
+        raise UsageError(f"--tflops must be positive, got {tflops}")
+    per_rank = {r: rank_calls(job, r) for r in modelled_ranks(job)}
+    shown = max(per_rank, key=lambda r: (sum(c.wire_bytes for c in per_rank[r]), -r))
+    intra = intra or get_profile("nvlink")
+    estimates = []
+    for net in networks:
+        fabric = Fabric(inter=net, intra=intra, gpus_per_node=gpus_per_node, algorithm=algorithm)
+        estimates.append(estimate(job, per_rank, shown, fabric, tflops))
+    settings = {
+        "gpus_per_node": gpus_per_node,
+        "intra": intra.name,
+        "algorithm": algorithm,
+        "tflops": tflops,
+    }
+    return Prediction(
+        job=job,
+        shown_rank=shown,
+        per_rank=per_rank,
+        textbook=textbook_calls(job, shown),
+        networks=estimates,
+        settings=settings,
+    )

@@ -20,6 +20,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "trace",
     "report",
     "predict", "validate", "net",
+    "bench",
 )
 
 

@@ -43,7 +43,7 @@ from commlens.netem.state import forget_owner, record_owner
 # bucket keeps the link honest for messages of tens of KiB (no line-rate burst).
 _BURST_S = 0.001
 _MIN_BURST_BYTES = 8 * 1514
-_QUEUE_LATENCY = "50ms"
+_QUEUE_LATENCY = "5ms"  # a NIC-sized queue: ACKs do not wait behind 50 ms of data
 
 
 class EmulatedCluster:

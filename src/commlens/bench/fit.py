@@ -1,0 +1,166 @@
+"""Alpha-beta fits of bench results, written as a network profile (TOML).
+
+Per op, ``t(S) = A + B·S`` is fitted to the median call time by least squares
+on relative error (weights 1/t), so small and large sizes count alike. The profile stores, as
+:mod:`commlens.model.profiles` expects, ``alpha_s`` per algorithm step and
+``beta_s_per_byte`` per byte on the wire of the ring algorithm of
+:func:`commlens.model.cost.flat_time` on the bench's group size ``n``
+(e.g. all-reduce: ``A = 2(n−1)·alpha``, ``B = 2(n−1)/n·beta``), so that the
+model's ring time of each op reproduces the fitted line. ``r2`` (on ``t``)
+and ``max_rel_err`` tell the fit quality; the loader ignores them.
+
+``sendrecv`` (a ring shift: every rank sends and receives S at once, as in
+nccl-tests) is written as ``send`` and ``recv``; on gloo a shift between two
+ranks runs at about half the one-way rate, and the fit keeps that.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commlens.bench.runner import BenchReport
+from commlens.errors import UsageError
+from commlens.model.cost import flat_time
+
+# The median is robust to the odd slow call of a busy machine.
+TIME_KEY = "time_p50_s"
+# Bench op → op names in a profile (sendrecv times one send+recv pair).
+PROFILE_OPS = {"sendrecv": ("send", "recv")}
+
+
+@dataclass(frozen=True)
+class OpFit:
+    """``t(S) = intercept_s + slope_s_per_byte·S`` for one op, and its quality."""
+
+    op: str
+    n: int
+    intercept_s: float
+    slope_s_per_byte: float
+    r2: float
+    max_rel_err: float
+    points: int
+
+    def predict(self, size_bytes: float) -> float:
+        return self.intercept_s + self.slope_s_per_byte * size_bytes
+
+    def model_alpha_beta(self) -> tuple[float, float]:
+        """(alpha_s, beta_s_per_byte) for the model's ring formula of this op."""
+        op = PROFILE_OPS.get(self.op, (self.op,))[0]
+        steps = flat_time(op, 0.0, self.n, 1.0, 0.0, "ring")
+        per_byte = flat_time(op, 1.0, self.n, 0.0, 1.0, "ring")
+        return self.intercept_s / steps, self.slope_s_per_byte / per_byte
+
+
+def fit_line(sizes: list[float], times: list[float]) -> tuple[float, float]:
+    """(A, B) minimizing the relative error of ``A + B·S`` (A clamped at ≥ 0)."""
+    s, t = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    w = 1.0 / t
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([w, s * w]), np.ones_like(t), rcond=None)
+    if a < 0:  # latency cannot be negative: slope only
+        a, b = 0.0, float(np.sum(s * w) / np.sum((s * w) ** 2))
+    return float(a), float(b)
+
+
+def fit_report(report: BenchReport, min_size: int = 0) -> list[OpFit]:
+    """One fit per op with at least two correct sizes of at least ``min_size`` bytes."""
+    if report.config.nproc < 2:
+        raise UsageError("--fit needs at least 2 ranks (--nproc 2 or more)")
+    fits = []
+    for op in report.config.ops:
+        rows = [
+            r for r in report.measured if r["op"] == op and r["ok"] and r["size_bytes"] >= min_size
+        ]
+        if len({r["size_bytes"] for r in rows}) < 2:
+            continue
+        sizes = [float(r["size_bytes"]) for r in rows]
+        times = [float(r[TIME_KEY]) for r in rows]
+        a, b = fit_line(sizes, times)
+        pred = np.array([a + b * x for x in sizes])
+        obs = np.array(times)
+        ss_tot = float(np.sum((obs - obs.mean()) ** 2))
+        r2 = 1.0 - float(np.sum((obs - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+        rel = float(np.max(np.abs(pred - obs) / obs))
+        fits.append(OpFit(op, rows[0]["ranks"], a, b, r2, rel, len(rows)))
+    if not fits:
+        raise UsageError("--fit needs at least two sizes of one op that ran correctly")
+    return fits
+
+
+def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str, Any]:
+    """The profile as a dict, in the layout of :mod:`commlens.model.profiles`."""
+    cfg = report.config
+    by_op = {f.op: f for f in fits}
+    # Link figures: latency from the point-to-point fit when there is one; the
+    # large-message rate from the op with the most bytes on the wire per byte.
+    lat_fit = by_op.get("sendrecv") or by_op.get("all_reduce") or fits[0]
+    bw_fit = by_op.get("all_reduce") or by_op.get("sendrecv") or fits[0]
+    alpha, _ = lat_fit.model_alpha_beta()
+    _, beta = bw_fit.model_alpha_beta()
+    effective_Gbps = 8.0 / beta / 1e9 if beta > 0 else float("inf")
+    nominal = _link_Gbps(report)
+    bandwidth = nominal if nominal else effective_Gbps
+    ops: dict[str, Any] = {}
+    for f in fits:
+        a, b = f.model_alpha_beta()
+        for op in PROFILE_OPS.get(f.op, (f.op,)):
+            ops[op] = {
+                "alpha_s": a,
+                "beta_s_per_byte": b,
+                "r2": round(f.r2, 6),
+                "max_rel_err": round(f.max_rel_err, 6),
+                "points": f.points,
+                "fit": f"t = {f.intercept_s:.6g} s + {f.slope_s_per_byte:.6g} s/B x S",
+            }
+    where = f"{cfg.nproc} ranks on {cfg.nodes} node(s), link {cfg.link or 'unshaped'}"
+    return {
+        "name": name,
+        "description": f"fitted by commlens bench on {where}",
+        "scope": "inter" if cfg.nodes > 1 else "intra",
+        "source": (
+            f"commlens bench --fit, {dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%MZ}, "
+            f"{where}, backend {cfg.resolved_backend()}, {cfg.dtype}, {cfg.iters} iters; "
+            "ops: ring alpha per step, beta per wire byte"
+        ),
+        "link": {
+            "latency_s": alpha,
+            "bandwidth_Gbps": bandwidth,
+            "efficiency": min(1.0, effective_Gbps / bandwidth),
+        },
+        "ops": ops,
+    }
+
+
+def _link_Gbps(report: BenchReport) -> float | None:
+    topo = report.topology or {}
+    bits = topo.get("link_bits_per_s")
+    return float(bits) / 1e9 if bits else None
+
+
+def write_profile(path: str | os.PathLike[str], profile: dict[str, Any]) -> Path:
+    """Write ``profile`` as TOML (atomically: temporary file, then rename)."""
+    out = Path(path)
+    lines = [f"{k} = {_toml(profile[k])}" for k in ("name", "description", "scope", "source")]
+    lines += ["", "[link]"] + [f"{k} = {_toml(v)}" for k, v in profile["link"].items()]
+    for op, table in profile["ops"].items():
+        lines += ["", f"[ops.{op}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if np.isfinite(value) else "inf"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'

@@ -1,0 +1,152 @@
+"""The launcher side of ``commlens bench``: start the ranks, follow their progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commlens.bench.ops import DTYPE_ALIASES, DTYPES, OPS
+from commlens.errors import CommandError, UsageError
+from commlens.launch import LaunchResult, launch_ranks
+from commlens.launch.procs import python_argv
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass
+class BenchConfig:
+    """What to benchmark and where."""
+
+    ops: list[str] = field(default_factory=lambda: ["all_reduce"])
+    """Ops to run, from :data:`commlens.bench.ops.OPS`."""
+    sizes: list[int] = field(default_factory=lambda: [1 << 20])
+    """Message sizes S in bytes (nccl-tests convention)."""
+    nproc: int = 2
+    """Ranks in total."""
+    nodes: int = 1
+    """Emulated nodes (network namespaces); 1 with no link runs on plain loopback."""
+    link: str | None = None
+    """Rate of each node's link, e.g. ``1gbit``; needs root."""
+    warmup: int = 5
+    """Untimed calls before the timed ones, per op and size."""
+    iters: int = 20
+    """Timed calls per op and size."""
+    backend: str = "auto"
+    """gloo, nccl, or auto (nccl when CUDA is available)."""
+    dtype: str = "float32"
+    """Element type of the buffers."""
+
+    def __post_init__(self) -> None:
+        bad = [op for op in self.ops if op not in OPS]
+        if bad or not self.ops:
+            raise UsageError(
+                f"unknown op {', '.join(bad) or '(none)'}; choose from {','.join(OPS)}"
+            )
+        self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
+        if self.dtype not in DTYPES:
+            raise UsageError(f"unknown --dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.backend not in BACKENDS:
+            raise UsageError(
+                f"unknown --backend {self.backend!r}; choose from {', '.join(BACKENDS)}"
+            )
+        if self.nproc < 1 or self.nodes < 1 or self.nproc % self.nodes:
+            raise UsageError(
+                f"--nproc {self.nproc} must be a positive multiple of --nodes {self.nodes}"
+            )
+        if self.iters < 1 or self.warmup < 0:
+            raise UsageError("--iters must be at least 1 and --warmup at least 0")
+        if not self.sizes:
+            raise UsageError("--sizes is empty")
+
+    @property
+    def emulated(self) -> bool:
+        return self.nodes > 1 or self.link is not None
+
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        import torch
+
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+@dataclass
+class BenchReport:
+    """Rows (one per op and size) of one bench run, with where it ran."""
+
+    config: BenchConfig
+    rows: list[dict[str, Any]]
+    topology: dict[str, Any] | None = None
+
+    @property
+    def measured(self) -> list[dict[str, Any]]:
+        return [row for row in self.rows if "skipped" not in row]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), "topology": self.topology, "results": self.rows}
+
+
+def rank_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of the bench ranks: one thread each unless the user says otherwise."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's reverse-DNS warnings in namespaces
+    return env
+
+
+def run_bench(
+    cfg: BenchConfig, on_row: Callable[[dict[str, Any]], None] | None = None
+) -> BenchReport:
+    """Run the benchmark; ``on_row`` is called (from a helper thread) per finished row."""
+    backend = cfg.resolved_backend()
+    with tempfile.TemporaryDirectory(prefix="commlens-bench-") as tmp:
+        results = Path(tmp) / "results.jsonl"
+        results.touch()
+        config = Path(tmp) / "config.json"
+        config.write_text(json.dumps({**asdict(cfg), "backend": backend, "results": str(results)}))
+        argv = python_argv("commlens.bench.worker", str(config))
+        stop = threading.Event()
+        follower = threading.Thread(target=_follow, args=(results, stop, on_row), daemon=True)
+        follower.start()
+        topology = None
+        res: LaunchResult
+        try:
+            if cfg.emulated:
+                from commlens.netem import launch_emulated
+
+                res = launch_emulated(argv, cfg.nproc, cfg.nodes, cfg.link, env=rank_env())
+                topology = res.topology
+            else:
+                res = launch_ranks(argv, cfg.nproc, env=rank_env())
+        finally:
+            stop.set()
+            follower.join()
+        if res.interrupted:
+            raise KeyboardInterrupt
+        if not res.ok:
+            raise CommandError(f"bench ranks failed (exit codes {res.exit_codes})", res.exit_code)
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line]
+    return BenchReport(cfg, rows, topology)
+
+
+def _follow(
+    path: Path, stop: threading.Event, on_row: Callable[[dict[str, Any]], None] | None
+) -> None:
+    seen = 0
+    while True:
+        done = stop.is_set()
+        # Only lines ended by a newline are complete; the last may still be being written.
+        complete = path.read_text().split("\n")[:-1] if path.exists() else []
+        for line in complete[seen:]:
+            if on_row is not None:
+                on_row(json.loads(line))
+        seen = max(seen, len(complete))
+        if done:
+            return
+        stop.wait(0.1)

@@ -1,0 +1,131 @@
+"""``commlens bench``: collective micro-benchmarks (nccl-tests semantics), optional fit."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from commlens.bench.fit import fit_report, profile_dict, write_profile
+from commlens.bench.ops import OPS
+from commlens.bench.output import to_csv, to_json, to_table
+from commlens.bench.runner import BACKENDS, BenchConfig, BenchReport, run_bench
+from commlens.bench.sizes import format_size, parse_size, parse_sizes
+from commlens.errors import UsageError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark collectives (nccl-tests semantics), optionally fit a network profile",
+        description="Time collectives over N ranks (optionally on K emulated nodes joined by a "
+        "shaped link) and report latency, algbw and busbw per op and size.",
+    )
+    p.add_argument("--ops", default="all_reduce", help=f"comma list of {','.join(OPS)} or 'all'")
+    p.add_argument("--sizes", default="8:64M", help="MIN:MAX[:FACTOR] (doubling) or a list: 1K,1M")
+    p.add_argument("--nproc", type=int, default=2, help="ranks in total (default 2)")
+    p.add_argument("--nodes", type=int, default=1, help="emulated nodes (namespaces; needs root)")
+    p.add_argument("--link", default=None, help="rate of each node's link, e.g. 500mbit, 2gbit")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls per op and size")
+    p.add_argument("--iters", type=int, default=20, help="timed calls per op and size")
+    p.add_argument("--backend", default="auto", choices=BACKENDS)
+    p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, int32, ...")
+    p.add_argument("--format", default="text", choices=("text", "csv", "json"))
+    p.add_argument("-o", "--output", default=None, help="write the table/CSV/JSON to FILE")
+    p.add_argument(
+        "--fit",
+        default=None,
+        metavar="FILE.toml",
+        help="fit alpha-beta per op and write a network profile",
+    )
+    p.add_argument("--fit-name", default=None, help="profile name (default: the file's stem)")
+    p.add_argument("--fit-min-size", default="0", help="fit only sizes of at least this (e.g. 64K)")
+    p.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    if ops == ["all"]:
+        ops = list(OPS)
+    return BenchConfig(
+        ops=ops,
+        sizes=parse_sizes(args.sizes),
+        nproc=args.nproc,
+        nodes=args.nodes,
+        link=args.link,
+        warmup=args.warmup,
+        iters=args.iters,
+        backend=args.backend,
+        dtype=args.dtype,
+    )
+
+
+def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
+    with Progress(
+        TextColumn("[bold]bench[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("starting ranks", total=len(cfg.ops) * len(cfg.sizes))
+
+        def on_row(row: dict[str, Any]) -> None:
+            progress.update(
+                task, advance=1, description=f"{row['op']} {format_size(row['size_bytes'])}"
+            )
+
+        return run_bench(cfg, on_row=on_row)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    fit_path = Path(args.fit) if args.fit else None
+    if fit_path is not None and fit_path.suffix != ".toml":
+        raise UsageError(f"--fit {args.fit}: the profile file must end in .toml")
+    for path in (args.output, args.fit):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{path}: folder {Path(path).parent} does not exist")
+    fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
+    err = Console(stderr=True)
+    report = _run_with_progress(cfg, err)
+    if args.output:
+        Path(args.output).write_text(_render(report, args.format), encoding="utf-8")
+    elif args.format == "text":
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)
+        out.print(to_table(report))
+    else:
+        sys.stdout.write(_render(report, args.format))
+    if fit_path is not None:
+        fits = fit_report(report, min_size=fit_min)
+        write_profile(fit_path, profile_dict(report, fits, args.fit_name or fit_path.stem))
+        for f in fits:
+            rate = 1 / f.slope_s_per_byte / 1e9 if f.slope_s_per_byte else float("inf")
+            err.print(
+                f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s "
+                f"(r2 {f.r2:.4f}, max error {f.max_rel_err:.1%})"
+            )
+        err.print(f"wrote network profile {fit_path}")
+    wrong = [f"{r['op']} {format_size(r['size_bytes'])}" for r in report.measured if not r["ok"]]
+    if wrong:
+        err.print(f"[bold red]wrong results:[/bold red] {', '.join(wrong)}")
+        return 1
+    return 0
+
+
+def _render(report: BenchReport, fmt: str) -> str:
+    if fmt == "csv":
+        return to_csv(report)
+    if fmt == "json":
+        return to_json(report)
+    buf = io.StringIO()
+    Console(file=buf, width=160, no_color=True).print(to_table(report))
+    return buf.getvalue()

@@ -41,6 +41,8 @@ class RunView:
     con: duckdb.DuckDBPyConnection
     warnings: list[str] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
+    materialized: set[str] = field(default_factory=set)
+    """Temporary tables already built in ``con`` (see ``analysis.skew``)."""
 
     @property
     def name(self) -> str:
@@ -51,12 +53,17 @@ class RunView:
         size = self.manifest.get("world_size")
         if isinstance(size, int):
             return size
-        row = self.con.execute("SELECT max(rank) + 1 FROM events").fetchone()
+        row = self.row("SELECT max(rank) + 1 FROM events")
         return int(row[0]) if row and row[0] is not None else 0
 
     def sql(self, query: str, params: list[Any] | None = None) -> pa.Table:
         """Run ``query`` and return the result as an Arrow table."""
         return self.con.sql(query, params=params).to_arrow_table()
+
+    def row(self, query: str) -> tuple[Any, ...] | None:
+        """The first row of ``query`` (the result is consumed whole)."""
+        rows = self.con.execute(query).fetchall()
+        return tuple(rows[0]) if rows else None
 
     def close(self) -> None:
         self.con.close()

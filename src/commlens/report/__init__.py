@@ -1,0 +1,1 @@
+"""Renderers of reports: text (rich), Markdown, HTML, JSON, CSV, plots, Chrome trace."""

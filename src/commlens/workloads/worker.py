@@ -1,0 +1,82 @@
+"""One rank of ``commlens run``: ``python -m commlens.workloads.worker CONFIG.json OUT_DIR``.
+
+Reads the torchrun environment the launcher set, joins the process group,
+starts a capture into OUT_DIR with the workload in its metadata, builds the
+groups and the model, trains, and stores the per-step records in this rank's
+manifest entry (``meta.steps_metrics``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import commlens
+from commlens.workloads.config import WorkloadConfig
+from commlens.workloads.groups import build_groups
+from commlens.workloads.parallelize import parallelize
+from commlens.workloads.train import StepRecord, train
+
+
+def device_for(backend: str) -> torch.device:
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def reporting_rank(wcfg: WorkloadConfig) -> int:
+    """The rank that prints progress: last pipeline stage, dp and tp index 0."""
+    return wcfg.dims.rank_of(0, 0, wcfg.dims.pp - 1)
+
+
+def run_workload(
+    wcfg: WorkloadConfig, device: torch.device, verbose: bool = False
+) -> list[StepRecord]:
+    """Build and train ``wcfg`` on this rank (the process group must exist)."""
+    torch.manual_seed(wcfg.seed)
+    groups = build_groups(wcfg.dims)
+    par = parallelize(wcfg, groups, device)
+    loud = verbose and dist.get_rank() == reporting_rank(wcfg)
+
+    def progress(r: StepRecord) -> None:
+        if loud:
+            tag = " (warm-up)" if r.warmup else ""
+            print(
+                f"step {r.step + 1}/{wcfg.steps}  loss {r.loss:.4f}  {r.time_s:.3f} s  "
+                f"{r.tokens_per_s:,.0f} tokens/s{tag}",
+                flush=True,
+            )
+
+    return train(wcfg, par, device, on_step=progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m commlens.workloads.worker CONFIG.json OUT_DIR", file=sys.stderr)
+        return 2
+    wcfg = WorkloadConfig.from_dict(json.loads(Path(args[0]).read_text()))
+    out = Path(args[1])
+    device = device_for(wcfg.backend)
+    dist.init_process_group(wcfg.backend, timeout=timedelta(minutes=10))
+    try:
+        rank = dist.get_rank()
+        meta = {"workload": wcfg.to_dict(), "coords": wcfg.dims.coords(rank)}
+        with commlens.capture(out, meta=meta) as cap:
+            records = run_workload(wcfg, device, verbose=True)
+            cap.add_meta("steps_metrics", [r.to_dict() for r in records])
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

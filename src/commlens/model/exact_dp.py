@@ -1,18 +1,24 @@
-"""Data-parallel calls exactly as PyTorch's wrappers issue them for the workloads.
+"""Data-parallel calls exactly as the workloads' schemes issue them
+(``workloads/parallelize.py``), over the rank's dp group, only when dp > 1.
 
-- ``dp`` — DDP: gradient buckets (:mod:`commlens.model.buckets`), one
-  all-reduce per bucket per synchronised backward.
+- ``dp``, ``tp`` and ``3d`` without stages — DDP: gradient buckets
+  (:mod:`commlens.model.buckets`), one all-reduce per bucket per step (the
+  loop accumulates micro-batches under ``no_sync``). Step 0 has one bucket.
+- ``pp`` and ``3d`` with stages — the explicit ``GradSync`` after the
+  pipeline's backward: gradients in reverse registration order, a bucket
+  closed as soon as it holds 25 MiB (no small first bucket), same every step.
 - ``zero1`` — DDP for the gradients plus ``ZeroRedundancyOptimizer``: after
   each optimizer step every parameter is broadcast from the rank that owns
-  it (``parameters_as_bucket_view=False``: one broadcast per parameter, each
-  rank issuing all of them as sender or receiver).
+  it (``parameters_as_bucket_view=False``: one broadcast per parameter; each
+  rank issues all of them, as sender or receiver).
 - ``zero2`` / ``zero3`` — FSDP2 ``fully_shard`` on every transformer layer
-  and on the root (the embeddings, final norm and head): per unit one
-  all-gather of the padded flat parameters and one reduce-scatter of the
-  padded flat gradients (each parameter's dim 0 padded to a multiple of the
-  dp size). zero3 re-gathers each layer in backward (the root keeps its
-  parameters between forward and backward); zero2
-  (``reshard_after_forward=False``) gathers once per micro-batch.
+  and on the root (embeddings, final norm, head), with an explicit
+  ``reshard_after_forward`` (False / True, the root included). Per unit and
+  micro-batch: one all-gather of the padded flat parameters before forward
+  (zero3: again before backward) and one reduce-scatter of the padded flat
+  gradients after backward; each parameter's dim 0 is padded to a multiple
+  of the dp size. On gloo the reduce-scatter runs as an all-reduce inside
+  torch, but the trace records reduce_scatter with the same S.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commlens.model.buckets import ddp_bucket_bytes
+from commlens.model.buckets import DEFAULT_BUCKET_CAP_BYTES, assign_buckets, ddp_bucket_bytes
 from commlens.model.calls import Call
 from commlens.model.job import Job
 from commlens.spec.models import param_shapes
@@ -106,24 +112,28 @@ def zero1_broadcasts(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
     ]
 
 
+def grad_sync_calls(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
+    """The pipeline's explicit bucketed gradient all-reduce (``GradSync``)."""
+    grads = [math.prod(shape) * job.dtype_bytes for _, shape in rank_params(job, rank)]
+    ready = list(reversed(grads))
+    buckets = assign_buckets(ready, [DEFAULT_BUCKET_CAP_BYTES], keep_order=True)
+    return [
+        Call(
+            "all_reduce", "dp", group, sum(ready[i] for i in b), 1, "other", f"gradient bucket {j}"
+        )
+        for j, b in enumerate(buckets)
+    ]
+
+
 def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> list[Call]:
     n, k, beta = len(group), job.microbatches, job.dtype_bytes
     calls = []
     for unit in fsdp_units(rank_params(job, rank)):
         size = unit.padded_bytes(n, beta)
         calls.append(
-            Call(
-                "all_gather",
-                "dp",
-                group,
-                size,
-                k,
-                "forward",
-                f"{unit.name} params",
-                overlap=not unit.is_root,
-            )
+            Call("all_gather", "dp", group, size, k, "forward", f"{unit.name} params", overlap=True)
         )
-        if reshard and not unit.is_root:
+        if reshard:
             calls.append(
                 Call(
                     "all_gather",
@@ -159,6 +169,8 @@ def dp_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
     group = tuple(d.group_of(rank, "dp"))
     if job.scheme in ("zero2", "zero3"):
         return fsdp_calls(job, rank, group, reshard=job.scheme == "zero3")
+    if d.pp > 1:
+        return grad_sync_calls(job, rank, group)
     calls = ddp_calls(job, rank, group, rebuilt=step > 0, syncs=1)
     if job.scheme == "zero1":
         calls += zero1_broadcasts(job, rank, group)

@@ -19,13 +19,36 @@ tp group of the rank (``workloads/tp.py``, ``layers.py``, ``models/*.py``):
   sequence all-gather under SP (its gradient is split, not reduced).
 - vocab-parallel cross entropy: three forward all-reduces of one fp32 per
   loss token (max, target logit, sum of exponentials).
+- sequence parallel, once per step after backward: one all-reduce of the
+  flattened gradients of the parameters that saw only this rank's part of
+  the sequence (norms on the residual stream, row-parallel biases, position
+  and token-type embeddings; not BERT's replicated MLM-head norm).
 """
 
 from __future__ import annotations
 
+import math
+import re
+
 from commlens.model.calls import Call
 from commlens.model.job import Job
-from commlens.spec.models import stage_layers
+from commlens.spec.models import param_shapes, stage_layers
+
+_SEQ_PARALLEL = re.compile(
+    r"(^|\.)(ln\d?|ln_f)\.(weight|bias)$|\.(proj|fc2)\.bias$|^embed\.(pos|type|token_type)\.weight$"
+)
+
+
+def seq_parallel_bytes(job: Job, rank: int) -> int:
+    """Bytes of the gradients summed over tp after backward under sequence parallelism."""
+    c = job.dims.coords(rank)
+    params = param_shapes(job.model, job.dims.tp, c["tp"], job.dims.pp, c["pp"])
+    numel = sum(
+        math.prod(shape)
+        for name, shape in params
+        if _SEQ_PARALLEL.search(name) and not name.startswith("mlm.")
+    )
+    return numel * job.dtype_bytes
 
 
 def bert_masked_per_seq(seq_len: int) -> int:
@@ -83,6 +106,12 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
         for op, n in counts.items()
         if n
     ]
+    if sp:
+        size = seq_parallel_bytes(job, rank)
+        if size:
+            calls.append(
+                Call("all_reduce", "tp", group, size, 1, "other", "sequence-parallel grads")
+            )
     if not last:
         return calls
     loss_tokens = s * b

@@ -29,7 +29,7 @@ class Job:
     dims: ParallelDims
     """The layout (the same object the workloads build their groups from)."""
     seq_len: int = 1024
-    """Tokens per sequence s."""
+    """Tokens per sequence s (encoder and decoder each, for T5)."""
     micro_batch: int = 1
     """Sequences per micro-batch b."""
     microbatches: int = 1
@@ -99,7 +99,7 @@ def job_from_workload(workload: dict[str, Any], world_size: int | None = None) -
         raise UsageError(
             "the run's manifest has no workload section; was it made by `commlens run`?"
         )
-    model_raw = _get(workload, "model_config", "model_shape", "config")
+    model_raw = _get(workload, "model", "model_config")
     preset = _get(workload, "preset", "model")
     if isinstance(model_raw, dict):
         fields = set(ModelConfig.__dataclass_fields__)
@@ -108,18 +108,14 @@ def job_from_workload(workload: dict[str, Any], world_size: int | None = None) -
         model = get_preset(preset)
     else:
         raise UsageError("the run's workload names no model preset or shape")
-    parallel = _get(workload, "parallel", "dims", default={})
+    parallel = _get(workload, "dims", "parallel", default={})
     if not isinstance(parallel, dict):
         parallel = {}
-    ws = int(
-        _get(
-            parallel,
-            "world_size",
-            default=_get(workload, "world_size", "nproc", default=world_size or 0),
-        )
-    )
+    ws = _get(parallel, "world_size", default=_get(workload, "world_size", default=world_size))
+    if ws is None:
+        raise UsageError("the run's workload gives no world size")
     dims = ParallelDims(
-        ws,
+        int(ws),
         dp=int(_get(parallel, "dp", default=_get(workload, "dp", default=-1))),
         tp=int(_get(parallel, "tp", default=_get(workload, "tp", default=1))),
         pp=int(_get(parallel, "pp", default=_get(workload, "pp", default=1))),
@@ -130,9 +126,9 @@ def job_from_workload(workload: dict[str, Any], world_size: int | None = None) -
         dims=dims,
         seq_len=int(_get(workload, "seq_len", default=1024)),
         micro_batch=int(_get(workload, "micro_batch", default=1)),
-        microbatches=int(_get(workload, "microbatches", "grad_accum", default=1)),
+        microbatches=int(_get(workload, "microbatches", default=1)),
         dtype=str(_get(workload, "dtype", default="fp32")),
         sequence_parallel=bool(_get(workload, "sequence_parallel", default=False)),
         schedule=str(_get(workload, "schedule", default="1f1b")),
-        recompute=bool(_get(workload, "recompute", "activation_checkpointing", default=False)),
+        recompute=bool(_get(workload, "recompute", default=False)),
     )

@@ -251,11 +251,24 @@ def validate_events(
     return result
 
 
+def workload_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The workload section: top level, or any rank's metadata (``ranks.N.meta.workload``)."""
+    workload = manifest.get("workload")
+    if isinstance(workload, dict):
+        return workload
+    for meta in (manifest.get("ranks") or {}).values():
+        if isinstance(meta, dict):
+            for where in (meta, meta.get("meta") or {}):
+                if isinstance(where.get("workload"), dict):
+                    return dict(where["workload"])
+    return None
+
+
 def validate_run(run: Any, tolerance: float = 0.01, include_step0: bool = False) -> Validation:
     """Hold a loaded run (``commlens.load_run``) against the model."""
     manifest = run.manifest
-    workload = manifest.get("workload")
-    if not isinstance(workload, dict):
+    workload = workload_of(manifest)
+    if workload is None:
         raise UsageError(
             f"{run.path}: the manifest has no workload section; validate needs a run made by "
             "`commlens run` (or a manifest with model, scheme and layout)"

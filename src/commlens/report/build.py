@@ -4,22 +4,112 @@ from __future__ import annotations
 
 from typing import Any
 
-from commlens.analysis.ops import op_size_table, op_table
+import pyarrow as pa
+
+from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
 from commlens.analysis.source import RunView
+from commlens.report import plots
 from commlens.report.document import Column, Document, Section
 
+C = Column
 OP_COLUMNS = (
-    Column("op", "op"),
-    Column("pg_name", "group"),
-    Column("pg_ranks", "group ranks", "ranks"),
-    Column("role", "role"),
-    Column("ranks", "ranks", "int"),
-    Column("count", "count", "int"),
-    Column("bytes", "bytes", "bytes"),
-    Column("time_s", "time (s)", "s"),
-    Column("avg_latency_s", "avg lat (us)", "us"),
-    Column("algbw_GBps", "algbw (GB/s)", "gbps"),
-    Column("busbw_GBps", "busbw (GB/s)", "gbps"),
+    C("op", "op"),
+    C("pg_name", "group"),
+    C("pg_ranks", "group ranks", "ranks"),
+    C("role", "role"),
+    C("ranks", "ranks", "int"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("time_s", "time (s)", "s"),
+    C("avg_latency_s", "avg lat (us)", "us"),
+    C("algbw_GBps", "algbw (GB/s)", "gbps"),
+    C("busbw_GBps", "busbw (GB/s)", "gbps"),
+)
+SIZE_COLUMNS = (
+    C("op", "op"),
+    C("pg_name", "group"),
+    C("role", "role"),
+    C("size_bucket_bytes", "size >=", "size"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("wire_bytes_ring", "wire ring (bytes)", "bytes"),
+    C("wire_bytes_study_b", "wire B (bytes)", "bytes"),
+    C("mean_s", "mean (us)", "us"),
+    C("p50_s", "p50 (us)", "us"),
+    C("p99_s", "p99 (us)", "us"),
+    C("busbw_GBps", "busbw (GB/s)", "gbps"),
+)
+STEP_COLUMNS = (
+    C("step", "step", "int"),
+    C("ranks", "ranks", "int"),
+    C("step_s", "step (s)", "s"),
+    C("comm_s", "comm (s)", "s"),
+    C("comm_share", "comm (%)", "pct"),
+    C("exposed_s", "exposed (s)", "s"),
+    C("exposed_share", "exposed (%)", "pct"),
+    C("overlapped_s", "overlapped (s)", "s"),
+    C("ops", "ops", "int"),
+    C("bytes", "bytes", "bytes"),
+)
+RANK_COLUMNS = (
+    C("rank", "rank", "int"),
+    C("steps", "steps", "int"),
+    C("step_s", "steps (s)", "s"),
+    C("comm_s", "comm (s)", "s"),
+    C("comm_share", "comm (%)", "pct"),
+    C("exposed_s", "exposed (s)", "s"),
+    C("exposed_share", "exposed (%)", "pct"),
+    C("ops", "ops", "int"),
+    C("bytes", "bytes", "bytes"),
+)
+SHARE_COLUMNS = (
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("time_s", "time (s)", "s"),
+    C("wait_s", "blocked (s)", "s"),
+    C("time_share", "share (%)", "pct"),
+)
+HIST_COLUMNS = (
+    C("op", "op"),
+    C("size_bucket_bytes", "size >=", "size"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+)
+SKEW_COLUMNS = (
+    C("op", "op"),
+    C("pg_name", "group"),
+    C("role", "role"),
+    C("instances", "instances", "int"),
+    C("mean_skew_s", "mean skew (us)", "us"),
+    C("p99_skew_s", "p99 skew (us)", "us"),
+    C("max_skew_s", "max skew (us)", "us"),
+    C("wait_s", "wait last (s)", "s"),
+    C("transfer_s", "transfer (s)", "s"),
+    C("wait_share", "wait (%)", "pct"),
+)
+STRAGGLER_COLUMNS = (
+    C("straggler_rank", "#", "int"),
+    C("rank", "rank", "int"),
+    C("instances", "instances", "int"),
+    C("last_count", "last to arrive", "int"),
+    C("blame_s", "others waited (s)", "s"),
+    C("mean_lateness_s", "mean late (us)", "us"),
+    C("wait_s", "own wait (s)", "s"),
+)
+UTIL_COLUMNS = (
+    C("source", "source"),
+    C("unit", "rank/node"),
+    C("mean_gbit_s", "mean (Gbit/s)", "gbit"),
+    C("peak_gbit_s", "peak (Gbit/s)", "gbit"),
+    C("bytes", "bytes", "bytes"),
+)
+THROUGHPUT_COLUMNS = (
+    C("rank", "rank", "int"),
+    C("steps", "steps", "int"),
+    C("step_s", "step (s)", "s"),
+    C("tokens_per_s", "tokens/s", "float"),
+    C("tflops", "TFLOP/s", "float"),
+    C("last_loss", "last loss", "float"),
 )
 
 # Keys of each "ops" entry in the JSON report (the contract of issue 2, extended).
@@ -71,14 +161,127 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
     return facts
 
 
-def build_report(run: RunView) -> Document:
-    ops = op_table(run)
-    sections = [Section("ops", "Communication by op and process group", ops, OP_COLUMNS)]
+def _records(table: pa.Table) -> list[dict[str, Any]]:
+    return table.to_pylist()
+
+
+def build_report(run: RunView, *, util_bins: int = 100) -> Document:
+    """Every analysis of ``run`` as one document (tables, plots and JSON data)."""
+    op_t = ops.op_table(run)
+    size_t = ops.op_size_table(run)
+    hist_t = ops.size_histogram(run)
+    per_rank_step = steps.step_table(run)
+    step_t = steps.step_summary(per_rank_step)
+    rank_t = steps.rank_summary(per_rank_step)
+    phase_t = breakdown.phase_table(run)
+    module_t = breakdown.module_table(run)
+    skew_t = skew.skew_table(run)
+    straggler_t = skew.straggler_table(run)
+    skew_step_t = skew.skew_by_step(run)
+    util_t = utilization.event_utilization(run, util_bins)
+    nic_t = utilization.nic_utilization(run)
+    util_sum = utilization.utilization_summary(run, util_bins)
+    tput_t = throughput.throughput_table(run)
+    tput_sum = throughput.throughput_summary(tput_t)
+
+    cross_note = (
+        f"Ranks {', '.join(map(str, run.missing_ranks))} are missing: groups that "
+        "include them are left out."
+        if run.missing_ranks
+        else ""
+    )
+    sections = [
+        Section(
+            "ops",
+            "Communication by op and process group",
+            op_t,
+            OP_COLUMNS,
+            plots=[("Share of communication time by op", lambda: plots.comm_share_by_op(op_t))],
+        ),
+        Section(
+            "steps",
+            "Steps (mean over ranks; step time of the slowest rank)",
+            step_t,
+            STEP_COLUMNS,
+            max_rows=50,
+            note="comm = union of op intervals (overlaps counted once); exposed = time "
+            "the caller was blocked; overlapped = comm - exposed.",
+            plots=[("Time breakdown per step", lambda: plots.step_breakdown(step_t))],
+        ),
+        Section("ranks", "Ranks (over all steps)", rank_t, RANK_COLUMNS, max_rows=64),
+        Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
+        Section(
+            "modules",
+            "Communication by module",
+            module_t,
+            (C("module", "module"), C("phases", "phases"), *SHARE_COLUMNS),
+            max_rows=20,
+        ),
+        Section(
+            "sizes",
+            "By op, group and message size (log2 buckets)",
+            size_t,
+            SIZE_COLUMNS,
+            max_rows=40,
+            note="wire ring = S x (n-1)/n factors of REFERENCE 2; "
+            "wire B = Study B's convention (without (n-1)/n).",
+            plots=[("busbw vs message size", lambda: plots.busbw_vs_size(size_t))],
+        ),
+        Section(
+            "histogram",
+            "Message-size histogram",
+            hist_t,
+            HIST_COLUMNS,
+            max_rows=40,
+            plots=[("Message sizes", lambda: plots.size_histogram(hist_t))],
+        ),
+        Section(
+            "skew",
+            "Cross-rank arrival skew (collectives matched across their group)",
+            skew_t,
+            SKEW_COLUMNS,
+            note=cross_note,
+            plots=[("Waiting vs transfer", lambda: plots.skew_vs_transfer(skew_t))],
+        ),
+        Section(
+            "stragglers",
+            "Stragglers (who arrives last)",
+            straggler_t,
+            STRAGGLER_COLUMNS,
+            max_rows=16,
+            note=cross_note,
+        ),
+        Section(
+            "utilization",
+            "Link utilization",
+            util_sum,
+            UTIL_COLUMNS,
+            note="events: wire bytes (ring) spread over each op's duration"
+            + ("; nic: NIC byte counters (frames incl. headers)" if nic_t is not None else ""),
+            plots=[("Utilization over time", lambda: plots.utilization(util_t, nic_t))],
+        ),
+    ]
+    if tput_sum.num_rows:
+        sections.append(
+            Section("throughput", "Throughput (first step left out)", tput_sum, THROUGHPUT_COLUMNS)
+        )
     data: dict[str, Any] = {
         "run": run.manifest,
-        "ops": [{k: row[k] for k in OP_KEYS} for row in ops.to_pylist()],
+        "ops": [{k: row[k] for k in OP_KEYS} for row in _records(op_t)],
         "missing_ranks": run.missing_ranks,
         "warnings": run.warnings,
+        "sizes": _records(size_t),
+        "steps": _records(step_t),
+        "rank_steps": _records(per_rank_step),
+        "ranks": _records(rank_t),
+        "phases": _records(phase_t),
+        "modules": _records(module_t),
+        "histogram": _records(hist_t),
+        "skew": _records(skew_t),
+        "skew_by_step": _records(skew_step_t),
+        "stragglers": _records(straggler_t),
+        "utilization": _records(util_sum),
+        "throughput": _records(tput_t),
     }
     return Document(
         title=f"commlens report: {run.name}",
@@ -86,5 +289,5 @@ def build_report(run: RunView) -> Document:
         sections=sections,
         warnings=list(run.warnings),
         data=data,
-        csv_table=op_size_table(run),
+        csv_table=size_t,
     )

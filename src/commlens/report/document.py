@@ -91,7 +91,7 @@ def format_cell(value: Any, fmt: str) -> str:
     if fmt == "int":
         return f"{int(value):,}"
     if fmt == "bytes":
-        return f"{int(value):,}"
+        return f"{round(value):,}"
     if fmt == "size":
         return format_bytes(value)
     if fmt == "s":

@@ -1,0 +1,202 @@
+"""Plots of the analysis tables (matplotlib, Agg; no pyplot global state).
+
+Each function takes tables and returns a ``Figure``; :func:`png` turns one
+into PNG bytes (without the software URL matplotlib writes by default).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from commlens.report.document import format_bytes
+
+_SIZE = (7.0, 3.2)
+
+
+def png(fig: Figure, dpi: int = 80) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _empty(fig: Figure, title: str) -> Figure:
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return fig
+
+
+def step_breakdown(steps: pa.Table) -> Figure:
+    """Per step (mean over ranks): exposed comm, overlapped comm, other (compute)."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "Time breakdown per step (mean over ranks)"
+    if not steps.num_rows:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    x = np.asarray(steps.column("step").to_pylist())
+    exposed = np.asarray(steps.column("exposed_s").to_pylist(), dtype=float)
+    overlapped = np.asarray(steps.column("overlapped_s").to_pylist(), dtype=float)
+    comm = exposed + overlapped
+    other = np.maximum(np.asarray(steps.column("step_s").to_pylist(), dtype=float) - comm, 0)
+    ax.bar(x, exposed, label="exposed comm", color="#d62728")
+    ax.bar(x, overlapped, bottom=exposed, label="overlapped comm", color="#ff9896")
+    ax.bar(x, other, bottom=comm, label="other (compute, idle)", color="#1f77b4")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=title, xlabel="step", ylabel="time (s)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def comm_share_by_op(ops: pa.Table) -> Figure:
+    """Share of the time inside communication calls, per op (over all groups)."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "Share of communication time by op"
+    totals: dict[str, float] = defaultdict(float)
+    for op, t in zip(ops.column("op").to_pylist(), ops.column("time_s").to_pylist(), strict=True):
+        totals[op] += float(t or 0.0)
+    total = sum(totals.values())
+    if not total:
+        return _empty(fig, title)
+    names = sorted(totals, key=lambda k: totals[k])
+    ax = fig.add_subplot()
+    ax.barh(names, [100 * totals[n] / total for n in names], color="#2ca02c")
+    ax.set(title=title, xlabel="share of comm time (%)")
+    return fig
+
+
+def size_histogram(hist: pa.Table) -> Figure:
+    """Message sizes in log2 buckets, by count and by volume, stacked by op."""
+    fig = Figure(figsize=(_SIZE[0], 4.2), layout="constrained")
+    title = "Message sizes (log2 buckets)"
+    if not hist.num_rows:
+        return _empty(fig, title)
+    buckets = sorted(set(hist.column("size_bucket_bytes").to_pylist()))
+    pos = {b: i for i, b in enumerate(buckets)}
+    ops = sorted(set(hist.column("op").to_pylist()))
+    axes = fig.subplots(1, 2)
+    for ax, col, label in ((axes[0], "count", "calls"), (axes[1], "bytes", "bytes")):
+        bottom = np.zeros(len(buckets))
+        for i, op in enumerate(ops):
+            values = np.zeros(len(buckets))
+            for o, b, v in zip(
+                hist.column("op").to_pylist(),
+                hist.column("size_bucket_bytes").to_pylist(),
+                hist.column(col).to_pylist(),
+                strict=True,
+            ):
+                if o == op:
+                    values[pos[b]] += v
+            ax.bar(
+                range(len(buckets)),
+                values,
+                bottom=bottom,
+                label=op,
+                color=colormaps["tab20"](i % 20),
+            )
+            bottom += values
+        ax.set_xticks(
+            range(len(buckets)), [format_bytes(b) for b in buckets], rotation=60, fontsize="x-small"
+        )
+        ax.set(title=f"by {label}", ylabel=label)
+    axes[1].legend(fontsize="x-small")
+    fig.suptitle(title)
+    return fig
+
+
+def busbw_vs_size(sizes: pa.Table) -> Figure:
+    """busbw (GB/s) against the message-size bucket, one line per op."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "busbw vs message size"
+    rows = [r for r in sizes.to_pylist() if r["size_bucket_bytes"] > 0 and r["time_s"] > 0]
+    if not rows:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    # Groups of one op share a line: busbw weighted by time.
+    series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for r in rows:
+        cell = series[r["op"]][r["size_bucket_bytes"]]
+        cell[0] += r["busbw_GBps"] * r["time_s"]
+        cell[1] += r["time_s"]
+    for op in sorted(series):
+        xs = sorted(series[op])
+        ax.plot(xs, [series[op][x][0] / series[op][x][1] for x in xs], marker="o", label=op)
+    ax.set_xscale("log", base=2)
+    ax.set(title=title, xlabel="message size S (bytes, log2 bucket)", ylabel="busbw (GB/s)")
+    ax.legend(fontsize="x-small")
+    return fig
+
+
+def utilization(events: pa.Table, nic: pa.Table | None = None, max_lines: int = 8) -> Figure:
+    """Gbit/s over time: per rank from the events, per node from NIC counters."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "Link utilization over time"
+    if not events.num_rows and (nic is None or not nic.num_rows):
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    if events.num_rows:
+        ranks = np.asarray(events.column("rank").to_pylist())
+        t = np.asarray(events.column("t_s").to_pylist(), dtype=float)
+        g = np.asarray(events.column("gbit_s").to_pylist(), dtype=float)
+        for r in np.unique(ranks)[:max_lines]:
+            mask = ranks == r
+            ax.plot(t[mask], g[mask], label=f"rank {int(r)} (events)", linewidth=1)
+    if nic is not None and nic.num_rows:
+        nodes = np.asarray(nic.column("node").to_pylist())
+        t = np.asarray(nic.column("t_s").to_pylist(), dtype=float)
+        g = np.asarray(nic.column("tx_gbit_s").to_pylist(), dtype=float)
+        for n in np.unique(nodes)[:max_lines]:
+            mask = nodes == n
+            ax.plot(t[mask], g[mask], "--", label=f"node {int(n)} tx (NIC)", linewidth=1.5)
+    ax.set(title=title, xlabel="time since first op (s)", ylabel="Gbit/s")
+    ax.legend(fontsize="x-small")
+    return fig
+
+
+def skew_vs_transfer(skew: pa.Table) -> Figure:
+    """Per op and group: time waiting for the last peer vs transfer after it."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "Waiting for the last peer vs transfer"
+    if not skew.num_rows:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    labels = [
+        f"{o} [{g}]"
+        for o, g in zip(
+            skew.column("op").to_pylist(), skew.column("pg_name").to_pylist(), strict=True
+        )
+    ]
+    wait = np.asarray(skew.column("wait_s").to_pylist(), dtype=float)
+    transfer = np.maximum(np.asarray(skew.column("transfer_s").to_pylist(), dtype=float), 0)
+    y = np.arange(len(labels))
+    ax.barh(y, wait, label="waiting for last peer", color="#ff7f0e")
+    ax.barh(y, transfer, left=wait, label="transfer", color="#1f77b4")
+    ax.set_yticks(y, labels, fontsize="small")
+    ax.set(title=title, xlabel="time summed over ranks (s)")
+    ax.legend(fontsize="x-small")
+    return fig
+
+
+def grouped_bars(
+    labels: list[str], series: dict[str, list[float]], title: str, ylabel: str
+) -> Figure:
+    """Bars of several runs side by side (used by compare)."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    if not labels or not series:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    width = 0.8 / len(series)
+    x = np.arange(len(labels))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(x + i * width, values, width, label=name)
+    ax.set_xticks(x + width * (len(series) - 1) / 2, labels, rotation=30, fontsize="small")
+    ax.set(title=title, ylabel=ylabel)
+    ax.legend(fontsize="x-small")
+    return fig

@@ -16,6 +16,7 @@ from typing import Any
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from commlens.capture import api
 from commlens.capture.context import TLS
 from commlens.capture.patching import patch
 
@@ -25,7 +26,8 @@ _ATTR = "_commlens_user_hook"
 def _dispatcher(ddp: DDP) -> Any:
     ref = weakref.ref(ddp)
 
-    def commlens_ddp_hook(state: Any, bucket: Any) -> Any:
+    # No annotations here: DDP checks them and wants the real types or none.
+    def commlens_ddp_hook(state, bucket):  # type: ignore[no-untyped-def]
         module = ref()
         user = getattr(module, _ATTR, None) if module is not None else None
         saved = TLS.api, TLS.role_hint
@@ -56,8 +58,12 @@ def install() -> None:
     orig_builtin = DDP._register_builtin_comm_hook
 
     def forward(self: DDP, *args: Any, **kwargs: Any) -> Any:
-        if not self.__dict__.get("_commlens_dispatch"):
-            _ensure_dispatcher(self, orig_register)
+        if not self.__dict__.get("_commlens_dispatch") and api.RECORDER is not None:
+            try:
+                _ensure_dispatcher(self, orig_register)
+            except Exception as exc:  # never break training: lose only the buckets
+                api.RECORDER.fail(exc)
+                self.__dict__["_commlens_dispatch"] = True
         return orig_forward(self, *args, **kwargs)
 
     def register_comm_hook(self: DDP, state: object, hook: Any) -> None:

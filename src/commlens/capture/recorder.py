@@ -78,6 +78,15 @@ class Recorder:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[Any, Pending]] = {}
 
+    def forked(self) -> None:
+        """A forked child records on its own, under its own rank, once it has one."""
+        self.writer = None
+        self.rank = None
+        self.seq = 0
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pending = {}
+
     # -- lifecycle ---------------------------------------------------------
     def ensure_open(self) -> EventWriter | None:
         """Open this rank's writer once the default process group exists."""

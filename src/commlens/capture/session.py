@@ -17,13 +17,21 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commlens.capture import api, ddp, funcol
+from commlens.capture import api, ddp, funcol, mesh
 from commlens.capture.clock import all_ready, clock_record, measure_offset
 from commlens.capture.patching import restore_all
 from commlens.capture.recorder import Recorder
 from commlens.errors import UsageError
 
 _ACTIVE: Capture | None = None
+
+
+def _after_fork() -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.recorder.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class Capture:
@@ -58,6 +66,7 @@ class Capture:
         try:
             api.install(self._on_init, self._on_destroy)
             ddp.install()
+            mesh.install()
             self._funcol = funcol.install(self.recorder)
             self.recorder.steps.install()
         except Exception:
@@ -73,9 +82,6 @@ class Capture:
     def stop(self) -> None:
         global _ACTIVE
         if not self.active:
-            return
-        if os.getpid() != self.recorder.pid:  # a forked child: leave the parent's files be
-            self._detach()
             return
         if not self._ended and dist.is_available() and dist.is_initialized():
             self._on_destroy()

@@ -1,0 +1,96 @@
+"""``commlens trace --out DIR -- COMMAND ...``: trace a job with no code change.
+
+COMMAND is a launcher (``torchrun``, ``python -m torch.distributed.run``, a
+script that spawns its own ranks), or any rank program when ``--nproc N``
+asks commlens to start the ranks itself. Every Python process of the job
+starts a capture as soon as it imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from commlens.errors import UsageError
+from commlens.launch import launch_ranks
+from commlens.trace.manifest import MANIFEST, merge_manifest
+
+SITE_DIR = Path(__file__).resolve().parent.parent / "capture" / "_site"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "trace",
+        help="trace every communication op of a job (no code change)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, type=Path, help="run directory to write")
+    p.add_argument("--nproc", type=int, help="start this many ranks of COMMAND here")
+    p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    p.set_defaults(func=run)
+
+
+def prepare_out(out: Path, force: bool) -> None:
+    """Make ``out`` an empty run directory, refusing to mix two runs."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory")
+    if out.exists() and any(out.iterdir()):
+        if not force and ((out / MANIFEST).exists() or any(out.glob("rank-*"))):
+            raise UsageError(f"--out {out} already holds a run; pass --force to replace it")
+        if not force:
+            raise UsageError(f"--out {out} is not empty; choose a new directory")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def tracing_env(out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["COMMLENS_TRACE_DIR"] = str(out.resolve())
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE_DIR), *filter(None, [env.get("PYTHONPATH", "")])]
+    )
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command to trace; usage: commlens trace --out DIR -- COMMAND ...")
+    if args.nproc is not None and args.nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
+    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
+        raise UsageError(f"command not found: {cmd[0]}")
+    out: Path = args.out
+    prepare_out(out, args.force)
+    merge_manifest(out, {"command": cmd, "launcher": {"nproc": args.nproc}})
+    env = tracing_env(out)
+    t0 = time.time()
+    if args.nproc:
+        result = launch_ranks(cmd, args.nproc, env=env)
+        code, codes = result.exit_code, result.exit_codes
+    else:
+        try:
+            code = subprocess.call(cmd, env=env)
+        except KeyboardInterrupt:
+            code = 130
+        codes = []
+    manifest = merge_manifest(
+        out,
+        {"launcher": {"exit_code": code, "exit_codes": codes, "wall_s": time.time() - t0}},
+    )
+    ranks = manifest.get("ranks", {})
+    events = sum(int(meta.get("events", 0)) for meta in ranks.values())
+    status = "ok" if code == 0 else f"exit code {code}"
+    print(f"commlens trace: {len(ranks)} ranks, {events} events -> {out} ({status})",
+          file=sys.stderr)
+    return code

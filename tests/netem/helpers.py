@@ -1,0 +1,33 @@
+"""Shared by the netem and bench tests: the root/netns skip and the leftover check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def _netns_reason() -> str | None:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root (network namespaces and tc)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2 (ip, tc)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return "ip netns does not work here"
+    return None
+
+
+NETNS_REASON = _netns_reason()
+needs_netns = pytest.mark.skipif(NETNS_REASON is not None, reason=NETNS_REASON or "")
+
+
+def leftovers() -> set[str]:
+    """Run ids of emulated runs that still have a namespace or an interface."""
+    if NETNS_REASON is not None:
+        return set()
+    from commlens.netem.iproute import run_ids_present
+
+    return run_ids_present()

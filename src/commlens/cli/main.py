@@ -18,6 +18,7 @@ from commlens.errors import CommlensError
 # Subcommand modules under commlens.cli, in the order --help lists them.
 SUBCOMMANDS: tuple[str, ...] = (
     "trace",
+    "run",
     "report",
     "predict", "validate", "net",
     "bench",

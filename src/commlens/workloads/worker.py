@@ -50,7 +50,7 @@ def run_workload(
         if loud:
             tag = " (warm-up)" if r.warmup else ""
             print(
-                f"step {r.step + 1}/{wcfg.steps}  loss {r.loss:.4f}  {r.time_s:.3f} s  "
+                f"step {r.step + 1}/{wcfg.steps}  loss (dp rank 0) {r.loss:.4f}  {r.time_s:.3f} s  "
                 f"{r.tokens_per_s:,.0f} tokens/s{tag}",
                 flush=True,
             )

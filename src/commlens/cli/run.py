@@ -1,0 +1,218 @@
+"""``commlens run``: train a built-in model under a parallel scheme, captured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from commlens.errors import CommandError, UsageError
+from commlens.launch import launch_ranks
+from commlens.launch.procs import python_argv
+from commlens.spec.models import PRESETS, SCHEMES, get_preset
+from commlens.workloads.config import DTYPES, SCHEDULES, WorkloadConfig, resolve_dims
+from commlens.workloads.fit import check_fits
+from commlens.workloads.summary import RunSummary, finalize_run, summarize
+
+WORKER = "commlens.workloads.worker"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="train a built-in GPT/BERT/T5 under DP, ZeRO, TP, PP or 3D and capture it",
+        description=(
+            "Launch --nproc ranks on this host that train a built-in model with synthetic "
+            "tokens under a parallel scheme, capture every communication op into --out, "
+            "and print a summary: step time, communication share, top ops by time."
+        ),
+    )
+    p.add_argument(
+        "--model", required=True, metavar="PRESET", help=f"model preset: {', '.join(PRESETS)}"
+    )
+    p.add_argument(
+        "--scheme",
+        required=True,
+        choices=SCHEMES,
+        help="dp (DDP), zero1 (ZeroRedundancyOptimizer), zero2/zero3 (fully_shard), "
+        "tp (Megatron tensor parallel), pp (pipeline), 3d (dp × tp × pp)",
+    )
+    p.add_argument("--nproc", type=int, default=2, help="ranks to start (default 2)")
+    p.add_argument("--dp", type=int, help="data-parallel degree (default: what tp and pp leave)")
+    p.add_argument("--tp", type=int, help="tensor-parallel degree (tp and 3d)")
+    p.add_argument("--pp", type=int, help="pipeline stages (pp and 3d)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=2,
+        help="sequences per micro-batch per data-parallel rank (default 2)",
+    )
+    p.add_argument(
+        "--microbatches",
+        type=int,
+        default=1,
+        help="micro-batches per step: gradient accumulation / pipeline depth (default 1)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default="fp32",
+        help="training dtype for weights, gradients and activations (default fp32)",
+    )
+    p.add_argument("--recompute", action="store_true", help="recompute activations in backward")
+    p.add_argument(
+        "--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)"
+    )
+    p.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="Megatron sequence parallelism in the tensor-parallel regions",
+    )
+    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=1,
+        help="first steps left out of the summary (default 1)",
+    )
+    p.add_argument("--seed", type=int, default=1234, help="seed of data and weights")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="torch.distributed backend (auto: nccl when there is a GPU per rank)",
+    )
+    p.add_argument("--out", type=Path, help="run directory (default runs/MODEL-SCHEME-TIME)")
+    p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    p.set_defaults(func=run_command)
+
+
+def _backend(choice: str, nproc: int) -> str:
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "nccl" and gpus < nproc:
+        raise UsageError(f"--backend nccl needs a GPU per rank: {nproc} ranks, {gpus} GPUs")
+    if choice == "auto":
+        return "nccl" if gpus >= nproc else "gloo"
+    return choice
+
+
+def build_config(args: argparse.Namespace) -> WorkloadConfig:
+    """The workload the arguments describe; a UsageError for any bad combination."""
+    model = get_preset(args.model)
+    dims = resolve_dims(args.scheme, args.nproc, args.dp, args.tp, args.pp)
+    return WorkloadConfig(
+        model=model,
+        scheme=args.scheme,
+        dims=dims,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch,
+        microbatches=args.microbatches,
+        dtype=args.dtype,
+        recompute=args.recompute,
+        schedule=args.schedule,
+        sequence_parallel=args.sequence_parallel,
+        steps=args.steps,
+        warmup_steps=args.warmup_steps,
+        seed=args.seed,
+        lr=args.lr,
+        backend=_backend(args.backend, args.nproc),
+    )
+
+
+def _prepare_out(out: Path | None, wcfg: WorkloadConfig, force: bool) -> Path:
+    if out is None:
+        out = Path("runs") / f"{wcfg.model.name}-{wcfg.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UsageError(
+                f"{out} already exists and is not empty; pass --force or pick another --out"
+            )
+        if not (out / "run.json").exists():
+            raise UsageError(f"{out} is not a commlens run; refusing to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _rank_env(wcfg: WorkloadConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if wcfg.backend == "gloo":  # share the cores instead of oversubscribing them
+        env.setdefault(
+            "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // wcfg.dims.world_size))
+        )
+    return env
+
+
+def run_command(args: argparse.Namespace) -> int:
+    wcfg = build_config(args)
+    check_fits(wcfg)
+    out = _prepare_out(args.out, wcfg, args.force)
+    d = wcfg.dims
+    print(
+        f"commlens run: {wcfg.model.name} · {wcfg.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
+        f"{d.world_size} ranks ({wcfg.backend}) → {out}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="commlens-run-") as tmp:
+        config = Path(tmp) / "workload.json"
+        config.write_text(json.dumps(wcfg.to_dict()))
+        result = launch_ranks(
+            python_argv(WORKER, str(config), str(out)), d.world_size, env=_rank_env(wcfg)
+        )
+    if not result.ok:
+        failed = [r for r, c in enumerate(result.exit_codes) if c != 0]
+        what = (
+            "interrupted"
+            if result.interrupted
+            else f"rank {failed[0]} exited with code {result.exit_codes[failed[0]]}"
+        )
+        raise CommandError(f"training {what}; partial run left in {out}", result.exit_code)
+    manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]])
+    print_summary(summarize(out, manifest, wcfg), wcfg, out)
+    return 0
+
+
+def print_summary(s: RunSummary, wcfg: WorkloadConfig, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for line in s.warnings:
+        console.print(f"[yellow]warning:[/] {line}")
+    loss = (
+        f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
+        if s.first_loss is not None and s.last_loss is not None
+        else ""
+    )
+    console.print(
+        f"{s.steps} measured steps: step {s.step_s:.3f} s · communication {s.comm_s:.3f} s "
+        f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
+        f"{s.tokens_per_s:,.0f} tokens/s · {s.tflops_per_rank:.3f} TFLOP/s per rank · {loss}"
+    )
+    table = Table(title="top ops by time (per rank per step)", title_justify="left")
+    for col in ("op", "role", "group", "calls", "avg size (bytes)", "time (s)", "share of step"):
+        table.add_column(col, justify="left" if col in ("op", "role") else "right")
+    for row in s.top_ops.to_pylist():
+        share = row["time_per_step_s"] / s.step_s if s.step_s > 0 else 0.0
+        table.add_row(
+            row["op"],
+            row["role"] or "-",
+            str(row["group_size"]),
+            f"{row['calls_per_step']:.1f}",
+            f"{row['avg_size_bytes']:,.0f}",
+            f"{row['time_per_step_s']:.4f}",
+            f"{share:.1%}",
+        )
+    console.print(table)
+    console.print(f"run saved in {out}; see `commlens report {out}`")

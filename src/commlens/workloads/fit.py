@@ -1,0 +1,65 @@
+"""Refuse a job that cannot fit before any rank starts."""
+
+from __future__ import annotations
+
+import os
+
+from commlens.errors import UsageError
+from commlens.spec.models import estimate_memory
+from commlens.workloads.config import WorkloadConfig
+
+GB = 1e9
+
+
+def host_memory_available() -> int:
+    """Bytes of memory this host can still give (MemAvailable on Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def device_memory_available() -> int:
+    """Free bytes on the smallest visible GPU."""
+    import torch
+
+    return min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+
+
+def check_fits(wcfg: WorkloadConfig, available: int | None = None) -> int:
+    """The per-rank estimate in bytes; a one-line :class:`UsageError` when it does not fit.
+
+    On CPU all ranks share the host's memory; with NCCL each rank has a GPU.
+    """
+    d = wcfg.dims
+    est = estimate_memory(
+        wcfg.model,
+        scheme=wcfg.scheme,
+        dp=d.dp,
+        tp=d.tp,
+        pp=d.pp,
+        seq_len=wcfg.seq_len,
+        micro_batch=wcfg.micro_batch,
+        microbatches=wcfg.microbatches,
+        dtype_bytes=wcfg.dtype_bytes,
+        recompute=wcfg.recompute,
+        schedule=wcfg.schedule,
+    )
+    on_gpu = wcfg.backend == "nccl"
+    if available is None:
+        available = device_memory_available() if on_gpu else host_memory_available()
+    need = est.total if on_gpu else est.total * d.world_size
+    if need > available:
+        where = "per GPU" if on_gpu else f"for {d.world_size} ranks on this host"
+        raise UsageError(
+            f"{wcfg.model.name} needs about {est.total / GB:.1f} GB per rank "
+            f"(params {est.params / GB:.1f}, grads {est.grads / GB:.1f}, "
+            f"optimizer {est.optimizer / GB:.1f}, activations {est.activations / GB:.1f} GB), "
+            f"{need / GB:.1f} GB {where}, but only {available / GB:.1f} GB is available; "
+            "pick a smaller --model, shorter --seq-len, or more ranks/stages"
+        )
+    return est.total

@@ -1,0 +1,121 @@
+"""After a run: run-level step metrics in the manifest, and the one-screen summary.
+
+Each rank stored its own step records (``meta.steps_metrics``); the run-level
+record of a step takes the slowest rank's time and the loss averaged over
+the data-parallel ranks of the last pipeline stage. The communication figures
+come from the captured events through :mod:`commlens.analysis`, over the
+steps after warm-up only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from commlens.analysis import open_run, step_summary, step_table
+from commlens.trace.manifest import merge_manifest
+from commlens.workloads.config import WorkloadConfig
+
+
+def run_step_metrics(manifest: dict[str, Any], wcfg: WorkloadConfig) -> list[dict[str, Any]]:
+    """One record per step over all ranks (time: slowest rank; loss: mean over dp)."""
+    per_rank = [
+        (int(rank), entry.get("meta", {}).get("steps_metrics") or [])
+        for rank, entry in manifest.get("ranks", {}).items()
+    ]
+    out = []
+    for step in range(wcfg.steps):
+        rows = [(rank, recs[step]) for rank, recs in per_rank if len(recs) > step]
+        if not rows:
+            break
+        time_s = max(r["time_s"] for _, r in rows)
+        losses = [
+            r["loss"]
+            for rank, r in rows
+            if r["loss"] is not None and wcfg.dims.coords(rank)["tp"] == 0
+        ]
+        out.append(
+            {
+                "step": step,
+                "time_s": time_s,
+                "loss": sum(losses) / len(losses) if losses else None,
+                "tokens_per_s": wcfg.global_batch * wcfg.seq_len / time_s,
+                "tflops": sum(r["tflops"] for _, r in rows) / len(rows),
+                "warmup": step < wcfg.warmup_steps,
+            }
+        )
+    return out
+
+
+def finalize_run(run_dir: Path, wcfg: WorkloadConfig, command: list[str]) -> dict[str, Any]:
+    """Write the workload and the run-level step metrics into ``run.json``."""
+    manifest = merge_manifest(run_dir)
+    extra = {
+        "workload": wcfg.to_dict(),
+        "steps_metrics": run_step_metrics(manifest, wcfg),
+        "command": command,
+    }
+    return merge_manifest(run_dir, extra)
+
+
+@dataclass
+class RunSummary:
+    """What ``commlens run`` prints: the measured steps at a glance."""
+
+    steps: int
+    step_s: float
+    comm_s: float
+    comm_share: float
+    exposed_share: float
+    first_loss: float | None
+    last_loss: float | None
+    tokens_per_s: float
+    tflops_per_rank: float
+    top_ops: pa.Table
+    warnings: list[str]
+
+
+def summarize(
+    run_dir: Path, manifest: dict[str, Any], wcfg: WorkloadConfig, top: int = 8
+) -> RunSummary:
+    """Summary of the steps after warm-up (all steps when there are no others)."""
+    view = open_run(run_dir)
+    try:
+        first = wcfg.warmup_steps
+        per_step = step_summary(step_table(view)).to_pylist()
+        measured = [r for r in per_step if first <= r["step"] < wcfg.steps] or per_step
+        metrics = [m for m in manifest.get("steps_metrics", []) if not m["warmup"]]
+        metrics = metrics or manifest.get("steps_metrics", [])
+        n = max(len(metrics), 1)
+        step_s = sum(m["time_s"] for m in metrics) / n
+        ranks = max(view.world_size, 1)
+        ops = view.sql(
+            """
+            SELECT op, role, any_value(group_size) AS group_size,
+                   count(*) / ? AS calls_per_step, avg(size_bytes) AS avg_size_bytes,
+                   sum(duration_s) / ? AS time_per_step_s
+            FROM events WHERE step >= ? AND step < ?
+            GROUP BY op, role ORDER BY time_per_step_s DESC LIMIT ?
+            """,
+            [ranks * n, ranks * n, first, wcfg.steps, top],
+        )
+        losses = [m["loss"] for m in manifest.get("steps_metrics", []) if m["loss"] is not None]
+        k = max(len(measured), 1)
+        return RunSummary(
+            steps=len(metrics),
+            step_s=step_s,
+            comm_s=sum(r["comm_s"] for r in measured) / k,
+            comm_share=sum(r["comm_share"] for r in measured) / k,
+            exposed_share=sum(r["exposed_share"] for r in measured) / k,
+            first_loss=losses[0] if losses else None,
+            last_loss=losses[-1] if losses else None,
+            tokens_per_s=sum(m["tokens_per_s"] for m in metrics) / n,
+            tflops_per_rank=sum(m["tflops"] for m in metrics) / n,
+            top_ops=ops,
+            warnings=list(view.warnings),
+        )
+    finally:
+        view.close()

@@ -20,6 +20,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "trace",
     "run",
     "report",
+    "compare",
+    "export",
+    "query",
     "predict", "validate", "net",
     "bench",
 )

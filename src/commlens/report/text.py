@@ -12,7 +12,7 @@ from rich.table import Table
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
 
-_RIGHT = {"int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x"}
+_RIGHT = {"int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x", "num"}
 
 
 class TextRenderer(Renderer):
@@ -36,13 +36,15 @@ class TextRenderer(Renderer):
             legacy_windows=False,
             force_jupyter=False,
         )
-        console.print(doc.title, style="bold")
+        if doc.title:
+            console.print(doc.title, style="bold")
         for label, value in doc.facts:
             console.print(f"  {label}: {value}")
         for line in doc.warnings:
             console.print(f"  warning: {line}")
-        for section in doc.sections:
-            console.print()
+        for i, section in enumerate(doc.sections):
+            if doc.title or i:
+                console.print()
             console.print(self._table(section))
             if hidden_rows(section):
                 console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")

@@ -1,0 +1,148 @@
+"""Chrome trace (Perfetto) export: one process per rank, one thread per capture path.
+
+Each op is one complete event (``ph: "X"``, ``ts``/``dur`` in µs from the
+run's first op) with its fields under the PyTorch profiler's argument names
+("Collective name", "In msg nelems", ...; REFERENCE §5). Steps are async
+spans (``ph: "b"``/``"e"``, category ``step``) on each rank. Events stream
+from DuckDB in batches, so a large run is never held in memory as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import IO, Any
+
+from commlens.analysis.source import RunView
+
+# (api, is_async) -> (tid, thread name)
+_THREADS = {
+    ("python", False): (0, "main thread (blocking ops)"),
+    ("python", True): (1, "async ops"),
+    ("batch_p2p", False): (2, "batched p2p"),
+    ("batch_p2p", True): (2, "batched p2p"),
+    ("ddp_hook", False): (3, "DDP gradient buckets"),
+    ("ddp_hook", True): (3, "DDP gradient buckets"),
+    ("functional", False): (4, "functional collectives"),
+    ("functional", True): (4, "functional collectives"),
+}
+_OTHER = (5, "other")
+
+_QUERY = """
+SELECT rank, seq, op, api, pg_name, pg_ranks, group_size, role, dtype, count, bytes_in,
+       bytes_out, size_bytes, peer, is_async, t_issue_ns, t_end_ns, t_wait_ns, step, phase,
+       module
+FROM events ORDER BY rank, t_issue_ns, seq
+"""
+
+
+def _thread(api: str, is_async: bool) -> tuple[int, str]:
+    return _THREADS.get((api, bool(is_async)), _OTHER)
+
+
+def _op_event(e: dict[str, Any], t0: int) -> dict[str, Any]:
+    item = e["bytes_in"] / e["count"] if e["count"] else 0
+    out_nelems = int(e["bytes_out"] / item) if item else 0
+    return {
+        "name": e["op"],
+        "cat": "comm",
+        "ph": "X",
+        "ts": round((e["t_issue_ns"] - t0) / 1e3, 3),
+        "dur": round(max(e["t_end_ns"] - e["t_issue_ns"], 0) / 1e3, 3),
+        "pid": e["rank"],
+        "tid": _thread(e["api"], e["is_async"])[0],
+        "args": {
+            "Collective name": e["op"],
+            "In msg nelems": e["count"],
+            "Out msg nelems": out_nelems,
+            "Group size": e["group_size"],
+            "dtype": e["dtype"],
+            "Process Group Name": e["pg_name"],
+            "Process Group Ranks": str(list(e["pg_ranks"] or [])),
+            "In msg bytes": e["bytes_in"],
+            "Out msg bytes": e["bytes_out"],
+            "Msg size S (bytes)": e["size_bytes"],
+            "Peer": e["peer"],
+            "Async": e["is_async"],
+            "Wait (us)": round(e["t_wait_ns"] / 1e3, 3),
+            "Role": e["role"],
+            "Seq": e["seq"],
+            "Step": e["step"],
+            "Phase": e["phase"],
+            "Module": e["module"],
+            "Capture": e["api"],
+        },
+    }
+
+
+def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, Any]]:
+    """Every trace event of ``run``: metadata, steps, then ops (rank by rank)."""
+    row = run.row("SELECT min(t_issue_ns) FROM events")
+    steps = run.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+    starts = [
+        t
+        for t in (
+            row[0] if row else None,
+            min(steps.column("t_start_ns").to_pylist(), default=None),
+        )
+        if t
+    ]
+    t0 = int(min(starts)) if starts else 0
+    ranks = run.sql("SELECT rank, status FROM ranks ORDER BY rank").to_pylist()
+    threads = run.sql("SELECT DISTINCT rank, api, is_async FROM events ORDER BY ALL").to_pylist()
+    for r in ranks:
+        label = f"rank {r['rank']}" + (" (missing)" if r["status"] == "missing" else "")
+        yield {"name": "process_name", "ph": "M", "pid": r["rank"], "args": {"name": label}}
+        yield {
+            "name": "process_sort_index",
+            "ph": "M",
+            "pid": r["rank"],
+            "args": {"sort_index": r["rank"]},
+        }
+    seen: set[tuple[int, int]] = set()
+    for t in threads:
+        tid, name = _thread(t["api"], t["is_async"])
+        if (t["rank"], tid) not in seen:
+            seen.add((t["rank"], tid))
+            yield {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": t["rank"],
+                "tid": tid,
+                "args": {"name": name},
+            }
+    for s in steps.to_pylist():
+        span = {
+            "name": f"step {s['step']}",
+            "cat": "step",
+            "pid": s["rank"],
+            "tid": 0,
+            "id": f"step-{s['rank']}-{s['step']}",
+        }
+        yield {**span, "ph": "b", "ts": round((s["t_start_ns"] - t0) / 1e3, 3)}
+        yield {**span, "ph": "e", "ts": round((s["t_end_ns"] - t0) / 1e3, 3)}
+    reader = run.con.sql(_QUERY).to_arrow_reader(batch_rows)
+    for batch in reader:
+        for e in batch.to_pylist():
+            yield _op_event(e, t0)
+
+
+def write_chrome_trace(run: RunView, out: IO[str]) -> int:
+    """Write the trace JSON to ``out``; returns the number of op events."""
+    out.write('{"displayTimeUnit": "ms", "otherData": ')
+    out.write(
+        json.dumps(
+            {"generator": "commlens", "run": str(run.path), "missing_ranks": run.missing_ranks}
+        )
+    )
+    out.write(', "traceEvents": [\n')
+    n_ops = 0
+    first = True
+    for event in trace_events(run):
+        if not first:
+            out.write(",\n")
+        first = False
+        out.write(json.dumps(event, separators=(",", ":")))
+        n_ops += event.get("ph") == "X"
+    out.write("\n]}\n")
+    return n_ops

@@ -1,0 +1,96 @@
+"""Assemble the comparison of several runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from commlens.analysis.compare import compare_ops, compare_summary, run_labels
+from commlens.analysis.source import RunView
+from commlens.report import plots
+from commlens.report.document import Column as C
+from commlens.report.document import Document, Section
+
+SUMMARY_COLUMNS = (
+    C("run", "run"),
+    C("world_size", "world", "int"),
+    C("steps", "steps", "int"),
+    C("step_s", "step (s)", "s"),
+    C("comm_s", "comm (s)", "s"),
+    C("comm_share", "comm (%)", "pct"),
+    C("exposed_s", "exposed (s)", "s"),
+    C("exposed_share", "exposed (%)", "pct"),
+    C("bytes_per_step", "bytes/step", "bytes"),
+    C("speedup", "speedup", "x"),
+)
+OP_COLUMNS = (
+    C("op", "op"),
+    C("role", "role"),
+    C("run", "run"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("time_s", "time (s)", "s"),
+    C("busbw_GBps", "busbw (GB/s)", "gbps"),
+    C("speedup", "speedup", "x"),
+)
+
+
+def _step_plot(summary: pa.Table) -> plots.Figure:
+    labels = summary.column("run").to_pylist()
+    series = {
+        name: [float(v) for v in summary.column(key).to_pylist()]
+        for name, key in (("step", "step_s"), ("comm", "comm_s"), ("exposed comm", "exposed_s"))
+    }
+    return plots.grouped_bars(labels, series, "Typical step per run", "time (s)")
+
+
+def _op_plot(ops: pa.Table, labels: Sequence[str]) -> plots.Figure:
+    times: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for row in ops.to_pylist():
+        times[row["run"]][row["op"]] += float(row["time_s"] or 0.0)
+    names = sorted({op for per in times.values() for op in per})
+    series = {label: [times[label][op] for op in names] for label in labels}
+    return plots.grouped_bars(names, series, "Time per op and run (summed over ranks)", "time (s)")
+
+
+def build_compare(runs: Sequence[RunView]) -> Document:
+    summary = compare_summary(runs)
+    ops = compare_ops(runs)
+    labels = run_labels(runs)
+    facts = [(label, str(run.path)) for label, run in zip(labels, runs, strict=True)]
+    warnings = [
+        f"{label}: {w}" for label, run in zip(labels, runs, strict=True) for w in run.warnings
+    ]
+    sections = [
+        Section(
+            "summary",
+            f"Runs (speedup relative to {labels[0]})",
+            summary,
+            SUMMARY_COLUMNS,
+            note="step = median over steps of the slowest rank (first step left out).",
+            plots=[("Typical step per run", lambda: _step_plot(summary))],
+        ),
+        Section(
+            "ops",
+            "Per op: volume and time per run",
+            ops,
+            OP_COLUMNS,
+            plots=[("Time per op and run", lambda: _op_plot(ops, labels))],
+        ),
+    ]
+    data = {
+        "runs": summary.to_pylist(),
+        "ops": ops.to_pylist(),
+        "manifests": {label: run.manifest for label, run in zip(labels, runs, strict=True)},
+        "warnings": warnings,
+    }
+    return Document(
+        title="commlens compare: " + " vs ".join(labels),
+        facts=facts,
+        sections=sections,
+        warnings=warnings,
+        data=data,
+        csv_table=ops,
+    )

@@ -43,8 +43,15 @@ def main() -> None:
             (out / "result.json").write_text(json.dumps(result))
     elif mode == "groups":
         size = int(sys.argv[3])
-        groups = {name: dist.new_group(ranks) for name, ranks in
-                  (("intra0", [0, 1]), ("intra1", [2, 3]), ("inter0", [0, 2]), ("inter1", [1, 3]))}
+        groups = {
+            name: dist.new_group(ranks)
+            for name, ranks in (
+                ("intra0", [0, 1]),
+                ("intra1", [2, 3]),
+                ("inter0", [0, 2]),
+                ("inter1", [1, 3]),
+            )
+        }
         tensor = torch.ones(size // 4)
         intra = _timed(tensor, 3, groups["intra0" if rank < 2 else "intra1"])
         dist.barrier()

@@ -43,8 +43,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.root
 @needs_netns
 def test_two_nodes_at_1gbit_allreduce_busbw_matches_the_link() -> None:
-    cfg = BenchConfig(ops=["all_reduce"], sizes=[64 << 20], nproc=2, nodes=2, link="1gbit",
-                      warmup=1, iters=3)
+    cfg = BenchConfig(
+        ops=["all_reduce"], sizes=[64 << 20], nproc=2, nodes=2, link="1gbit", warmup=1, iters=3
+    )
     report = run_bench(cfg)
     (row,) = report.measured
     assert row["ok"]
@@ -175,4 +176,3 @@ def test_without_root_a_link_is_one_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(UsageError):
         launch_emulated(["true"], 2, 2, "1gbit")
     assert leftovers() == before
-

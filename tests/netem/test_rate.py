@@ -21,7 +21,9 @@ def test_parse_rate_rejects_with_one_line(text: str) -> None:
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("bits", "text"), [(1e9, "1gbit"), (2.5e8, "250mbit"), (1.5e9, "1500mbit")])
+@pytest.mark.parametrize(
+    ("bits", "text"), [(1e9, "1gbit"), (2.5e8, "250mbit"), (1.5e9, "1500mbit")]
+)
 def test_format_rate_round_trips(bits: float, text: str) -> None:
     assert format_rate(bits) == text
     assert parse_rate(format_rate(bits)) == bits

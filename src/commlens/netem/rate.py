@@ -7,7 +7,7 @@ import re
 from commlens.errors import UsageError
 
 _UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)bit(?:/s|ps)?\s*$", re.IGNORECASE)
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)bit(?:/s)?\s*$", re.IGNORECASE)
 
 
 def parse_rate(text: str) -> float:

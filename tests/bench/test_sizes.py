@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from commlens.bench.sizes import format_size, parse_size, parse_sizes
@@ -17,7 +19,7 @@ def test_parse_size_binary_units() -> None:
 def test_range_doubles_and_includes_both_ends() -> None:
     sizes = parse_sizes("8:64M")
     assert sizes[0] == 8 and sizes[-1] == 64 << 20
-    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:], strict=False))
+    assert all(b == 2 * a for a, b in itertools.pairwise(sizes))
     assert len(sizes) == 24
 
 

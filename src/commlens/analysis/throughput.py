@@ -3,9 +3,10 @@
 Sources, first found wins per value:
 
 1. per-step records a workload wrote with ``commlens.add_meta``, in
-   ``ranks[r].meta.step_metrics`` (or ``meta.steps``): dicts with ``step`` and
-   any of ``tokens_per_s``, ``tflops`` (TFLOP/s of this rank), ``tokens``,
-   ``flops``, ``loss``;
+   ``ranks[r].meta.steps_metrics`` (what ``commlens run`` writes; also
+   ``step_metrics``): dicts with ``step`` and any of ``tokens_per_s``,
+   ``tflops`` (TFLOP/s of this rank), ``tokens``, ``flops``, ``loss``,
+   ``time_s``, ``warmup``;
 2. per-step amounts (``tokens``, ``flops``) divided by the step's wall time;
 3. per-step constants: ``meta.tokens_per_step`` / ``meta.flops_per_step`` of
    the rank, else ``workload.tokens_per_step`` / ``workload.flops_per_step``
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from commlens.analysis.source import RunView
 
-_COLUMNS = ("rank", "step", "step_s", "tokens_per_s", "tflops", "loss")
+_COLUMNS = ("rank", "step", "warmup", "step_s", "tokens_per_s", "tflops", "loss")
 
 
 def _num(value: Any) -> float | None:
@@ -28,7 +29,7 @@ def _num(value: Any) -> float | None:
 
 
 def _per_step_records(meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    records = meta.get("step_metrics", meta.get("steps"))
+    records = meta.get("steps_metrics", meta.get("step_metrics"))
     out: dict[int, dict[str, Any]] = {}
     if isinstance(records, list):
         for rec in records:
@@ -59,7 +60,7 @@ def throughput_table(run: RunView) -> pa.Table:
         step_ids = sorted({s for (r, s) in step_s if r == rank} | set(records))
         for step in step_ids:
             rec = records.get(step, {})
-            seconds = step_s.get((rank, step))
+            seconds = step_s.get((rank, step)) or _num(rec.get("time_s"))
             tokens = _num(rec.get("tokens")) or tokens_const
             flops = _num(rec.get("flops")) or flops_const
             tps = _num(rec.get("tokens_per_s"))
@@ -71,20 +72,23 @@ def throughput_table(run: RunView) -> pa.Table:
             loss = _num(rec.get("loss"))
             if tps is None and tflops is None and loss is None:
                 continue
-            for col, value in zip(_COLUMNS, (rank, step, seconds, tps, tflops, loss), strict=True):
+            warmup = bool(rec.get("warmup", False))
+            values = (rank, step, warmup, seconds, tps, tflops, loss)
+            for col, value in zip(_COLUMNS, values, strict=True):
                 out[col].append(value)
     return pa.table(
         {
             "rank": pa.array(out["rank"], pa.int32()),
             "step": pa.array(out["step"], pa.int32()),
-            **{c: pa.array(out[c], pa.float64()) for c in _COLUMNS[2:]},
+            "warmup": pa.array(out["warmup"], pa.bool_()),
+            **{c: pa.array(out[c], pa.float64()) for c in _COLUMNS[3:]},
         }
     )
 
 
 def throughput_summary(table: pa.Table) -> pa.Table:
-    """Per rank: mean tokens/s and TFLOP/s over its steps (the first step, which
-    includes warm-up, is left out when there are more)."""
+    """Per rank: mean tokens/s and TFLOP/s over its steps, leaving out warm-up steps
+    (those flagged ``warmup``, else the first step) when there are others."""
     import duckdb
 
     con = duckdb.connect()
@@ -93,11 +97,16 @@ def throughput_summary(table: pa.Table) -> pa.Table:
         """
         WITH ranked AS (
             SELECT *, count(*) OVER (PARTITION BY rank) AS n,
-                   row_number() OVER (PARTITION BY rank ORDER BY step) AS i FROM t
+                   row_number() OVER (PARTITION BY rank ORDER BY step) AS i,
+                   bool_or(warmup) OVER (PARTITION BY rank) AS flagged,
+                   count(*) FILTER (WHERE NOT warmup) OVER (PARTITION BY rank) AS n_measured
+            FROM t
         )
         SELECT rank, count(*)::BIGINT AS steps, avg(step_s) AS step_s,
                avg(tokens_per_s) AS tokens_per_s, avg(tflops) AS tflops,
                arg_max(loss, step) AS last_loss
-        FROM ranked WHERE n = 1 OR i > 1 GROUP BY rank ORDER BY rank
+        FROM ranked
+        WHERE CASE WHEN flagged AND n_measured > 0 THEN NOT warmup ELSE n = 1 OR i > 1 END
+        GROUP BY rank ORDER BY rank
         """
     ).to_arrow_table()

@@ -263,7 +263,9 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
     ]
     if tput_sum.num_rows:
         sections.append(
-            Section("throughput", "Throughput (first step left out)", tput_sum, THROUGHPUT_COLUMNS)
+            Section(
+                "throughput", "Throughput (warm-up steps left out)", tput_sum, THROUGHPUT_COLUMNS
+            )
         )
     data: dict[str, Any] = {
         "run": run.manifest,

@@ -1,4 +1,9 @@
-"""Terminal renderer: rich tables, deterministic when given a width."""
+"""Terminal renderer: rich tables, no colour, deterministic for a given width.
+
+Tables keep their natural width (cells are never cut): the console is made at
+least as wide as the widest table, so a narrow terminal wraps lines instead
+of truncating numbers.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ class TextRenderer(Renderer):
 
     def render(self, doc: Document) -> str:
         out = io.StringIO()
+        tables = [self._table(section) for section in doc.sections]
+        probe = Console(width=10_000, color_system=None, file=io.StringIO())
+        widest = max((probe.measure(t).maximum for t in tables), default=0)
         console = Console(
             file=out,
-            width=self.width,
+            width=max(self.width, widest),
             color_system=None,
             force_terminal=False,
             no_color=True,
@@ -42,10 +50,10 @@ class TextRenderer(Renderer):
             console.print(f"  {label}: {value}")
         for line in doc.warnings:
             console.print(f"  warning: {line}")
-        for i, section in enumerate(doc.sections):
+        for i, (section, table) in enumerate(zip(doc.sections, tables, strict=True)):
             if doc.title or i:
                 console.print()
-            console.print(self._table(section))
+            console.print(table)
             if hidden_rows(section):
                 console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")
             if section.note:

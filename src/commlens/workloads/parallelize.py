@@ -155,12 +155,15 @@ def apply_zero1(model: nn.Module, lr: float, groups: Groups) -> torch.optim.Opti
 
 
 def apply_fsdp(model: nn.Module, groups: Groups, reshard_after_forward: bool) -> nn.Module:
-    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     assert groups.dp is not None
     device_type = "cuda" if next(model.parameters()).is_cuda else "cpu"
-    mesh = DeviceMesh.from_group(groups.dp, device_type, mesh_dim_names=("dp",))
+    if groups.dims.dp == groups.dims.world_size:  # a 1-D mesh over every rank
+        mesh = init_device_mesh(device_type, (groups.dims.dp,), mesh_dim_names=("dp",))
+    else:
+        mesh = DeviceMesh.from_group(groups.dp, device_type, mesh_dim_names=("dp",))
     # one parameter group per layer: all-gather before it runs, reduce-scatter after its backward
     for module in model.modules():
         if isinstance(module, Block):

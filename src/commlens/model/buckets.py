@@ -6,10 +6,12 @@ PyTorch (torch 2.13, ``DistributedDataParallel`` with default arguments):
   initial bucket limit is ``sys.maxsize``, so every gradient of one dtype
   goes in one bucket and is all-reduced once, after the whole backward.
 - After step 0 the reducer rebuilds its buckets in the order gradients became
-  ready during that first backward, with limits ``[1 MiB, 25 MiB]``
-  (``dist._DEFAULT_FIRST_BUCKET_BYTES``, then ``bucket_cap_mb``): parameters
+  ready during that first backward, with limits ``[first, cap]``: parameters
   are added in order, and a bucket closes as soon as it holds at least its
   limit; the first bucket takes the first limit, every later one the last.
+  ``first`` is ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) only when
+  ``bucket_cap_mb`` is left at its default; passing ``bucket_cap_mb``
+  (as the workloads do, 25) makes the first bucket as large as the others.
 - The ready order of a plain transformer is its reverse registration order
   (the last layer's gradients come first); a tied word embedding becomes
   ready last, where reverse registration order also puts it.

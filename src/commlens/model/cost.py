@@ -21,8 +21,8 @@ double binary tree for all-reduce):
 
 "direct" means every rank talks to all peers at once, paying one latency
 per phase and limited by its own link. A group of one rank costs nothing.
-``auto`` takes the fastest of the three for each call, as NCCL's tuner
-roughly does.
+``auto`` takes the faster of ring and tree for each call, as NCCL's tuner
+does, and direct for all-to-all (NCCL's all-to-all is direct p2p).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def flat_time(
 ) -> float:
     """Seconds for one ``op`` of ``size_bytes`` over ``n`` ranks on one link type."""
     if algorithm == "auto":
-        return min(flat_time(op, size_bytes, n, alpha, beta, a) for a in ("ring", "tree", "direct"))
+        if op == "all_to_all":
+            return flat_time(op, size_bytes, n, alpha, beta, "direct")
+        return min(flat_time(op, size_bytes, n, alpha, beta, a) for a in ("ring", "tree"))
     if algorithm not in ALGORITHMS:
         raise UsageError(
             f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"

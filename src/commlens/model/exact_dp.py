@@ -3,7 +3,9 @@
 
 - ``dp``, ``tp`` and ``3d`` without stages — DDP: gradient buckets
   (:mod:`commlens.model.buckets`), one all-reduce per bucket per step (the
-  loop accumulates micro-batches under ``no_sync``). Step 0 has one bucket.
+  loop accumulates micro-batches under ``no_sync``). Step 0 has one bucket;
+  the rebuilt ones are 25 MiB from the first on, since the workloads pass
+  ``bucket_cap_mb=25`` explicitly (which turns off PyTorch's 1 MiB first bucket).
 - ``pp`` and ``3d`` with stages — the explicit ``GradSync`` after the
   pipeline's backward: gradients in reverse registration order, a bucket
   closed as soon as it holds 25 MiB (no small first bucket), same every step.
@@ -77,7 +79,7 @@ def fsdp_units(params: Sequence[tuple[str, Shape]]) -> list[Unit]:
 
 def ddp_calls(job: Job, rank: int, group: tuple[int, ...], rebuilt: bool, syncs: int) -> list[Call]:
     grads = [math.prod(shape) * job.dtype_bytes for _, shape in rank_params(job, rank)]
-    sizes = ddp_bucket_bytes(grads, rebuilt=rebuilt)
+    sizes = ddp_bucket_bytes(grads, rebuilt=rebuilt, first_bucket_bytes=DEFAULT_BUCKET_CAP_BYTES)
     calls = []
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1

@@ -170,6 +170,21 @@ def profile_from_dict(data: dict[str, object], where: str) -> NetworkProfile:
             alpha_s=None if alpha is None else _number(table, "alpha_s", where),
             beta_s_per_byte=None if beta is None else _number(table, "beta_s_per_byte", where),
         )
+    try:
+        return _build(data, name, link, ops, where)
+    except UsageError as exc:
+        if where in str(exc):
+            raise
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _build(
+    data: dict[str, object],
+    name: str,
+    link: dict[str, object],
+    ops: dict[str, OpOverride],
+    where: str,
+) -> NetworkProfile:
     return NetworkProfile(
         name=name,
         latency_s=_number(link, "latency_s", where),

@@ -3,7 +3,7 @@
 These are the closed forms of the studies, shown beside the exact
 prediction of what commlens's own workloads issue:
 
-- DP: all-reduce of the rank's gradients ψβ, in ⌈ψβ / 25 MiB⌉ buckets.
+- DP: all-reduce of the rank's gradients ψβ, in 25 MiB buckets.
 - ZeRO-1/2: reduce-scatter of ψβ + all-gather of ψβ.
 - ZeRO-3: all-gather of ψβ in forward and again in backward + reduce-scatter of ψβ.
 - TP: per layer per micro-batch 2 all-reduces forward and 2 backward of b·s·h·βa
@@ -48,8 +48,12 @@ def textbook_calls(job: Job, rank: int) -> list[Call]:
             out.append(Call("reduce_scatter", "dp", g, psi_bytes, 1, what="gradients"))
             out.append(Call("all_gather", "dp", g, psi_bytes, 1, what="updated parameters"))
         else:
-            buckets = max(1, math.ceil(psi_bytes / (25 * 1024 * 1024)))
-            out.append(Call("all_reduce", "dp", g, psi_bytes // buckets, buckets, what="gradients"))
+            cap = 25 * 1024 * 1024
+            full, rest = divmod(psi_bytes, cap)
+            if full:
+                out.append(Call("all_reduce", "dp", g, cap, full, what="gradient buckets"))
+            if rest:
+                out.append(Call("all_reduce", "dp", g, rest, 1, what="last gradient bucket"))
     b, s, h, k = job.micro_batch, job.seq_len, cfg.hidden, job.microbatches
     act = b * s * h * beta
     first, last = c["pp"] == 0, c["pp"] == d.pp - 1

@@ -1,0 +1,99 @@
+"""Network profiles: the built-ins, user files, and one-line errors for bad ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commlens.errors import UsageError
+from commlens.model.profiles import builtin_names, builtin_profiles, get_profile, get_profiles
+
+REQUIRED = {"loopback", "tcp-10g", "ipoib-100g", "rdma-100g", "roce-200g", "ib-ndr-400g", "nvlink"}
+
+
+def test_builtins_are_complete_sourced_and_ordered() -> None:
+    profiles = builtin_profiles()
+    assert REQUIRED <= {p.name for p in profiles}
+    for p in profiles:
+        assert len(p.source) > 20, f"{p.name} states no source"
+        assert p.scope in ("intra", "inter", "both")
+    rates = [p.effective_Gbps for p in profiles]
+    assert rates == sorted(rates)
+    assert builtin_names()[0] in ("loopback", "tcp-10g")
+
+
+def test_reference_figures() -> None:
+    tcp, ipoib, rdma = (get_profile(n) for n in ("tcp-10g", "ipoib-100g", "rdma-100g"))
+    assert tcp.effective_Gbps == pytest.approx(9.0)  # Study A's TCP peak
+    assert 20 <= ipoib.effective_Gbps <= 40
+    assert rdma.effective_Gbps == pytest.approx(90.0)
+    assert tcp.latency_s > ipoib.latency_s > rdma.latency_s
+
+
+def test_user_file_with_op_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        'name = "lab"\nsource = "bench run 2026-01-01"\nscope = "inter"\n'
+        "[link]\nlatency_s = 5e-6\nbandwidth_Gbps = 25\nefficiency = 0.8\n"
+        '[ops.all_reduce]\nalpha_s = 7e-6\nbeta_s_per_byte = 4e-10\nr2 = 0.999\nfit = "t = ..."\n'
+    )
+    p = get_profile(str(path))
+    assert p.name == "lab" and p.effective_Gbps == pytest.approx(20.0)
+    assert p.alpha("all_reduce") == 7e-6 and p.beta("all_reduce") == 4e-10
+    assert p.beta("send") == pytest.approx(8 / 20e9)
+    assert [q.name for q in get_profiles(f"tcp-10g, {path}")] == ["tcp-10g", "lab"]
+
+
+def test_bench_fit_output_loads(tmp_path: Path) -> None:
+    fit = pytest.importorskip("commlens.bench.fit")
+    profile = {
+        "name": "fitted",
+        "description": "fitted by commlens bench",
+        "scope": "inter",
+        "source": "commlens bench --fit",
+        "link": {"latency_s": 3e-5, "bandwidth_Gbps": 2.0, "efficiency": 0.96},
+        "ops": {"all_reduce": {"alpha_s": 2e-5, "beta_s_per_byte": 4.2e-9, "r2": 0.99}},
+    }
+    path = fit.write_profile(tmp_path / "fitted.toml", profile)
+    p = get_profile(str(path))
+    assert p.name == "fitted" and p.beta("all_reduce") == 4.2e-9
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name = 'x'\n", "missing \\[link\\]"),
+        ("[link]\nlatency_s = 1e-6\nbandwidth_Gbps = 1\n", "name"),
+        ("name = 'x'\n[link]\nbandwidth_Gbps = 1\n", "latency_s"),
+        ("name = 'x'\n[link]\nlatency_s = 1e-6\nbandwidth_Gbps = -1\n", "bandwidth_Gbps"),
+        (
+            "name = 'x'\n[link]\nlatency_s = 1e-6\nbandwidth_Gbps = 1\nefficiency = 2\n",
+            "efficiency",
+        ),
+        ("name = 'x'\nscope = 'moon'\n[link]\nlatency_s = 0\nbandwidth_Gbps = 1\n", "scope"),
+        ("name = 'x'\n[link]\nlatency_s = 'fast'\nbandwidth_Gbps = 1\n", "number"),
+        (
+            "name = 'x'\n[link]\nlatency_s = 0\nbandwidth_Gbps = 1\n[ops.shuffle]\nalpha_s = 1\n",
+            "op",
+        ),
+        ("name = = 'x'\n", "not valid TOML"),
+    ],
+)
+def test_bad_profile_is_one_line_error_naming_the_file(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as err:
+        get_profile(str(path))
+    assert "\n" not in str(err.value) and "bad.toml" in str(err.value)
+
+
+def test_unknown_names() -> None:
+    with pytest.raises(UsageError, match=r"built-ins: .*rdma-100g"):
+        get_profile("carrier-pigeon")
+    with pytest.raises(UsageError, match="does not exist"):
+        get_profile("/nonexistent/net.toml")
+    with pytest.raises(UsageError, match="no network profile"):
+        get_profiles(" , ")

@@ -97,8 +97,9 @@ def skew_table(run: RunView) -> pa.Table:
 def straggler_table(run: RunView) -> pa.Table:
     """Ranks ranked as stragglers: who arrives last, and how long others wait for it.
 
-    ``last_count``: instances where the rank arrived last; ``blame_s``: the
-    skew of those instances (how long the first arriver waited for it);
+    ``last_count``: instances where the rank arrived last, strictly after the
+    first (ties with everyone do not count); ``blame_s``: the skew of those
+    instances (how long the first arriver waited for it);
     ``mean_lateness_s``: mean of own arrival − first arrival.
     """
     ensure_matched(run)
@@ -106,8 +107,9 @@ def straggler_table(run: RunView) -> pa.Table:
         """
         WITH per_rank AS (
             SELECT rank, count(*)::BIGINT AS instances,
-                   sum(CASE WHEN rank = last_rank THEN 1 ELSE 0 END)::BIGINT AS last_count,
-                   sum(CASE WHEN rank = last_rank THEN skew_s ELSE 0.0 END) AS blame_s,
+                   sum(CASE WHEN t_issue_ns = last_ns AND last_ns > first_ns THEN 1 ELSE 0 END)
+                       ::BIGINT AS last_count,
+                   sum(CASE WHEN t_issue_ns = last_ns THEN skew_s ELSE 0.0 END) AS blame_s,
                    avg(lateness_s) AS mean_lateness_s, sum(wait_last_s) AS wait_s,
                    sum(transfer_s) AS transfer_s
             FROM matched GROUP BY rank

@@ -107,7 +107,7 @@ THROUGHPUT_COLUMNS = (
     C("rank", "rank", "int"),
     C("steps", "steps", "int"),
     C("step_s", "step (s)", "s"),
-    C("tokens_per_s", "tokens/s", "float"),
+    C("tokens_per_s", "tokens/s", "rate"),
     C("tflops", "TFLOP/s", "float"),
     C("last_loss", "last loss", "float"),
 )
@@ -214,7 +214,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             "modules",
             "Communication by module",
             module_t,
-            (C("module", "module"), C("phases", "phases"), *SHARE_COLUMNS),
+            (C("module", "module", "name"), C("phases", "phases"), *SHARE_COLUMNS),
             max_rows=20,
         ),
         Section(

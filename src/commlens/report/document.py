@@ -108,6 +108,10 @@ def format_cell(value: Any, fmt: str) -> str:
         return f"{float(value):.3g}"
     if fmt == "x":
         return f"{float(value):.2f}x"
+    if fmt == "rate":
+        return f"{float(value):,.0f}"
+    if fmt == "name":
+        return str(value) if value else "(none)"
     if fmt == "num":
         return f"{value:.6g}" if isinstance(value, float) else str(value)
     if fmt == "ranks":

@@ -13,10 +13,16 @@ import torch.multiprocessing as mp
 from commlens.launch import free_port
 
 
-def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, out: Any,
-           args: tuple[Any, ...]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+def _entry(
+    fn: Callable[..., Any], rank: int, world: int, port: int, out: Any, args: tuple[Any, ...]
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
     try:
         out.put((rank, True, fn(rank, world, *args)))
     except BaseException:
@@ -32,8 +38,9 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, results, args))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_entry, args=(fn, r, world, port, results, args)) for r in range(world)
+    ]
     for p in procs:
         p.start()
     got: dict[int, Any] = {}

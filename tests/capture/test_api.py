@@ -23,8 +23,15 @@ def _all_ops(rank: int, world: int, out: str) -> list[tuple[Any, ...]]:
     exp: list[tuple[Any, ...]] = []
     everyone = list(range(world))
 
-    def want(op: str, b_in: int, b_out: int, size: int, ranks: list[int], peer: int | None,
-             is_async: bool = False) -> None:
+    def want(
+        op: str,
+        b_in: int,
+        b_out: int,
+        size: int,
+        ranks: list[int],
+        peer: int | None,
+        is_async: bool = False,
+    ) -> None:
         exp.append((op, b_in, b_out, size, ranks, len(ranks), peer, is_async))
 
     with commlens.capture(out):
@@ -46,8 +53,9 @@ def _all_ops(rank: int, world: int, out: str) -> list[tuple[Any, ...]]:
         want("reduce_scatter", B * world, B, B * world, everyone, None)
         dist.all_to_all_single(torch.zeros(N * world), torch.ones(N * world))
         want("all_to_all", B * world, B * world, B * world, everyone, None)
-        dist.all_to_all([torch.zeros(N) for _ in range(world)],
-                        [torch.ones(N) for _ in range(world)])
+        dist.all_to_all(
+            [torch.zeros(N) for _ in range(world)], [torch.ones(N) for _ in range(world)]
+        )
         want("all_to_all", B * world, B * world, B * world, everyone, None)
         dist.broadcast(t, src=world - 1)
         want("broadcast", B, B, B, everyone, world - 1)
@@ -67,10 +75,12 @@ def _all_ops(rank: int, world: int, out: str) -> list[tuple[Any, ...]]:
         else:
             dist.recv(t, prv)
             dist.send(t, nxt)
-        for op in (("send", nxt), ("recv", prv)) if rank % 2 == 0 else (("recv", prv),
-                                                                         ("send", nxt)):
-            want(op[0], B if op[0] == "send" else 0, 0 if op[0] == "send" else B, B,
-                 everyone, op[1])
+        for op in (
+            (("send", nxt), ("recv", prv)) if rank % 2 == 0 else (("recv", prv), ("send", nxt))
+        ):
+            want(
+                op[0], B if op[0] == "send" else 0, 0 if op[0] == "send" else B, B, everyone, op[1]
+            )
         ops = [dist.P2POp(dist.isend, t, nxt), dist.P2POp(dist.irecv, torch.zeros(N), prv)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
@@ -137,9 +147,11 @@ def _async_overlap(rank: int, world: int, out: str) -> None:
 def test_async_op_timed_to_completion(tmp_path: Path) -> None:
     run_ranks(_async_overlap, 2, str(tmp_path))
     run = commlens.load_run(tmp_path)
-    rows = run.duckdb().execute(
-        "select t_issue_ns, t_end_ns, t_wait_ns, duration_s, is_async from events"
-    ).fetchall()
+    rows = (
+        run.duckdb()
+        .execute("select t_issue_ns, t_end_ns, t_wait_ns, duration_s, is_async from events")
+        .fetchall()
+    )
     assert len(rows) == 2
     for issue, end, wait, duration, is_async in rows:
         assert is_async and issue < end

@@ -51,10 +51,14 @@ def _ddp(rank: int, world: int, out: str, fp16: bool) -> dict[str, Any]:
 def test_ddp_buckets_equal_gradient_bytes(tmp_path: Path, world: int) -> None:
     res = run_ranks(_ddp, world, str(tmp_path), False)
     run = commlens.load_run(tmp_path)
-    rows = run.duckdb().execute(
-        "select rank, step, sum(size_bytes), count(*), min(phase), max(phase), min(api), "
-        "min(role) from events where op = 'all_reduce' group by rank, step order by rank, step"
-    ).fetchall()
+    rows = (
+        run.duckdb()
+        .execute(
+            "select rank, step, sum(size_bytes), count(*), min(phase), max(phase), min(api), "
+            "min(role) from events where op = 'all_reduce' group by rank, step order by rank, step"
+        )
+        .fetchall()
+    )
     assert len(rows) == 3 * world
     for rank, step, nbytes, calls, ph_min, ph_max, api, role in rows:
         assert nbytes == res[rank]["grad_bytes"], (rank, step)
@@ -67,10 +71,14 @@ def test_ddp_user_hook_keeps_running_and_is_captured_at_half_size(tmp_path: Path
     res = run_ranks(_ddp, 2, str(tmp_path), True)
     assert all(r["hook_calls"] > 0 for r in res)
     run = commlens.load_run(tmp_path)
-    rows = run.duckdb().execute(
-        "select rank, step, sum(size_bytes), min(dtype) from events "
-        "where op = 'all_reduce' group by rank, step"
-    ).fetchall()
+    rows = (
+        run.duckdb()
+        .execute(
+            "select rank, step, sum(size_bytes), min(dtype) from events "
+            "where op = 'all_reduce' group by rank, step"
+        )
+        .fetchall()
+    )
     for rank, _step, nbytes, dtype in rows:
         assert dtype == "float16"
         assert nbytes == res[rank]["grad_bytes"] // 2
@@ -120,8 +128,12 @@ def _fsdp(rank: int, world: int, out: str, kind: str) -> dict[str, int]:
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
             from torch.distributed.fsdp import ShardingStrategy
 
-            model = FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP,
-                         use_orig_params=True, device_id=torch.device("cpu"))
+            model = FSDP(
+                model,
+                sharding_strategy=ShardingStrategy.SHARD_GRAD_OP,
+                use_orig_params=True,
+                device_id=torch.device("cpu"),
+            )
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(2):
             model(torch.randn(8, 64)).square().mean().backward()
@@ -189,10 +201,14 @@ def _dtensor_tp(rank: int, world: int, out: str) -> dict[str, int]:
 def test_dtensor_tp_all_reduces_forward_and_backward(tmp_path: Path) -> None:
     res = run_ranks(_dtensor_tp, 2, str(tmp_path))
     run = commlens.load_run(tmp_path)
-    rows = run.duckdb().execute(
-        "select rank, phase, count(*) from events where op = 'all_reduce' "
-        "and api = 'functional' group by all order by all"
-    ).fetchall()
+    rows = (
+        run.duckdb()
+        .execute(
+            "select rank, phase, count(*) from events where op = 'all_reduce' "
+            "and api = 'functional' group by all order by all"
+        )
+        .fetchall()
+    )
     for rank in range(2):
         expected = sum(v for k, v in res[rank].items() if "all_reduce" in k)
         got = {phase: n for r, phase, n in rows if r == rank}
@@ -211,8 +227,9 @@ def _pipeline(rank: int, world: int, out: str) -> int:
         torch.manual_seed(0)
         stages = [nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(world)]
         stage = PipelineStage(stages[rank], rank, world, torch.device("cpu"))
-        schedule = ScheduleGPipe(stage, n_microbatches=4,
-                                 loss_fn=lambda out, tgt: out.square().mean())
+        schedule = ScheduleGPipe(
+            stage, n_microbatches=4, loss_fn=lambda out, tgt: out.square().mean()
+        )
         x = torch.randn(8, 16)
         if rank == 0:
             schedule.step(x)
@@ -228,15 +245,21 @@ def test_pipelining_gpipe_sends_and_receives_with_peers(tmp_path: Path) -> None:
     world = 2
     run_ranks(_pipeline, world, str(tmp_path))
     run = commlens.load_run(tmp_path)
-    rows = run.duckdb().execute(
-        "select rank, op, peer, count(*), min(size_bytes) from events "
-        "where op in ('send', 'recv') and dtype = 'float32' group by all order by all"
-    ).fetchall()
+    rows = (
+        run.duckdb()
+        .execute(
+            "select rank, op, peer, count(*), min(size_bytes) from events "
+            "where op in ('send', 'recv') and dtype = 'float32' group by all order by all"
+        )
+        .fetchall()
+    )
     by = {(r, op): (peer, n, size) for r, op, peer, n, size in rows}
     # The stages first agree on shapes (small int32 and object messages).
-    meta = run.duckdb().execute(
-        "select count(*) from events where op like '%_object' or dtype = 'int32'"
-    ).fetchone()
+    meta = (
+        run.duckdb()
+        .execute("select count(*) from events where op like '%_object' or dtype = 'int32'")
+        .fetchone()
+    )
     assert meta is not None and meta[0] > 0
     # 4 micro-batches: activations forward 0→1, gradients backward 1→0.
     assert by[(0, "send")][:2] == (1, 4) and by[(1, "recv")][:2] == (0, 4)

@@ -117,11 +117,12 @@ class Recorder:
         self.disabled = True
         self.error = f"{type(exc).__name__}: {exc}"
         where = f"rank {self.rank}" if self.rank is not None else f"pid {os.getpid()}"
-        print(
+        # One write, so lines of several ranks sharing a terminal never interleave.
+        sys.stderr.write(
             f"commlens: warning: recording stopped on {where} ({self.error}); "
-            "training continues untraced",
-            file=sys.stderr,
+            "training continues untraced\n"
         )
+        sys.stderr.flush()
 
     def close(self) -> None:
         """Flush everything, finish the rank file and the manifest."""
@@ -146,6 +147,25 @@ class Recorder:
             merge_manifest(self.run_dir)
         except Exception as exc:
             self.fail(exc)
+
+    def close_on_signal(self, status: str) -> None:
+        """Best-effort finish when the process is being terminated.
+
+        Never blocks: if the interrupted thread holds the writer, the flushed
+        parts already on disk are what survives.
+        """
+        writer = self.writer
+        if writer is None or self.disabled:
+            return
+        if not writer._lock.acquire(blocking=False):
+            return
+        writer._lock.release()
+        try:
+            writer.close()
+            self.write_meta(status)
+            merge_manifest(self.run_dir)
+        except Exception:
+            pass
 
     def write_meta(self, status: str) -> None:
         assert self.rank is not None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -55,6 +57,7 @@ class Capture:
         self._start_offset: tuple[int, int] | None = None
         self._t_offset = 0
         self._ended = False
+        self._old_sigterm: Any = None
         self.active = False
 
     # -- public ------------------------------------------------------------
@@ -75,6 +78,7 @@ class Capture:
             raise
         api.RECORDER = self.recorder
         self.active = True
+        self._install_sigterm()
         if dist.is_available() and dist.is_initialized():
             self._on_init()
         return self
@@ -118,8 +122,29 @@ class Capture:
         self.stop()
 
     # -- internals ---------------------------------------------------------
+    def _install_sigterm(self) -> None:
+        """On SIGTERM (launchers stop surviving ranks so), finish the files, then die.
+
+        Only when nobody else handles SIGTERM; the process still ends by the signal.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, _frame: Any) -> None:
+            self.recorder.close_on_signal("terminated")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        self._old_sigterm = signal.SIG_DFL
+
     def _detach(self) -> None:
         global _ACTIVE
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
         api.RECORDER = None
         if self._funcol is not None:
             self._funcol.close()

@@ -54,9 +54,7 @@ def prepare_out(out: Path, force: bool) -> None:
 def tracing_env(out: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["COMMLENS_TRACE_DIR"] = str(out.resolve())
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(SITE_DIR), *filter(None, [env.get("PYTHONPATH", "")])]
-    )
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH", "")])])
     return env
 
 
@@ -91,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     ranks = manifest.get("ranks", {})
     events = sum(int(meta.get("events", 0)) for meta in ranks.values())
     status = "ok" if code == 0 else f"exit code {code}"
-    print(f"commlens trace: {len(ranks)} ranks, {events} events -> {out} ({status})",
-          file=sys.stderr)
+    print(
+        f"commlens trace: {len(ranks)} ranks, {events} events -> {out} ({status})", file=sys.stderr
+    )
     return code

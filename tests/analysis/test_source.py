@@ -1,0 +1,100 @@
+"""Opening runs lazily: same answers as load_run, missing/truncated/foreign files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from commlens import load_run
+from commlens.analysis import op_table, open_run, step_table
+from commlens.errors import RunFormatError
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def _close(x: dict[str, object], y: dict[str, object]) -> bool:
+    assert x.keys() == y.keys()
+    for key in x:
+        if isinstance(x[key], float):
+            assert x[key] == pytest.approx(y[key], rel=1e-12), key
+        else:
+            assert x[key] == y[key], key
+    return True
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(DATA / "tiny_run", tmp_path / "tiny_run"))
+
+
+def test_lazy_view_matches_loaded_run(tiny: Path) -> None:
+    lazy = open_run(tiny)
+    loaded = open_run(load_run(tiny, quiet=True))
+    for table in (op_table, step_table):
+        a, b = table(lazy).to_pylist(), table(loaded).to_pylist()
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b, strict=True):  # float sums may differ in the last bit
+            assert _close(x, y)
+    cols = "rank, seq, t_issue_ns, t_end_ns"
+    a = lazy.sql(f"SELECT {cols} FROM events ORDER BY rank, seq")
+    b = loaded.sql(f"SELECT {cols} FROM events ORDER BY rank, seq")
+    assert a.equals(b)
+    assert lazy.world_size == 4 and lazy.missing_ranks == []
+
+
+def test_missing_rank_file_is_reported(tiny: Path) -> None:
+    (tiny / "rank-00002.parquet").unlink()
+    run = open_run(tiny)
+    assert run.missing_ranks == [2]
+    assert any("rank 2" in w and "missing" in w for w in run.warnings)
+    assert run.sql("SELECT DISTINCT rank FROM events ORDER BY rank").column(0).to_pylist() == [
+        0,
+        1,
+        3,
+    ]
+    status = dict(
+        run.sql("SELECT rank, status FROM ranks").to_pylist()[i].values() for i in range(4)
+    )
+    assert status[2] == "missing"
+
+
+def test_truncated_rank_file_is_skipped_with_a_warning(tiny: Path) -> None:
+    path = tiny / "rank-00001.parquet"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    run = open_run(tiny)
+    assert run.missing_ranks == [1]
+    assert any("rank-00001.parquet is truncated" in w for w in run.warnings)
+    assert op_table(run).num_rows > 0
+
+
+def test_flushed_parts_of_an_unfinished_rank_are_read(tiny: Path) -> None:
+    table = pq.read_table(tiny / "rank-00003.parquet")
+    (tiny / "rank-00003.parquet").unlink()
+    parts = tiny / ".rank-00003.parts"
+    parts.mkdir()
+    pq.write_table(table, parts / "part-000000.parquet")
+    run = open_run(tiny)
+    assert run.missing_ranks == []
+    assert any("rank 3 did not finish" in w for w in run.warnings)
+    n = run.row("SELECT count(*) FROM events WHERE rank = 3")
+    assert n is not None and n[0] == table.num_rows
+
+
+def test_foreign_parquet_is_a_one_line_error(tiny: Path) -> None:
+    pq.write_table(pa.table({"x": [1]}), tiny / "rank-00000.parquet")
+    with pytest.raises(RunFormatError, match="rank-00000.parquet: not a commlens events file"):
+        open_run(tiny)
+
+
+def test_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(RunFormatError, match="no such run directory"):
+        open_run(tmp_path / "nope")
+    with pytest.raises(RunFormatError, match="not a commlens run"):
+        open_run(tmp_path)
+    (tmp_path / "rank-00000.parquet").write_text("hello")
+    with pytest.raises(RunFormatError, match="not a Parquet file"):
+        open_run(tmp_path)

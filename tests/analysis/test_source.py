@@ -86,7 +86,7 @@ def test_flushed_parts_of_an_unfinished_rank_are_read(tiny: Path) -> None:
 
 def test_foreign_parquet_is_a_one_line_error(tiny: Path) -> None:
     pq.write_table(pa.table({"x": [1]}), tiny / "rank-00000.parquet")
-    with pytest.raises(RunFormatError, match="rank-00000.parquet: not a commlens events file"):
+    with pytest.raises(RunFormatError, match=r"rank-00000\.parquet: not a commlens events file"):
         open_run(tiny)
 
 

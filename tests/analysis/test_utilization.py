@@ -33,9 +33,9 @@ def test_event_bytes_are_conserved_and_rates_right(tmp_path: Path) -> None:
     per_rank = {r: sum(x["wire_bytes"] for x in rows if x["rank"] == r) for r in (0, 1)}
     assert per_rank[0] == pytest.approx(3_000_000)
     assert per_rank[1] == pytest.approx(1_000_000)
-    first = [x for x in rows if x["rank"] == 0 and x["t_s"] == 0.0][0]
+    first = next(x for x in rows if x["rank"] == 0 and x["t_s"] == 0.0)
     assert first["gbit_s"] == pytest.approx(8.0)
-    last = [x for x in rows if x["rank"] == 0 and x["t_s"] == pytest.approx(3.5e-3)][0]
+    last = next(x for x in rows if x["rank"] == 0 and x["t_s"] == pytest.approx(3.5e-3))
     assert last["gbit_s"] == pytest.approx(16.0)
     summary = {r["unit"]: r for r in utilization_summary(run, bins=8).to_pylist()}
     assert summary["rank 0"]["peak_gbit_s"] == pytest.approx(16.0)

@@ -42,6 +42,7 @@ WORLD2 = {
     "bert-zero1": make("bert-tiny", "zero1", 2),
     "bert-zero2": make("bert-tiny", "zero2", 2),
     "bert-zero3": make("bert-tiny", "zero3", 2),
+    "bert-tp": make("bert-tiny", "tp", 2),
     "bert-tp-sp": make("bert-tiny", "tp", 2, sequence_parallel=True),
     "bert-pp": make("bert-tiny", "pp", 2, microbatches=2),
     "t5-dp": make("t5-tiny", "dp", 2),

@@ -1,0 +1,187 @@
+"""Every output format of the report: HTML, Markdown, JSON contract, CSV, suffixes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from commlens.cli.main import main
+from commlens.errors import UsageError
+from commlens.report.base import format_for
+
+DATA = Path(__file__).parent.parent / "data"
+SECTIONS = (
+    "ops",
+    "steps",
+    "ranks",
+    "phases",
+    "modules",
+    "sizes",
+    "histogram",
+    "skew",
+    "stragglers",
+    "utilization",
+    "throughput",
+)
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.images: list[str] = []
+        self.stack: list[str] = []
+        self.tables = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "section":
+            self.sections.append(a.get("id") or "")
+        if tag == "img":
+            self.images.append(a.get("src") or "")
+        if tag == "table":
+            self.tables += 1
+        if tag not in ("img", "meta", "br"):
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"unbalanced </{tag}>"
+        self.stack.pop()
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(DATA / "tiny_run", tmp_path / "tiny_run"))
+
+
+def test_html_is_self_contained_with_every_section(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert main(["report", str(tiny), "-o", str(out)]) == 0
+    html = out.read_text()
+    parser = _Collect()
+    parser.feed(html)
+    parser.close()
+    assert parser.stack == []
+    assert parser.sections == list(SECTIONS)
+    assert parser.tables == len(SECTIONS)
+    assert len(parser.images) == 6  # ops, steps, sizes, histogram, skew, utilization
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    assert "http" not in re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
+    assert "http:" not in html and "https:" not in html
+    for title in ("Communication by op and process group", "Stragglers", "Link utilization"):
+        assert title in html
+
+
+def test_markdown_has_tables_and_embedded_plots(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.md"
+    assert main(["report", str(tiny), "-o", str(out)]) == 0
+    md = out.read_text()
+    assert md.startswith("# commlens report: tiny_run")
+    assert md.count("\n## ") == len(SECTIONS)
+    assert md.count("](data:image/png;base64,") == 6
+    assert "| all_reduce | 0 | 0-3 | dp | 4 | 16 | 16,777,216 |" in md
+
+
+def test_json_keeps_the_issue_2_contract(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tiny), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"]["world_size"] == 4 and data["run"]["format"] == "commlens-run"
+    assert set(data["run"]["ranks"]) == {"0", "1", "2", "3"}
+    keys = {
+        "op",
+        "pg_ranks",
+        "group_size",
+        "role",
+        "ranks",
+        "count",
+        "bytes",
+        "time_s",
+        "algbw_GBps",
+        "busbw_GBps",
+    }
+    for op in data["ops"]:
+        assert keys <= set(op)
+    dp = next(o for o in data["ops"] if o["op"] == "all_reduce" and o["role"] == "dp")
+    assert dp["pg_ranks"] == [0, 1, 2, 3] and dp["group_size"] == 4
+    assert (dp["ranks"], dp["count"], dp["bytes"]) == (4, 16, 16 * (1 << 20))
+    assert dp["busbw_GBps"] == pytest.approx(dp["algbw_GBps"] * 1.5)
+    for key in (
+        "steps",
+        "ranks",
+        "phases",
+        "modules",
+        "sizes",
+        "histogram",
+        "skew",
+        "stragglers",
+        "utilization",
+        "throughput",
+        "missing_ranks",
+        "warnings",
+    ):
+        assert key in data
+
+
+def test_csv_is_tidy(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tiny), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    keys = [(r["op"], r["pg_name"], r["role"], r["size_bucket_bytes"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 6  # one row per op x group x size bucket
+    dp = next(r for r in rows if r["op"] == "all_reduce" and r["role"] == "dp")
+    assert dp["pg_ranks"] == "0-3" and dp["size_bucket_bytes"] == "1048576"
+    assert float(dp["wire_bytes_ring"]) == 1.5 * 16 * (1 << 20)
+    assert float(dp["wire_bytes_study_b"]) == 2 * 16 * (1 << 20)
+
+
+def test_output_suffix_picks_the_format(tiny: Path, tmp_path: Path) -> None:
+    for suffix, check in (
+        (".json", lambda s: json.loads(s)["ops"]),
+        (".csv", lambda s: s.startswith('"op"')),
+        (".txt", lambda s: s.startswith("commlens report")),
+    ):
+        out = tmp_path / f"r{suffix}"
+        assert main(["report", str(tiny), "-o", str(out)]) == 0
+        assert check(out.read_text())
+    assert format_for("x.html", None) == "html" and format_for(None, None) == "text"
+    assert format_for("x.html", "json") == "json"
+    with pytest.raises(UsageError, match="cannot tell the format"):
+        format_for("x.pdf", None)
+
+
+def test_bad_output_is_one_line_and_writes_nothing(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tiny), "-o", str(tmp_path / "r.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot tell the format" in err
+    assert main(["report", str(tiny), "-o", str(tmp_path / "no" / "r.html")]) == 2
+    assert not (tmp_path / "no").exists()
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_report_with_missing_and_truncated_ranks(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tiny / "rank-00003.parquet").unlink()
+    path = tiny / "rank-00001.parquet"
+    path.write_bytes(path.read_bytes()[:1000])
+    assert main(["report", str(tiny), "--width", "120"]) == 0
+    captured = capsys.readouterr()
+    assert "missing ranks: 1, 3 (excluded from cross-rank figures)" in captured.out
+    assert "rank-00001.parquet is truncated" in captured.out
+    assert "rank 3: no events file" in captured.err
+    # every group includes rank 1 or rank 3: nothing can be matched across ranks
+    assert "Ranks 1, 3 are missing" in captured.out
+    assert main(["report", str(tiny), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["missing_ranks"] == [1, 3]
+    assert data["skew"] == [] and data["stragglers"] == []
+    assert {o["ranks"] for o in data["ops"]} <= {1, 2}

@@ -1,0 +1,43 @@
+"""The text report of the checked-in tiny run, compared whole."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.data.make_tiny_run import EXPECTED, expected_text
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def test_text_report_matches_expected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(DATA)
+    got = expected_text("tiny_run")
+    want = EXPECTED.read_text()
+    assert got == want, "regenerate with: python -m tests.data.make_tiny_run (then review)"
+
+
+def test_expected_figures_are_the_hand_computed_ones() -> None:
+    """Guard the checked-in expectation itself against a wrong regeneration."""
+    text = EXPECTED.read_text()
+    # dp all-reduce: 16 x 1 MiB over 26.8 ms -> algbw 0.626, busbw x 2*3/4 = 0.939
+    assert "all_reduce   0       0-3           dp         4      16   16,777,216   0.026800" in text
+    assert "0.626          0.939" in text
+    # rank 0 per step: 800 (tp) + 2500 (two overlapping buckets) + 400 + 200 us = 3.9 ms
+    assert "   0       2    0.020000   0.007800       39.0      0.003800          19.0" in text
+    # rank 3 arrives 300 us late to both dp buckets: it is the top straggler
+    assert "1      3          12                6            0.001400            116.7" in text
+
+
+def test_cli_text_output_is_the_same(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from commlens.cli.main import main
+
+    monkeypatch.chdir(DATA)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["report", "tiny_run", "--width", "100"]) == 0
+    assert capsys.readouterr().out == EXPECTED.read_text()
+    assert os.getcwd() == str(DATA)

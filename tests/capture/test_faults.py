@@ -81,14 +81,14 @@ def test_foreign_files_are_refused_naming_the_file(good_run: Path, tmp_path: Pat
     run_dir = tmp_path / "run"
     shutil.copytree(good_run, run_dir)
     pq.write_table(pa.table({"x": [1, 2]}), run_dir / "rank-00002.parquet")
-    with pytest.raises(RunFormatError, match="rank-00002.parquet.*not a commlens events file"):
+    with pytest.raises(RunFormatError, match=r"rank-00002\.parquet.*not a commlens events file"):
         commlens.load_run(run_dir)
     (run_dir / "rank-00002.parquet").write_text("hello")
-    with pytest.raises(RunFormatError, match="rank-00002.parquet.*not a Parquet file"):
+    with pytest.raises(RunFormatError, match=r"rank-00002\.parquet.*not a Parquet file"):
         commlens.load_run(run_dir)
     (run_dir / "rank-00002.parquet").unlink()
     (run_dir / "run.json").write_text('{"format": "something-else"}')
-    with pytest.raises(RunFormatError, match="run.json.*not a commlens run manifest"):
+    with pytest.raises(RunFormatError, match=r"run\.json.*not a commlens run manifest"):
         commlens.load_run(run_dir)
     with pytest.raises(RunFormatError, match="no such run directory"):
         commlens.load_run(tmp_path / "nope")

@@ -82,7 +82,10 @@ class Run:
                 "t_start_ns": pa.array(rows["t_start_ns"], pa.int64()),
                 "t_end_ns": pa.array(rows["t_end_ns"], pa.int64()),
                 "duration_s": pa.array(
-                    [(e - s) / 1e9 for s, e in zip(rows["t_start_ns"], rows["t_end_ns"])],
+                    [
+                        (e - s) / 1e9
+                        for s, e in zip(rows["t_start_ns"], rows["t_end_ns"], strict=True)
+                    ],
                     pa.float64(),
                 ),
             }

@@ -14,6 +14,10 @@ DTYPES = {"fp32": 4, "bf16": 2}
 SCHEDULES = ("1f1b", "gpipe")
 
 
+def _or_rest(degree: int | None) -> int:
+    return -1 if degree is None else degree
+
+
 def resolve_dims(
     scheme: str, nproc: int, dp: int | None = None, tp: int | None = None, pp: int | None = None
 ) -> ParallelDims:
@@ -34,25 +38,25 @@ def resolve_dims(
                 raise UsageError(
                     f"scheme {scheme} is pure data parallelism; use --scheme 3d for --{role}"
                 )
-        return ParallelDims(nproc, dp=dp or -1, tp=1, pp=1)
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=1, pp=1)
     if scheme == "tp":
         if pp not in (None, 1):
             raise UsageError("scheme tp has no pipeline stages; use --scheme 3d for --pp")
         if tp is None:
-            return ParallelDims(nproc, dp=dp or 1, tp=-1, pp=1)
-        return ParallelDims(nproc, dp=-1 if dp is None else dp, tp=tp, pp=1)
+            return ParallelDims(nproc, dp=1 if dp is None else dp, tp=-1, pp=1)
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=tp, pp=1)
     if scheme == "pp":
         if tp not in (None, 1):
             raise UsageError("scheme pp has no tensor parallelism; use --scheme 3d for --tp")
         if pp is None:
-            return ParallelDims(nproc, dp=dp or 1, tp=1, pp=-1)
-        return ParallelDims(nproc, dp=-1 if dp is None else dp, tp=1, pp=pp)
+            return ParallelDims(nproc, dp=1 if dp is None else dp, tp=1, pp=-1)
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=1, pp=pp)
     missing = [role for role, value in given.items() if value is None]
     if len(missing) > 1:
         raise UsageError(
             "scheme 3d needs at least two of --dp, --tp, --pp (the third takes the rest)"
         )
-    return ParallelDims(nproc, dp=dp or -1, tp=tp or -1, pp=pp or -1)
+    return ParallelDims(nproc, dp=_or_rest(dp), tp=_or_rest(tp), pp=_or_rest(pp))
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ def rank_microbatches(
     return [microbatch(batch, d * k + j, wcfg.micro_batch, device) for j in range(k)]
 
 
-def forward_backward(wcfg: WorkloadConfig, par: Parallelized, mbs: list[Batch]) -> float | None:
+def forward_backward(
+    wcfg: WorkloadConfig, par: Parallelized, mbs: list[Batch], device: torch.device
+) -> float | None:
     """Run every micro-batch forward and backward; the mean loss on the last stage."""
     k = len(mbs)
     losses: list[torch.Tensor] = []
@@ -66,9 +68,7 @@ def forward_backward(wcfg: WorkloadConfig, par: Parallelized, mbs: list[Batch]) 
     else:
         tokens = wcfg.seq_len // (dims.tp if par.tp.sequence_parallel else 1)
         shape = (tokens, wcfg.micro_batch, wcfg.model.hidden)
-        p2p = P2P(
-            par.groups, shape, next(stage.parameters()).dtype, mbs[0][next(iter(mbs[0]))].device
-        )
+        p2p = P2P(par.groups, shape, next(stage.parameters()).dtype, device)
         if wcfg.schedule == "gpipe":
             gpipe(forward, p2p, k)
         else:
@@ -100,7 +100,7 @@ def train(
         _sync(device)
         t0 = time.perf_counter()
         par.optimizer.zero_grad(set_to_none=True)
-        loss = forward_backward(wcfg, par, mbs)
+        loss = forward_backward(wcfg, par, mbs, device)
         par.finish_grads()
         par.optimizer.step()  # capture counts a step when the optimizer steps
         _sync(device)

@@ -54,7 +54,7 @@ def ev(
         "group_size": len(ranks),
         "role": role,
         "dtype": dtype,
-        "count": size // 4,
+        "count": (size if bytes_in is None else bytes_in) // 4,
         "bytes_in": size if bytes_in is None else bytes_in,
         "bytes_out": size if bytes_out is None else bytes_out,
         "size_bytes": size,

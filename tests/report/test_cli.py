@@ -1,0 +1,104 @@
+"""The subcommands in-process through main([...]), one real subprocess, one real capture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlens.cli.main import main
+from tests.distributed import run_ranks
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = shutil.copytree(DATA / "tiny_run", tmp_path / "a")
+    assert main(["compare", str(a), str(DATA / "tiny_run"), "--width", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "Runs (speedup relative to a)" in out
+    assert out.count("1.00x") >= 2
+    html = tmp_path / "c.html"
+    assert main(["compare", str(a), str(DATA / "tiny_run"), "-o", str(html)]) == 0
+    assert html.read_text().count("data:image/png;base64,") == 2
+    assert main(["compare", str(a), str(a), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["run"] for r in data["runs"]] == ["0:a", "1:a"]
+    assert all(r["speedup"] == pytest.approx(1.0) for r in data["runs"])
+    assert main(["compare", str(a)]) == 2
+    assert "at least two runs" in capsys.readouterr().err
+
+
+def test_query(capsys: pytest.CaptureFixture[str]) -> None:
+    run = str(DATA / "tiny_run")
+    sql = "SELECT op, count(*) AS n FROM events GROUP BY op ORDER BY n DESC, op"
+    assert main(["query", run, sql, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["columns"] == ["op", "n"]
+    assert data["rows"][0] == {"op": "all_reduce", "n": 40}
+    assert main(["query", run, sql, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ['"op","n"', '"all_reduce",40']
+    assert main(["query", run, "SELECT count(*) AS steps FROM steps"]) == 0
+    assert capsys.readouterr().out.split() == ["steps", "─────", "8"]
+    assert main(["query", run, "SELECT status, count(*) FROM ranks GROUP BY 1"]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert main(["query", run, "SELECT nope FROM events"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commlens query: error: query failed:") and err.count("\n") == 1
+
+
+def test_installed_command_runs(tmp_path: Path) -> None:
+    exe = Path(sys.executable).parent / "commlens"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "commlens"]
+    proc = subprocess.run(
+        [*cmd, "report", str(DATA / "tiny_run"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ops"]
+
+
+def _capture(rank: int, world: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import commlens
+
+    with commlens.capture(out):
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        t = torch.ones(1024)
+        for _ in range(3):
+            dist.all_reduce(t)
+        work = dist.all_reduce(torch.ones(256), async_op=True)
+        work.wait()
+        dist.all_gather_into_tensor(torch.zeros(1024 * world), t)
+        commlens.step()
+        dist.broadcast(t, src=0)
+        dist.destroy_process_group()
+
+
+def test_report_of_a_real_gloo_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    run_ranks(_capture, 2, str(out))
+    assert main(["report", str(out), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ops = {o["op"]: o for o in data["ops"]}
+    assert ops["all_reduce"]["ranks"] == 2 and ops["all_reduce"]["count"] == 8
+    assert ops["all_reduce"]["bytes"] == 2 * (3 * 4096 + 1024)
+    assert ops["all_gather"]["bytes"] == 2 * 4096 * 2  # S = the gathered buffer
+    assert ops["all_gather"]["pg_ranks"] == [0, 1]
+    assert ops["broadcast"]["count"] == 2
+    for o in data["ops"]:
+        factor = {"all_reduce": 1.0, "all_gather": 0.5, "broadcast": 1.0}[o["op"]]
+        assert o["busbw_GBps"] == pytest.approx(o["algbw_GBps"] * factor)
+        assert o["time_s"] > 0
+    assert len(data["stragglers"]) == 2
+    assert {s["step"] for s in data["steps"]} == {0, 1}
+    assert main(["report", str(out)]) == 0
+    assert "Communication by op and process group" in capsys.readouterr().out

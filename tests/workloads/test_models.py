@@ -15,7 +15,9 @@ from commlens.spec.models import (
     non_embedding_params,
     param_count,
     param_shapes,
+    sequence_parallel_partial,
     stage_layers,
+    tp_split_dim,
 )
 from commlens.workloads.init import init_parameters
 from commlens.workloads.models import build_model
@@ -147,3 +149,19 @@ def test_bad_layouts_are_refused(name: str, tp: int, pp: int, match: str) -> Non
 def test_unknown_preset_names_the_choices() -> None:
     with pytest.raises(UsageError, match="gpt-tiny"):
         get_preset("gpt-7")
+
+
+@pytest.mark.parametrize("name", ["gpt-tiny", "bert-tiny", "t5-tiny"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_tp_plan_describes_the_built_model(name: str, pp: int) -> None:
+    cfg = get_preset(name)
+    if cfg.arch == "t5" and pp > 1:
+        return
+    tp = TPContext(size=2, rank=1, sequence_parallel=True)
+    split = 0
+    for stage in range(pp):
+        for n, p in build_model(cfg, tp, pp, stage).named_parameters():
+            assert getattr(p, "tp_dim", None) == tp_split_dim(n), n
+            assert getattr(p, "sequence_parallel", False) == sequence_parallel_partial(n), n
+            split += tp_split_dim(n) is not None
+    assert split >= 4 * cfg.layers

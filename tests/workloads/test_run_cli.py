@@ -228,10 +228,16 @@ def test_pp_sends_activations_and_all_reduces_the_embedding(tmp_path: Path) -> N
     assert sorted(embed) == [(0, [0, 1], V * H * 4), (1, [0, 1], V * H * 4)]
 
 
-def test_zero3_gathers_twice_and_scatters_once(tmp_path: Path) -> None:
-    _, con = run_and_load(tmp_path, "--scheme", "zero3")
-    for op, times in (("all_gather", 2), ("reduce_scatter", 1)):
-        for rank, _, nbytes in per_rank(con, f"op = '{op}' AND role = 'dp'"):
+@pytest.mark.parametrize(("scheme", "gathers"), [("zero3", 2), ("zero2", 1)])
+def test_zero_gathers_and_scatters_the_parameters(
+    scheme: str, gathers: int, tmp_path: Path
+) -> None:
+    # zero3 gathers before forward and again before backward; zero2 keeps them for backward
+    _, con = run_and_load(tmp_path, "--scheme", scheme)
+    for op, times in (("all_gather", gathers), ("reduce_scatter", 1)):
+        rows = per_rank(con, f"op = '{op}' AND role = 'dp'")
+        assert [r for r, _, _ in rows] == [0, 1]
+        for rank, _, nbytes in rows:
             assert nbytes == pytest.approx(times * PARAM_BYTES, rel=0.05), (op, rank)
 
 

@@ -292,6 +292,55 @@ def param_shapes(
     return out
 
 
+# --- how tensor parallelism splits each parameter -------------------------------
+
+TP_PLAN: dict[str, str] = {
+    "embed.word": "vocab",  # [V/tp, h]: each rank looks up its vocabulary range; summed over tp
+    "lm_head": "vocab",  # the last stage's copy of the tied embedding
+    "mlm.bias": "vocab",  # BERT's output bias [V/tp]
+    "attn.qkv": "colwise",  # [3h/tp, h]: whole heads per rank; input gradient all-reduced
+    "attn.proj": "rowwise",  # [h, h/tp]: output all-reduced (bias replicated)
+    "cross.q": "colwise",
+    "cross.kv": "colwise",
+    "cross.proj": "rowwise",
+    "mlp.fc1": "colwise",  # [f/tp, h]
+    "mlp.fc2": "rowwise",  # [h, f/tp]
+    "rel_bias": "heads",  # T5 [buckets, heads/tp]
+}
+"""Module (or parameter) name suffix → how tensor parallelism splits it; the rest is replicated."""
+
+
+def tp_split_dim(name: str) -> int | None:
+    """The dim of parameter ``name`` that tensor parallelism splits (None: replicated)."""
+    module, _, leaf = name.rpartition(".")
+    for key, style in TP_PLAN.items():
+        if name == key or name.endswith("." + key):
+            return 0  # a parameter named in the plan (mlm.bias)
+        if module == key or module.endswith("." + key):
+            if style in ("vocab", "colwise"):
+                return 0
+            if style == "heads":
+                return 1
+            return 1 if leaf == "weight" else None  # rowwise: the bias is added after the sum
+    return None
+
+
+def sequence_parallel_partial(name: str) -> bool:
+    """Under sequence parallelism, a replicated parameter that sees only this rank's
+    part of the sequence: its gradient is all-reduced over tp after backward."""
+    module, _, _ = name.rpartition(".")
+    last = module.rpartition(".")[2]
+    if module.startswith("mlm."):
+        return False  # the MLM head runs on the gathered sequence
+    if last in ("ln1", "ln2", "ln3", "ln_f", "ln"):
+        return True
+    if name in ("embed.pos.weight", "embed.token_type.weight"):
+        return True
+    return tp_split_dim(name) is None and any(
+        module == k or module.endswith("." + k) for k, v in TP_PLAN.items() if v == "rowwise"
+    )
+
+
 # --- counters -----------------------------------------------------------------
 
 

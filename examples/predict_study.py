@@ -23,8 +23,17 @@ from commlens.model.profiles import get_profile, get_profiles
 from commlens.model.textbook import textbook_calls
 from commlens.spec import ParallelDims, get_preset
 
-LADDER = ("gpt-19m", "gpt-49m", "gpt-125m", "gpt-350m", "gpt-760m", "gpt-1.3b", "gpt-2.7b",
-          "gpt-6.7b", "gpt-13b")  # fmt: skip
+LADDER = (
+    "gpt-19m",
+    "gpt-49m",
+    "gpt-125m",
+    "gpt-350m",
+    "gpt-760m",
+    "gpt-1.3b",
+    "gpt-2.7b",
+    "gpt-6.7b",
+    "gpt-13b",
+)
 
 
 def wire_bytes(job: Job, textbook: bool = False, convention: str = "ring") -> float:
@@ -39,8 +48,10 @@ def zero_ratios(model: str, dp: int = 8, seq_len: int = 2048) -> dict[str, float
     """Wire volume of each ZeRO stage over DP's, exact and textbook."""
     out = {}
     dims = ParallelDims(dp)
-    base = {tb: wire_bytes(Job(get_preset(model), "dp", dims, seq_len, dtype="bf16"), tb)
-            for tb in (False, True)}  # fmt: skip
+    base = {
+        tb: wire_bytes(Job(get_preset(model), "dp", dims, seq_len, dtype="bf16"), tb)
+        for tb in (False, True)
+    }
     for scheme in ("zero1", "zero2", "zero3"):
         job = Job(get_preset(model), scheme, dims, seq_len, dtype="bf16")
         out[scheme] = wire_bytes(job) / base[False]
@@ -71,8 +82,16 @@ def study_a(model: str = "gpt-1.3b", gpus_per_node: int = 4) -> dict[str, Predic
     nets = get_profiles("tcp-10g,ipoib-100g,rdma-100g")
     out = {}
     for name, (scheme, dims, k, sp) in STUDY_A_LAYOUTS.items():
-        job = Job(get_preset(model), scheme, dims, seq_len=2048, micro_batch=1,
-                  microbatches=k, dtype="bf16", sequence_parallel=sp)  # fmt: skip
+        job = Job(
+            get_preset(model),
+            scheme,
+            dims,
+            seq_len=2048,
+            micro_batch=1,
+            microbatches=k,
+            dtype="bf16",
+            sequence_parallel=sp,
+        )
         out[name] = predict(job, nets, intra=get_profile("nvlink"), gpus_per_node=gpus_per_node)
     return out
 
@@ -81,9 +100,11 @@ def main() -> None:
     print("1. ZeRO wire volume / DP wire volume (dp=8, bf16), exact for the workloads | textbook")
     for model in LADDER:
         r = zero_ratios(model)
-        print(f"   {model:9s} zero1 {r['zero1']:.3f} | {r['zero1 (textbook)']:.3f}   "
-              f"zero2 {r['zero2']:.3f} | {r['zero2 (textbook)']:.3f}   "
-              f"zero3 {r['zero3']:.3f} | {r['zero3 (textbook)']:.3f}")  # fmt: skip
+        print(
+            f"   {model:9s} zero1 {r['zero1']:.3f} | {r['zero1 (textbook)']:.3f}   "
+            f"zero2 {r['zero2']:.3f} | {r['zero2 (textbook)']:.3f}   "
+            f"zero3 {r['zero3']:.3f} | {r['zero3 (textbook)']:.3f}"
+        )
     seqs = (512, 1024, 2048)
     print(f"2. per-rank wire bytes (MB) at s = {seqs}, gpt-1.3b")
     for label, scheme, dims in (
@@ -95,8 +116,10 @@ def main() -> None:
         print(f"   {label:5s} " + "  ".join(f"{v / 1e6:12,.1f}" for v in vols))
     print("3. Study A: gpt-1.3b on 8 ranks, 4 per node; step time (s) and speedup over tcp-10g")
     for name, pred in study_a().items():
-        cells = "  ".join(f"{n.name} {n.step_time_s:.3f}s ({x:.2f}x)"
-                          for n, x in zip(pred.networks, pred.speedups(), strict=True))  # fmt: skip
+        cells = "  ".join(
+            f"{n.name} {n.step_time_s:.3f}s ({x:.2f}x)"
+            for n, x in zip(pred.networks, pred.speedups(), strict=True)
+        )
         print(f"   {name:32s} {cells}")
 
 

@@ -37,7 +37,9 @@ CASES: list[tuple[str, str, int, dict[str, int], dict[str, Any]]] = [
     ("dp4", "dp", 4, {}, {}),
     ("zero3-4", "zero3", 4, {}, {}),
     ("tp4-sp", "tp", 4, {}, {"sequence_parallel": True, "recompute": True}),
-    ("pp4-1f1b", "pp", 4, {}, {"microbatches": 4}),
+    ("pp4-dp2-1f1b", "pp", 4, {"pp": 2}, {"microbatches": 4}),
+    ("pp4-dp2-gpipe", "pp", 4, {"pp": 2}, {"microbatches": 4, "schedule": "gpipe"}),
+    ("tp4-recompute", "tp", 4, {}, {"recompute": True}),
     ("3d-dp2-pp2", "3d", 4, {"dp": 2, "pp": 2, "tp": 1}, {"microbatches": 2}),
     (
         "3d-tp2-pp2-sp",

@@ -43,7 +43,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dp", type=int, default=1, help="data-parallel degree (default 1)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
-    p.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (default 1024)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="tokens per sequence (default: the model's positions, 2048 for GPT)",
+    )
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
     p.add_argument("--microbatches", type=int, default=1, help="micro-batches per step")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
@@ -88,11 +93,12 @@ def job_from_args(args: argparse.Namespace) -> Job:
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
     dims = ParallelDims(args.dp * args.tp * args.pp, dp=args.dp, tp=args.tp, pp=args.pp)
+    model = model_from_args(args)
     return Job(
-        model=model_from_args(args),
+        model=model,
         scheme=args.scheme,
         dims=dims,
-        seq_len=args.seq_len,
+        seq_len=args.seq_len if args.seq_len is not None else model.max_positions,
         micro_batch=args.micro_batch,
         microbatches=args.microbatches,
         dtype=args.dtype,
@@ -103,7 +109,10 @@ def job_from_args(args: argparse.Namespace) -> Job:
 
 
 def _mb(n: float) -> str:
-    return f"{n / 1e6:,.3f}"
+    mb = n / 1e6
+    if mb >= 100:
+        return f"{mb:,.0f}"
+    return f"{mb:.2f}" if mb >= 1 else f"{mb:.3g}"
 
 
 def console_for_tables() -> Console:
@@ -142,7 +151,11 @@ def render_text(pred: Prediction, console: Console) -> None:
     ]
     cols += [f"{n.name} (s)" for n in pred.networks]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("op", "role") else "right")
+        if col in ("op", "role"):
+            width = len("reduce_scatter") if col == "op" else 4
+            table.add_column(col, justify="left", no_wrap=True, min_width=width)
+        else:
+            table.add_column(col, justify="right", overflow="fold")
     for v in pred.volumes:
         tb = book.get((v.op, v.role))
         row = [

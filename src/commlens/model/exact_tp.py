@@ -13,7 +13,10 @@ tp group of the rank (``workloads/tp.py``, ``layers.py``, ``models/*.py``):
   output. T5's cross-attention adds a column-parallel query (same as above)
   and a column-parallel key/value over the encoder output (one more input
   collective per decoder layer).
-- activation recomputation reruns each layer's forward collectives in backward.
+- activation recomputation reruns each layer's forward collectives in
+  backward, up to the last one whose output backward needs (PyTorch's
+  non-reentrant checkpoint stops early): all but a pre-norm layer's final
+  row-parallel output (GPT, T5); all of them for post-norm BERT.
 - LM head (last stage): its column-parallel input as above (GPT, T5, S_a);
   BERT's MLM head works on the b·m masked tokens only, after a forward-only
   sequence all-gather under SP (its gradient is split, not reduced).
@@ -68,37 +71,40 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
     k, b, s, h = job.microbatches, job.micro_batch, job.seq_len, cfg.hidden
     act = s * b * h * job.dtype_bytes
     sp = job.sequence_parallel
-    rec = 2 if job.recompute else 1
+    rec = job.recompute
     counts = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
 
-    def column_input(n: int, forward_reruns: int = 1) -> None:
-        # n column-parallel entries: AR backward, or AG forward (rerun) + RS backward
+    def column_input(n: int, reruns: int = 0) -> None:
+        # column-parallel entries: AR backward; SP: AG forward (+ reruns) and RS backward
         if sp:
-            counts["all_gather"] += n * forward_reruns
+            counts["all_gather"] += n + reruns
             counts["reduce_scatter"] += n
         else:
             counts["all_reduce"] += n
 
-    def row_output(n: int, forward_reruns: int = 1) -> None:
-        # n row-parallel exits: AR forward (rerun), or RS forward (rerun) + AG backward
+    def row_output(n: int, reruns: int = 0) -> None:
+        # row-parallel exits: AR forward (+ reruns); SP: RS forward (+ reruns) and AG backward
         if sp:
-            counts["reduce_scatter"] += n * forward_reruns
+            counts["reduce_scatter"] += n + reruns
             counts["all_gather"] += n
         else:
-            counts["all_reduce"] += n * forward_reruns
+            counts["all_reduce"] += n + reruns
 
     if cfg.arch == "t5":
         enc, dec = cfg.layers, cfg.decoder_layers
         row_output(2)  # encoder and decoder word embeddings
-        column_input(2 * enc + 4 * dec, rec)  # qkv, fc1 (+ cross q, cross kv)
-        row_output(2 * enc + 3 * dec, rec)  # proj, fc2 (+ cross proj)
+        column_input(2 * enc + 4 * dec, rec * (2 * enc + 4 * dec))  # qkv, fc1 (+ cross q, kv)
+        row_output(2 * enc + 3 * dec, rec * (enc + 2 * dec))  # proj, fc2 (+ cross proj)
         column_input(1)  # LM head
     else:
         layers = len(stage_layers(cfg.layers, d.pp, stage))
         if first:
             row_output(1)  # word embedding
-        column_input(2 * layers, rec)  # qkv, fc1
-        row_output(2 * layers, rec)  # proj, fc2
+        column_input(2 * layers, rec * 2 * layers)  # qkv, fc1
+        # proj, fc2; recomputation stops early, after the last tensor backward needs: a
+        # pre-norm layer's fc2 output feeds only the residual add and is not recomputed,
+        # BERT's post-norm ln2 saves it, so BERT reruns both
+        row_output(2 * layers, rec * (2 if cfg.arch == "bert" else 1) * layers)
         if last and cfg.arch == "gpt":
             column_input(1)  # LM head
     calls = [

@@ -62,7 +62,8 @@ class Intercepted:
         try:
             call = self.extract(args, kwargs)
             frame = sys._getframe(1)
-            gpu = rec.cuda.start() if rec.cuda.wanted(call.tensor) else None
+            tensor = call.tensor
+            gpu = rec.cuda.start() if tensor is not None and tensor.is_cuda else None
         except Exception as exc:
             rec.fail(exc)
             return self.orig(*args, **kwargs)

@@ -50,12 +50,21 @@ class GroupRegistry:
         self._roles: dict[int, tuple[Any, str]] = {}
 
     def set_role(self, group: Any, role: str) -> None:
-        group = group if group is not None else dist.group.WORLD
+        if group is None or group is dist.group.WORLD:
+            group = dist.distributed_c10d._get_default_group()
         self._roles[id(group)] = (group, role)
         self._cache.pop(id(group), None)
+        self._cache.pop(0, None)
 
     def info(self, group: Any) -> GroupInfo:
-        if group is None or group is dist.group.WORLD:
+        if group is None:
+            hit = self._cache.get(0)
+            if hit is not None:
+                return hit[1]
+            info = self.info(dist.distributed_c10d._get_default_group())
+            self._cache[0] = (None, info)
+            return info
+        if group is dist.group.WORLD:
             group = dist.distributed_c10d._get_default_group()
         hit = self._cache.get(id(group))
         if hit is not None and hit[0] is group:
@@ -75,6 +84,10 @@ class GroupRegistry:
             return explicit[1]
         desc = str(getattr(group, "group_desc", "") or "")
         return role_from_text(desc)
+
+    def forget_default(self) -> None:
+        """A new default group exists (init_process_group): drop the cached one."""
+        self._cache.pop(0, None)
 
     def clear(self) -> None:
         self._cache.clear()

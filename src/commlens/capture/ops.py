@@ -18,7 +18,7 @@ import torch
 from commlens.capture.groups import global_rank
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     op: str
     group: Any
@@ -54,7 +54,7 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, defau
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return int(t.numel()) * int(t.element_size())
+    return int(t.nbytes)
 
 
 def _sum_bytes(ts: Any) -> int:
@@ -94,9 +94,21 @@ def _tensor_call(
 
 
 def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    t = _arg(a, k, 0, "tensor")
-    return _tensor_call(
-        "all_reduce", t, _arg(a, k, 2, "group"), _nbytes(t), None, _arg(a, k, 3, "async_op", False)
+    # The hottest path of all (DDP buckets, TP): no helper calls.
+    n = len(a)
+    t = a[0] if n else k["tensor"]
+    nbytes = t.nbytes
+    return Call(
+        "all_reduce",
+        a[2] if n > 2 else k.get("group"),
+        t.numel(),
+        dtype_name(t.dtype),
+        nbytes,
+        nbytes,
+        nbytes,
+        None,
+        bool(a[3] if n > 3 else k.get("async_op", False)),
+        t,
     )
 
 

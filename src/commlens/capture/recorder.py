@@ -226,7 +226,7 @@ class Recorder:
             call.op,
             api,
             info.name,
-            list(info.ranks),
+            info.ranks,
             info.size,
             info.role or role_hint,
             call.dtype,
@@ -269,6 +269,8 @@ class Recorder:
         self._safe_emit(pending)
 
     def before_wait(self, work: Any) -> Pending | None:
+        if not self._pending:  # blocking ops wait internally: keep that path cheap
+            return None
         with self._lock:
             entry = self._pending.get(id(work))
             if entry is None or entry[0] is not work:

@@ -155,6 +155,7 @@ class Capture:
 
     def _on_init(self) -> None:
         rec = self.recorder
+        rec.groups.forget_default()
         try:
             if rec.ensure_open() is None:
                 return

@@ -49,7 +49,7 @@ class EventWriter:
         self.schema = EVENT_SCHEMA.with_metadata(
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
-        self._columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
+        self._rows: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
         self._parts = parts_dir(self.run_dir, rank)
         self._parts.mkdir(parents=True, exist_ok=True)
@@ -61,15 +61,19 @@ class EventWriter:
     def append(self, row: tuple[Any, ...]) -> None:
         """Add one event, given as a tuple in EVENT_COLUMNS order."""
         with self._lock:
-            for column, value in zip(self._columns.values(), row, strict=True):
-                column.append(value)
+            rows = self._rows
+            rows.append(row)
             self.n_events += 1
-            pending = len(self._columns["rank"])
             if (
-                pending >= self.flush_events
+                len(rows) >= self.flush_events
                 or time.monotonic() - self._last_flush >= self.flush_seconds
             ):
                 self._flush_locked()
+
+    @property
+    def buffered(self) -> int:
+        """Events held in memory, not yet flushed."""
+        return len(self._rows)
 
     def flush(self) -> None:
         with self._lock:
@@ -77,17 +81,17 @@ class EventWriter:
 
     def _flush_locked(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._columns["rank"]:
+        if not self._rows:
             return
+        columns = list(zip(*self._rows, strict=True))
+        self._rows = []
         table = pa.table(
             {
                 name: pa.array(values, type=self.schema.field(name).type)
-                for name, values in self._columns.items()
+                for name, values in zip(EVENT_COLUMNS, columns, strict=True)
             },
             schema=self.schema,
         )
-        for values in self._columns.values():
-            values.clear()
         path = self._parts / f"part-{self._n_parts:06d}.parquet"
         tmp = path.with_suffix(".tmp")
         pq.write_table(table, tmp, compression="zstd")

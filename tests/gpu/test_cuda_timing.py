@@ -1,0 +1,46 @@
+"""NCCL ops on CUDA tensors are timed by CUDA events, never by a synchronize per op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import commlens
+from commlens.launch import free_port
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or not dist.is_nccl_available(),
+    reason="needs a CUDA GPU and NCCL (this machine has neither)",
+)
+
+
+def test_nccl_ops_timed_with_cuda_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs = {"n": 0}
+    real_sync = torch.cuda.synchronize
+
+    def counting_sync(*args: object, **kwargs: object) -> None:
+        syncs["n"] += 1
+        real_sync(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.cuda, "synchronize", counting_sync)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with commlens.capture(tmp_path):
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        x = torch.ones(16 * 1024 * 1024, device="cuda")
+        for _ in range(20):
+            dist.all_reduce(x)
+        dist.destroy_process_group()
+    assert syncs["n"] == 0
+    run = commlens.load_run(tmp_path)
+    rows = (
+        run.duckdb()
+        .execute(
+            "select count(*), min(duration_s), max(t_wait_ns) from events where op = 'all_reduce'"
+        )
+        .fetchone()
+    )
+    assert rows is not None and rows[0] == 20 and rows[1] > 0

@@ -60,3 +60,13 @@ def global_losses(per_rank: list[dict[str, Any]]) -> list[float]:
     """Mean over data-parallel ranks of the last stage's losses (tp rank 0)."""
     rows = [r["losses"] for r in per_rank if r["last"] and r["coords"]["tp"] == 0]
     return [sum(step) / len(step) for step in zip(*rows, strict=True)]
+
+
+def capture_jobs(jobs: list[tuple[dict[str, Any], str]]) -> None:
+    """On every rank: train each (config, run directory) under a capture, as a worker does."""
+    from pathlib import Path
+
+    from commlens.workloads.worker import capture_workload
+
+    for config, out in jobs:
+        capture_workload(WorkloadConfig.from_dict(config), Path(out), CPU)

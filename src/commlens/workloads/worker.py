@@ -58,6 +58,18 @@ def run_workload(
     return train(wcfg, par, device, on_step=progress)
 
 
+def capture_workload(
+    wcfg: WorkloadConfig, out: Path, device: torch.device, verbose: bool = False
+) -> list[StepRecord]:
+    """``run_workload`` under a capture into ``out``, the workload and the per-step
+    records in this rank's metadata (the process group must exist)."""
+    meta = {"workload": wcfg.to_dict(), "coords": wcfg.dims.coords(dist.get_rank())}
+    with commlens.capture(out, meta=meta) as cap:
+        records = run_workload(wcfg, device, verbose=verbose)
+        cap.add_meta("steps_metrics", [r.to_dict() for r in records])
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
@@ -68,11 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     device = device_for(wcfg.backend)
     dist.init_process_group(wcfg.backend, timeout=timedelta(minutes=10))
     try:
-        rank = dist.get_rank()
-        meta = {"workload": wcfg.to_dict(), "coords": wcfg.dims.coords(rank)}
-        with commlens.capture(out, meta=meta) as cap:
-            records = run_workload(wcfg, device, verbose=True)
-            cap.add_meta("steps_metrics", [r.to_dict() for r in records])
+        capture_workload(wcfg, out, device, verbose=True)
     finally:
         dist.destroy_process_group()
     return 0

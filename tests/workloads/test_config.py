@@ -7,9 +7,9 @@ import json
 import pytest
 
 from commlens.errors import UsageError
-from commlens.spec.models import get_preset
+from commlens.spec.models import get_preset, masked_per_sequence
 from commlens.workloads.config import WorkloadConfig, resolve_dims
-from commlens.workloads.data import global_batch, masked_count, microbatch
+from commlens.workloads.data import global_batch, microbatch
 
 
 @pytest.mark.parametrize(
@@ -86,5 +86,5 @@ def test_data_is_deterministic_and_split_by_rows(name: str) -> None:
     mb = microbatch(a, 1, 2, a[next(iter(a))].device)
     assert all(bool((mb[k] == a[k][2:4]).all()) for k in a)
     if cfg.arch == "bert":
-        assert a["mask_pos"].shape == (6, masked_count(16))
+        assert a["mask_pos"].shape == (6, masked_per_sequence(16))
         assert bool((a["tokens"].gather(1, a["mask_pos"]) == cfg.vocab - 1).all())

@@ -209,6 +209,11 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     return range(start, start + base + (1 if stage < extra else 0))
 
 
+def masked_per_sequence(seq_len: int) -> int:
+    """Positions BERT's MLM loss covers in every synthetic sequence (15%, at least one)."""
+    return max(1, round(0.15 * seq_len))
+
+
 # --- exact parameter lists -----------------------------------------------------
 
 Shape = tuple[int, ...]

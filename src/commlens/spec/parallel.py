@@ -39,7 +39,7 @@ class ParallelDims:
                 raise UsageError(f"{name} must be a positive integer or -1, got {value}")
         if unknown:
             known = 1
-            for name, value in degrees.items():
+            for _name, value in degrees.items():
                 if value != -1:
                     known *= value
             if self.world_size % known:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from commlens.spec.models import ModelConfig
+from commlens.spec.models import ModelConfig, masked_per_sequence
 
 Batch = dict[str, torch.Tensor]
 
@@ -21,11 +21,6 @@ def _progressions(gen: torch.Generator, rows: int, length: int, vocab: int) -> t
     start = torch.randint(0, vocab, (rows, 1), generator=gen)
     stride = torch.randint(1, 8, (rows, 1), generator=gen)
     return (start + stride * torch.arange(length)) % vocab  # [rows, length]
-
-
-def masked_count(seq_len: int) -> int:
-    """Positions BERT masks in every sequence (15%, at least one)."""
-    return max(1, round(0.15 * seq_len))
 
 
 def global_batch(cfg: ModelConfig, seq_len: int, rows: int, step: int, seed: int) -> Batch:
@@ -37,7 +32,7 @@ def global_batch(cfg: ModelConfig, seq_len: int, rows: int, step: int, seed: int
         return {"tokens": seq[:, :-1].contiguous(), "labels": seq[:, 1:].contiguous()}
     if cfg.arch == "bert":
         seq = _progressions(gen, rows, seq_len, v)
-        m = masked_count(seq_len)
+        m = masked_per_sequence(seq_len)
         pos = torch.rand(rows, seq_len, generator=gen).argsort(dim=1)[:, :m].sort(dim=1).values
         tokens = seq.scatter(1, pos, v - 1)  # the last id serves as [MASK]
         types = (torch.arange(seq_len) >= seq_len // 2).long().expand(rows, seq_len)

@@ -41,8 +41,8 @@ class RunView:
     con: duckdb.DuckDBPyConnection
     warnings: list[str] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
-    materialized: set[str] = field(default_factory=set)
-    """Temporary tables already built in ``con`` (see ``analysis.skew``)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Results computed once per run (see ``analysis.rankpass``, ``analysis.ops``)."""
 
     @property
     def name(self) -> str:

@@ -2,7 +2,8 @@
 
 - ``comm_s``: time covered by at least one communication op of the step (the
   union of ``[t_issue, t_end]``), so overlapping async ops count once;
-  ``comm_sum_s`` is the plain sum of op durations, for comparison.
+  ``comm_sum_s`` is the plain sum of op durations, for comparison. The
+  unions are computed by :mod:`commlens.analysis.rankpass`.
 - ``exposed_s``: time the training thread was blocked on communication, the
   union of ``[t_end − t_wait, t_end]`` (a blocking op blocks from issue to
   end; an async op blocks from its ``wait()`` until it completes). The rest of
@@ -16,44 +17,27 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.analysis.intervals import union_sql
+from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
-
-_KEYS = "rank, step"
 
 
 def step_table(run: RunView) -> pa.Table:
     """One row per (rank, step)."""
-    comm = union_sql("events", _KEYS, "t_issue_ns", "t_end_ns")
-    exposed = union_sql(
-        "events", _KEYS, "t_end_ns - least(t_wait_ns, t_end_ns - t_issue_ns)", "t_end_ns"
-    )
+    run.con.register("step_ops", ensure_pass(run).steps)
     return run.sql(
-        f"""
-        WITH ops AS (
-            SELECT rank, step, count(*)::BIGINT AS ops, sum(size_bytes)::BIGINT AS bytes,
-                   sum(duration_s) AS comm_sum_s, min(t_issue_ns) AS first_ns,
-                   max(t_end_ns) AS last_ns
-            FROM events GROUP BY rank, step
-        ), comm AS (
-            SELECT rank, step, sum(e - s) / 1e9 AS comm_s FROM {comm} c GROUP BY rank, step
-        ), exposed AS (
-            SELECT rank, step, sum(e - s) / 1e9 AS exposed_s FROM {exposed} x
-            GROUP BY rank, step
-        ), joined AS (
+        """
+        WITH joined AS (
             SELECT coalesce(o.rank, st.rank) AS rank, coalesce(o.step, st.step) AS step,
                    CASE WHEN st.step IS NOT NULL THEN st.duration_s
                         ELSE (o.last_ns - o.first_ns) / 1e9 END AS step_s,
                    CASE WHEN st.step IS NOT NULL THEN 'manifest' ELSE 'ops' END AS step_source,
                    coalesce(st.t_start_ns, o.first_ns) AS t_start_ns,
                    coalesce(o.ops, 0)::BIGINT AS ops, coalesce(o.bytes, 0)::BIGINT AS bytes,
-                   coalesce(c.comm_s, 0.0) AS comm_s,
+                   coalesce(o.comm_s, 0.0) AS comm_s,
                    coalesce(o.comm_sum_s, 0.0) AS comm_sum_s,
-                   coalesce(x.exposed_s, 0.0) AS exposed_s
-            FROM ops o
+                   coalesce(o.exposed_s, 0.0) AS exposed_s
+            FROM step_ops o
             FULL OUTER JOIN steps st ON o.rank = st.rank AND o.step = st.step
-            LEFT JOIN comm c ON c.rank = o.rank AND c.step = o.step
-            LEFT JOIN exposed x ON x.rank = o.rank AND x.step = o.step
         )
         SELECT rank, step, step_source, t_start_ns, step_s, ops, bytes, comm_s, comm_sum_s,
                CASE WHEN step_s > 0 THEN comm_s / step_s ELSE 0.0 END AS comm_share,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.bandwidth import factor_sql
+from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
 from commlens.netem.nic import NIC_FILE, read_nic
 
@@ -24,40 +24,9 @@ def _origin_ns(run: RunView) -> int | None:
 
 def event_utilization(run: RunView, bins: int = 100) -> pa.Table:
     """Per rank and time bin: ``t_s`` (bin start), ``bin_s``, ``wire_bytes``, ``gbit_s``."""
-    row = run.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
-    if not row or row[0] is None:
-        return pa.table(
-            {
-                "rank": pa.array([], pa.int32()),
-                "t_s": pa.array([], pa.float64()),
-                "bin_s": pa.array([], pa.float64()),
-                "wire_bytes": pa.array([], pa.float64()),
-                "gbit_s": pa.array([], pa.float64()),
-            }
-        )
-    t0, t1 = int(row[0]), int(row[1])
-    bin_ns = max(1, -(-max(t1 - t0, 1) // max(1, bins)))
-    return run.sql(
-        f"""
-        WITH ev AS (
-            SELECT rank, t_issue_ns - {t0} AS s, greatest(t_end_ns - {t0}, t_issue_ns - {t0} + 1)
-                       AS e,
-                   size_bytes * {factor_sql()} AS wire
-            FROM events WHERE size_bytes > 0
-        ), spread AS (
-            SELECT rank, s, e, wire, unnest(range(s // {bin_ns}, e // {bin_ns} + 1)) AS b
-            FROM ev
-        ), per_bin AS (
-            SELECT rank, b,
-                   sum(wire * greatest(least(e, (b + 1) * {bin_ns}) - greatest(s, b * {bin_ns}),
-                                       0) / (e - s)) AS wire_bytes
-            FROM spread GROUP BY rank, b
-        )
-        SELECT rank, b * {bin_ns} / 1e9 AS t_s, {bin_ns} / 1e9 AS bin_s, wire_bytes,
-               wire_bytes * 8 / ({bin_ns} / 1e9) / 1e9 AS gbit_s
-        FROM per_bin ORDER BY rank, t_s
-        """
-    )
+    util = ensure_pass(run, util_bins=bins).util
+    assert util is not None
+    return util
 
 
 def nic_utilization(run: RunView) -> pa.Table | None:

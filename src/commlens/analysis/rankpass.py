@@ -1,0 +1,343 @@
+"""One pass over every rank's events, in numpy: what SQL window functions make slow.
+
+For each rank (one query, only the columns needed) this computes:
+
+- per step: the union of the op intervals ``[t_issue, t_end]`` (overlapping
+  async ops count once) and of the blocked intervals ``[t_end − t_wait,
+  t_end]``, op count, bytes, summed durations, first issue and last end;
+- wire bytes per time bin (ring convention), spread evenly over each op;
+- for cross-rank matching, each collective's key (group, op, k-th call).
+
+Unions use sorted intervals and a running maximum of the ends: interval i adds
+``max(0, M_i − max(s_i, M_{i−1}))``, where M is the running maximum.
+Results are cached on the :class:`RunView` (see :func:`ensure_pass`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from commlens.analysis.bandwidth import bus_factor
+from commlens.analysis.source import RunView
+
+P2P_OPS = ("send", "recv", "send_object", "recv_object")
+_QUERY = (
+    "SELECT seq, op, pg_name, role, group_size, step, size_bytes, t_issue_ns, t_end_ns, "
+    "t_wait_ns FROM events WHERE rank = {rank}"
+)
+
+
+class Codes:
+    """Strings of all ranks mapped to one set of integer codes."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        if value not in self.index:
+            self.index[value] = len(self.values)
+            self.values.append(value)
+        return self.index[value]
+
+    def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        enc = pc.dictionary_encode(pc.fill_null(arr, ""))
+        lookup = np.array([self.code(v) for v in enc.dictionary.to_pylist()] or [0], np.int32)
+        return lookup[enc.indices.to_numpy(zero_copy_only=False)]
+
+
+@dataclass
+class MatchPart:
+    """One rank's collective calls that can be matched across ranks."""
+
+    rank: int
+    pair: np.ndarray  # global (group, op) code
+    k: np.ndarray  # 0-based: the k-th call of that op on that group in this rank
+    triple: np.ndarray  # global (op, group, role) code
+    seq: np.ndarray
+    step: np.ndarray
+    size: np.ndarray  # group size
+    t_issue: np.ndarray
+    t_end: np.ndarray
+
+
+@dataclass
+class RankPass:
+    steps: pa.Table
+    util: pa.Table | None
+    matches: list[MatchPart] | None
+    triples: list[tuple[str, str, str]]
+    util_bins: int | None
+
+
+def _union(seg_starts: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Covered time of each segment; rows sorted by (segment, s)."""
+    if not s.size:
+        return np.zeros(0, np.int64)
+    bounds = np.append(seg_starts, s.size)
+    running = np.empty_like(e)
+    for a, b in itertools.pairwise(bounds):
+        running[a:b] = np.maximum.accumulate(e[a:b])
+    prev = np.empty_like(running)
+    prev[1:] = running[:-1]
+    prev[seg_starts] = s[seg_starts]
+    covered = np.maximum(running - np.maximum(s, prev), 0)
+    return np.add.reduceat(covered, seg_starts)
+
+
+def _segments(keys: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else keys[:0]
+
+
+def _order_by(step: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row order by (step, t); the identity when already so (the usual case)."""
+    d_step, d_t = np.diff(step), np.diff(t)
+    if np.all((d_step > 0) | ((d_step == 0) & (d_t >= 0))):
+        return np.arange(step.size)
+    order = np.argsort(t, kind="stable")
+    return order[np.argsort(step[order], kind="stable")]
+
+
+def _step_rows(
+    rank: int, step: np.ndarray, s: np.ndarray, e: np.ndarray, wait: np.ndarray, size: np.ndarray
+) -> dict[str, np.ndarray]:
+    order = _order_by(step, s)
+    st, ss, es = step[order], s[order], e[order]
+    starts = _segments(st)
+    comm = _union(starts, ss, es)
+    blocked_from = e - np.clip(np.minimum(wait, e - s), 0, None)
+    order_x = _order_by(step, blocked_from)
+    exposed = _union(_segments(step[order_x]), blocked_from[order_x], e[order_x])
+    counts = np.diff(np.append(starts, st.size))
+    return {
+        "rank": np.full(starts.size, rank, np.int32),
+        "step": st[starts].astype(np.int32),
+        "ops": counts.astype(np.int64),
+        "bytes": np.add.reduceat(size[order], starts) if starts.size else np.zeros(0, np.int64),
+        "comm_s": comm / 1e9,
+        "comm_sum_s": (np.add.reduceat(es - ss, starts) / 1e9) if starts.size else comm * 0.0,
+        "exposed_s": exposed / 1e9,
+        "first_ns": np.minimum.reduceat(ss, starts) if starts.size else ss,
+        "last_ns": np.maximum.reduceat(es, starts) if starts.size else es,
+    }
+
+
+def _spread(
+    s: np.ndarray, e: np.ndarray, wire: np.ndarray, t0: int, bin_ns: int, n_bins: int
+) -> np.ndarray:
+    """Wire bytes per bin, each op's bytes spread evenly over its duration."""
+    keep = wire > 0
+    s_rel = s[keep] - t0
+    e_rel = np.maximum(e[keep] - t0, s_rel + 1)
+    w = wire[keep]
+    b0, b1 = s_rel // bin_ns, e_rel // bin_ns
+    nb = b1 - b0 + 1
+    rep = np.repeat(np.arange(s_rel.size), nb)
+    b = b0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(nb) - nb, nb))
+    overlap = np.minimum(e_rel[rep], (b + 1) * bin_ns) - np.maximum(s_rel[rep], b * bin_ns)
+    weights = w[rep] * np.clip(overlap, 0, None) / (e_rel - s_rel)[rep]
+    return np.bincount(b, weights=weights, minlength=n_bins)[:n_bins]
+
+
+def _kth(code: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows have the same code (0-based)."""
+    k = np.empty(code.size, np.int64)
+    uniq = _uniques(code)
+    if uniq.size <= 64:  # the usual case: a few (group, op) pairs; no sort needed
+        for value in uniq.tolist():
+            idx = np.flatnonzero(code == value)
+            k[idx] = np.arange(idx.size)
+        return k
+    order = np.argsort(code, kind="stable")
+    starts = _segments(code[order])
+    lengths = np.diff(np.append(starts, code.size))
+    k[order] = np.arange(code.size) - np.repeat(starts, lengths)
+    return k
+
+
+def _uniques(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values; O(n) for small non-negative integers."""
+    if values.size and values.min() >= 0 and values.max() < 1 << 22:
+        return np.flatnonzero(np.bincount(values))
+    return np.unique(values)
+
+
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, index of each row's value among them) without a full sort
+    when the values are small non-negative integers."""
+    if values.size and values.min() >= 0 and values.max() < 1 << 22:
+        uniq = np.flatnonzero(np.bincount(values))
+        lookup = np.zeros(int(values.max()) + 1, np.int64)
+        lookup[uniq] = np.arange(uniq.size)
+        return uniq, lookup[values]
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return uniq, inverse
+
+
+def ensure_pass(run: RunView, *, util_bins: int | None = None, match: bool = False) -> RankPass:
+    """The pass over ``run`` for what is asked, computed once (cached on ``run``).
+
+    Callers that need several parts should ask for all of them in the first
+    call (``build_report`` does), so the events are read once.
+    """
+    cached: RankPass | None = run.cache.get("rank_pass")
+    if cached is not None:
+        if (util_bins is None or cached.util_bins == util_bins) and (
+            not match or cached.matches is not None
+        ):
+            return cached
+        util_bins = util_bins or cached.util_bins
+        match = match or cached.matches is not None
+    result = _run_pass(run, util_bins, match)
+    run.cache["rank_pass"] = result
+    return result
+
+
+def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
+    ranks = [
+        int(r[0])
+        for r in run.con.execute(
+            "SELECT rank FROM ranks WHERE status <> 'missing' ORDER BY rank"
+        ).fetchall()
+    ]
+    span = run.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
+    t0 = int(span[0]) if span and span[0] is not None else 0
+    t1 = int(span[1]) if span and span[1] is not None else 0
+    n_bins = max(1, util_bins or 1)
+    bin_ns = max(1, -(-max(t1 - t0, 1) // n_bins))
+    n_bins_total = max(t1 - t0, 0) // bin_ns + 1
+    ops, groups, roles, triples = Codes(), Codes(), Codes(), Codes()
+    excluded = _groups_touching(run)
+    step_parts: list[dict[str, np.ndarray]] = []
+    util_parts: list[tuple[int, np.ndarray]] = []
+    matches: list[MatchPart] = []
+    for rank in ranks:
+        t = run.con.sql(_QUERY.format(rank=rank)).to_arrow_table()
+        if not t.num_rows:
+            continue
+        seq = t.column("seq").to_numpy()
+        if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
+            t = t.take(pa.array(np.argsort(seq, kind="stable")))
+            seq = t.column("seq").to_numpy()
+        op = ops.encode(t.column("op"))
+        pg = groups.encode(t.column("pg_name"))
+        role = roles.encode(t.column("role"))
+        gsize = t.column("group_size").to_numpy()
+        step = pc.fill_null(t.column("step"), 0).to_numpy()
+        size = pc.fill_null(t.column("size_bytes"), 0).to_numpy()
+        s = t.column("t_issue_ns").to_numpy()
+        e = t.column("t_end_ns").to_numpy()
+        wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
+        step_parts.append(_step_rows(rank, step, s, e, wait, size))
+        if util_bins:
+            factor = _factors(op, gsize, ops.values)
+            util_parts.append((rank, _spread(s, e, size * factor, t0, bin_ns, n_bins_total)))
+        if match:
+            p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
+            bad = np.isin(pg, [groups.index[g] for g in excluded if g in groups.index])
+            keep = ~p2p & ~bad & (gsize > 1)
+            pair = pg[keep].astype(np.int64) * 4096 + op[keep]  # global codes: same on all ranks
+            matches.append(
+                MatchPart(
+                    rank=rank,
+                    pair=pair,
+                    k=_kth(pair),
+                    triple=_triple_codes(triples, op[keep], pg[keep], role[keep]),
+                    seq=seq[keep],
+                    step=step[keep].astype(np.int64),
+                    size=gsize[keep],
+                    t_issue=s[keep],
+                    t_end=e[keep],
+                )
+            )
+    names = [tuple(v.split("\x00")) for v in triples.values]
+    triple_names = [
+        (ops.values[int(a)], groups.values[int(b)], roles.values[int(c)]) for a, b, c in names
+    ]
+    return RankPass(
+        steps=_steps_table(step_parts),
+        util=_util_table(util_parts, bin_ns) if util_bins else None,
+        matches=matches if match else None,
+        triples=triple_names,
+        util_bins=util_bins,
+    )
+
+
+def _triple_codes(codes: Codes, op: np.ndarray, pg: np.ndarray, role: np.ndarray) -> np.ndarray:
+    """Global codes of (op, group, role), through small dense intermediate codes."""
+    if not op.size:
+        return np.empty(0, np.int32)
+    pairs, pair_idx = dense_codes(pg.astype(np.int64) * 4096 + op)
+    combos, inverse = dense_codes(pair_idx * 4096 + role)
+    lookup = np.array(
+        [
+            codes.code(f"{pairs[c // 4096] % 4096}\x00{pairs[c // 4096] // 4096}\x00{c % 4096}")
+            for c in combos.tolist()
+        ],
+        np.int32,
+    )
+    return lookup[inverse]
+
+
+def _factors(op: np.ndarray, gsize: np.ndarray, names: list[str]) -> np.ndarray:
+    combo = op.astype(np.int64) * 65536 + np.minimum(gsize, 65535)
+    uniq, inverse = dense_codes(combo)
+    lookup = np.array([bus_factor(names[u // 65536], u % 65536) for u in uniq.tolist()])
+    return lookup[inverse] if combo.size else np.zeros(0)
+
+
+def _groups_touching(run: RunView) -> list[str]:
+    """Groups that include a missing rank (left out of cross-rank figures)."""
+    if not run.missing_ranks:
+        return []
+    missing = ", ".join(str(r) for r in run.missing_ranks)
+    rows = run.con.execute(
+        "SELECT DISTINCT pg_name FROM (SELECT pg_name, any_value(pg_ranks) AS pg_ranks "
+        f"FROM events GROUP BY pg_name) WHERE list_has_any(pg_ranks, [{missing}]::INTEGER[])"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _steps_table(parts: list[dict[str, np.ndarray]]) -> pa.Table:
+    cols: dict[str, Any] = {
+        "rank": pa.int32(),
+        "step": pa.int32(),
+        "ops": pa.int64(),
+        "bytes": pa.int64(),
+        "comm_s": pa.float64(),
+        "comm_sum_s": pa.float64(),
+        "exposed_s": pa.float64(),
+        "first_ns": pa.int64(),
+        "last_ns": pa.int64(),
+    }
+    return pa.table(
+        {
+            name: pa.array(np.concatenate([p[name] for p in parts]) if parts else [], typ)
+            for name, typ in cols.items()
+        }
+    )
+
+
+def _util_table(parts: list[tuple[int, np.ndarray]], bin_ns: int) -> pa.Table:
+    ranks, t_s, wire = [], [], []
+    for rank, per_bin in parts:
+        ranks.append(np.full(per_bin.size, rank, np.int32))
+        t_s.append(np.arange(per_bin.size) * bin_ns / 1e9)
+        wire.append(per_bin)
+    w = np.concatenate(wire) if wire else np.zeros(0)
+    return pa.table(
+        {
+            "rank": pa.array(np.concatenate(ranks) if ranks else [], pa.int32()),
+            "t_s": pa.array(np.concatenate(t_s) if t_s else [], pa.float64()),
+            "bin_s": pa.array(np.full(w.size, bin_ns / 1e9), pa.float64()),
+            "wire_bytes": pa.array(w, pa.float64()),
+            "gbit_s": pa.array(w * 8 / (bin_ns / 1e9) / 1e9, pa.float64()),
+        }
+    )

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommandError, UsageError
 from commlens.launch import launch_ranks
@@ -18,7 +18,9 @@ from commlens.launch.procs import python_argv
 from commlens.spec.models import PRESETS, SCHEMES, get_preset
 from commlens.workloads.config import DTYPES, SCHEDULES, WorkloadConfig, resolve_dims
 from commlens.workloads.fit import check_fits
-from commlens.workloads.summary import RunSummary, finalize_run, summarize
+
+if TYPE_CHECKING:
+    from commlens.workloads.summary import RunSummary
 
 WORKER = "commlens.workloads.worker"
 
@@ -178,6 +180,8 @@ def run_command(args: argparse.Namespace) -> int:
             else f"rank {failed[0]} exited with code {result.exit_codes[failed[0]]}"
         )
         raise CommandError(f"training {what}; partial run left in {out}", result.exit_code)
+    from commlens.workloads.summary import finalize_run, summarize
+
     manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]])
     print_summary(summarize(out, manifest, wcfg), wcfg, out)
     return 0

@@ -2,19 +2,30 @@
 
 ``commlens run`` launches ranks of :mod:`commlens.workloads.worker`; each
 builds its part of the model (:func:`parallelize`) and trains it
-(:func:`train`) under a capture. See ``parallelize`` for which collectives
-each scheme really issues.
+(:func:`train`) under a capture. See :mod:`commlens.workloads.parallelize`
+for which collectives each scheme really issues.
+
+Exports load lazily, so that reading a config does not import torch.
 """
 
-from commlens.workloads.config import WorkloadConfig, resolve_dims
-from commlens.workloads.parallelize import Parallelized, parallelize
-from commlens.workloads.train import StepRecord, train
+from __future__ import annotations
 
-__all__ = [
-    "Parallelized",
-    "StepRecord",
-    "WorkloadConfig",
-    "parallelize",
-    "resolve_dims",
-    "train",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "WorkloadConfig": "commlens.workloads.config",
+    "resolve_dims": "commlens.workloads.config",
+    "Parallelized": "commlens.workloads.parallelize",
+    "parallelize": "commlens.workloads.parallelize",
+    "StepRecord": "commlens.workloads.train",
+    "train": "commlens.workloads.train",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,9 +25,11 @@ needs_netns = pytest.mark.skipif(NETNS_REASON is not None, reason=NETNS_REASON o
 
 
 def leftovers() -> set[str]:
-    """Run ids of emulated runs that still have a namespace or an interface."""
+    """Run ids of emulated runs that still have a namespace or an interface, except
+    runs in progress in other processes (the checkout is shared with other jobs)."""
     if NETNS_REASON is not None:
         return set()
     from commlens.netem.iproute import run_ids_present
+    from commlens.netem.state import owner_pid
 
-    return run_ids_present()
+    return {i for i in run_ids_present() if owner_pid(i) in (None, os.getpid())}

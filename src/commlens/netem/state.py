@@ -31,12 +31,21 @@ def forget_owner(run_id: str) -> None:
     (state_dir() / f"{run_id}.pid").unlink(missing_ok=True)
 
 
-def owner_alive(run_id: str) -> bool:
-    """True when the run's owner process is still running."""
+def owner_pid(run_id: str) -> int | None:
+    """Pid of the run's owner while it is alive, else None."""
     try:
         pid = int((state_dir() / f"{run_id}.pid").read_text().strip())
     except (OSError, ValueError):
-        return False
+        return None
+    return pid if _alive(pid) else None
+
+
+def owner_alive(run_id: str) -> bool:
+    """True when the run's owner process is still running."""
+    return owner_pid(run_id) is not None
+
+
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -1,0 +1,108 @@
+"""Alpha-beta fits and the network profile they write (loaded by commlens.model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commlens.bench.fit import fit_line, fit_report, profile_dict, write_profile
+from commlens.bench.runner import BenchConfig, BenchReport, run_bench
+from commlens.errors import UsageError
+from commlens.model.cost import flat_time
+from commlens.model.profiles import load_profile_file
+from tests.netem.helpers import needs_netns
+
+SIZES = [1 << k for k in range(10, 23, 2)]
+
+
+def _rows(op: str, n: int, a: float, b: float, noise: float = 0.0) -> list[dict[str, object]]:
+    rows = []
+    for i, s in enumerate(SIZES):
+        t = (a + b * s) * (1 + (noise if i % 2 else -noise))
+        rows.append(
+            {"op": op, "size_bytes": s, "ranks": n, "ok": True, "time_p50_s": t, "time_mean_s": t}
+        )
+    return rows
+
+
+def test_fit_line_recovers_alpha_and_beta() -> None:
+    a, b = fit_line([float(s) for s in SIZES], [30e-6 + 1e-9 * s for s in SIZES])
+    assert a == pytest.approx(30e-6, rel=1e-6) and b == pytest.approx(1e-9, rel=1e-6)
+
+
+def test_fit_line_never_returns_a_negative_latency() -> None:
+    a, b = fit_line([1e3, 1e6], [1e-7, 1e-3])  # a line through these dips below zero
+    assert a == 0.0 and b > 0
+
+
+def test_profile_loads_and_the_model_reproduces_the_fit(tmp_path: Path) -> None:
+    n = 4
+    rows = _rows("all_reduce", n, 200e-6, 8e-9, noise=0.02) + _rows("all_gather", n, 90e-6, 4e-9)
+    rows += _rows("sendrecv", n, 50e-6, 8e-9)
+    cfg = BenchConfig(
+        ops=["all_reduce", "all_gather", "sendrecv"], nproc=n, nodes=n, link="2gbit", backend="gloo"
+    )
+    report = BenchReport(cfg, rows, topology={"link_bits_per_s": 2e9})
+    fits = fit_report(report)
+    path = write_profile(tmp_path / "fitted.toml", profile_dict(report, fits, "fitted"))
+    profile = load_profile_file(path)
+    assert profile.name == "fitted" and profile.scope == "inter"
+    assert profile.bandwidth_Gbps == 2.0 and profile.efficiency == pytest.approx(0.75, rel=0.05)
+    for fit in fits:
+        assert fit.r2 > 0.99
+        op = "send" if fit.op == "sendrecv" else fit.op
+        for s in SIZES:
+            model = flat_time(op, s, n, profile.alpha(op), profile.beta(op), "ring")
+            assert model == pytest.approx(fit.predict(s), rel=1e-9)
+    # all_reduce on 4 ranks: A = 2(n-1)·alpha, B = 2(n-1)/n·beta.
+    assert profile.ops["all_reduce"].beta_s_per_byte == pytest.approx(8e-9 / 1.5, rel=0.05)
+    assert profile.effective_Gbps == pytest.approx(8 / (8e-9 / 1.5) / 1e9, rel=0.05)
+    assert set(profile.ops) == {"all_reduce", "all_gather", "send", "recv"}
+    assert "commlens bench --fit" in profile.source
+
+
+def test_fit_needs_two_sizes() -> None:
+    cfg = BenchConfig(ops=["all_reduce"], nproc=2)
+    report = BenchReport(cfg, _rows("all_reduce", 2, 1e-4, 1e-9)[:1])
+    with pytest.raises(UsageError):
+        fit_report(report)
+
+
+@pytest.mark.root
+@needs_netns
+def test_profile_fitted_on_a_link_predicts_bench_times(tmp_path: Path) -> None:
+    # 100 Mbit/s: a 64 KiB all-reduce takes ~5 ms on the link, well above the
+    # scheduling noise of a busy 2-core machine, and above the 4 ms tbf bucket.
+    # Calibrate on powers of two, check the sizes in between (same run, so a
+    # machine that gets busier halfway does not favour one set over the other).
+    calib_sizes = [1 << k for k in range(16, 21)]
+    check_sizes = [96 << 10, 384 << 10, 768 << 10]
+    cfg = BenchConfig(
+        ops=["all_reduce"],
+        sizes=sorted(calib_sizes + check_sizes),
+        nproc=2,
+        nodes=2,
+        link="100mbit",
+        warmup=2,
+        iters=10,
+    )
+    report = run_bench(cfg)
+    calib = BenchReport(
+        cfg, [r for r in report.rows if r["size_bytes"] in calib_sizes], report.topology
+    )
+    path = write_profile(tmp_path / "link.toml", profile_dict(calib, fit_report(calib), "link"))
+    profile = load_profile_file(path)
+    assert profile.bandwidth_Gbps == pytest.approx(0.1) and 0.8 < profile.efficiency <= 1.0
+    checked = [r for r in report.measured if r["size_bytes"] in check_sizes]
+    assert len(checked) == 3
+    for row in checked:
+        predicted = flat_time(
+            "all_reduce",
+            row["size_bytes"],
+            2,
+            profile.alpha("all_reduce"),
+            profile.beta("all_reduce"),
+            "ring",
+        )
+        assert predicted == pytest.approx(row["time_p50_s"], rel=0.10), row

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from commlens.errors import UsageError
-from commlens.spec.models import estimate_memory
+from commlens.spec.memory import estimate_memory
 from commlens.workloads.config import WorkloadConfig
 
 GB = 1e9

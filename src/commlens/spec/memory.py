@@ -1,0 +1,72 @@
+"""Memory one rank needs for a job, to refuse what cannot fit before starting it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commlens.errors import UsageError
+from commlens.spec.models import SCHEMES, ModelConfig, param_shapes, stage_layers
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one rank needs, by kind (an estimate for refusing impossible runs)."""
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations
+
+
+def estimate_memory(
+    cfg: ModelConfig,
+    *,
+    scheme: str = "dp",
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    seq_len: int = 1024,
+    micro_batch: int = 1,
+    microbatches: int = 1,
+    dtype_bytes: int = 4,
+    recompute: bool = False,
+    schedule: str = "1f1b",
+) -> MemoryEstimate:
+    """Peak bytes on the busiest rank (the first pipeline stage).
+
+    Parameters, gradients and AdamW's two moments are kept in the training
+    dtype (pure fp32 or pure bf16); ZeRO-1 shards the moments, ZeRO-2 also the
+    gradients, ZeRO-3 also the parameters over dp. Activations follow
+    Korthikanti et al. (s·b·h·(34 + 5·a·s/h) bytes per layer in 16 bit, ÷tp;
+    2·s·b·h with recomputation) times the micro-batches in flight, plus logits.
+    """
+    if scheme not in SCHEMES:
+        raise UsageError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    shapes = param_shapes(cfg, tp=tp, pp=pp, pp_stage=0)
+    n = 0
+    for _, shape in shapes:
+        numel = 1
+        for d in shape:
+            numel *= d
+        n += numel
+    p = g = n * dtype_bytes
+    o = 2 * n * dtype_bytes
+    if scheme in ("zero1", "zero2", "zero3"):
+        o //= dp
+    if scheme in ("zero2", "zero3"):
+        g //= dp
+    if scheme == "zero3":
+        p //= dp
+    s, b, h = seq_len, micro_batch, cfg.hidden
+    per_layer = s * b * h * (34 + 5 * cfg.heads * s / h) / tp * dtype_bytes / 2
+    if recompute:
+        per_layer = 2 * s * b * h * dtype_bytes
+    layers = len(stage_layers(cfg.layers, pp, 0)) + cfg.decoder_layers
+    in_flight = microbatches if schedule == "gpipe" else min(pp, microbatches)
+    logits = 3 * s * b * (cfg.vocab // tp) * 4 if pp == 1 else 0
+    act = int(per_layer * layers * in_flight + logits)
+    return MemoryEstimate(params=p, grads=g, optimizer=o, activations=act)

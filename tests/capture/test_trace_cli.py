@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -79,3 +80,35 @@ def test_failing_job_keeps_its_exit_code(tmp_path: Path) -> None:
     out = tmp_path / "run"
     code = main(["trace", "--out", str(out), "--", sys.executable, "-c", "raise SystemExit(3)"])
     assert code == 3
+
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("tc") is None,
+    reason="emulated nodes need root, iproute2 and tc (CI runs as root)",
+)
+
+
+@needs_root
+def test_trace_on_emulated_nodes_records_topology(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["trace", "--out", str(out), "--nproc", "2", "--nodes", "2", "--link", "1gbit"]
+    assert main([*args, "--", sys.executable, PROG]) == 0
+    _check(out, 2)
+    run = commlens.load_run(out)
+    assert run.manifest["topology"]["nodes"] == 2
+    assert run.manifest["topology"]["link_bits_per_s"] == 1_000_000_000
+    assert (out / "nic.parquet").exists()
+
+
+def test_trace_link_without_root_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    out = tmp_path / "run"
+    args = ["trace", "--out", str(out), "--nproc", "2", "--nodes", "2", "--link", "1gbit"]
+    assert main([*args, "--", sys.executable, PROG]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs root" in err[0]
+    assert not out.exists()  # nothing half-written
+    assert main(["trace", "--out", str(out), "--link", "1gbit", "--", sys.executable, PROG]) == 2
+    assert "need --nproc" in capsys.readouterr().err

@@ -33,6 +33,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
     p.add_argument("--nproc", type=int, help="start this many ranks of COMMAND here")
+    p.add_argument(
+        "--nodes", type=int, default=1, help="with --nproc: emulated nodes (network namespaces)"
+    )
+    p.add_argument(
+        "--link", help="with --nproc: shape each node's uplink to RATE (e.g. 500mbit, 2gbit)"
+    )
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     p.set_defaults(func=run)
@@ -66,6 +72,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no command to trace; usage: commlens trace --out DIR -- COMMAND ...")
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
+    emulated = args.nodes != 1 or args.link is not None
+    if emulated and args.nproc is None:
+        raise UsageError("--nodes/--link need --nproc (commlens must start the ranks itself)")
+    if args.nodes < 1 or (args.nproc and args.nproc % args.nodes):
+        raise UsageError(f"--nproc {args.nproc} must be a multiple of --nodes {args.nodes}")
+    if args.link is not None:
+        from commlens.netem import parse_rate
+
+        parse_rate(args.link)  # a bad rate fails here, before anything starts
+    if emulated:
+        from commlens.netem import iproute
+
+        iproute.require_netns("an emulated link (--link/--nodes)")
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
         raise UsageError(f"command not found: {cmd[0]}")
     out: Path = args.out
@@ -73,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
     merge_manifest(out, {"command": cmd, "launcher": {"nproc": args.nproc}})
     env = tracing_env(out)
     t0 = time.time()
-    if args.nproc:
+    topology: dict[str, Any] = {"nodes": 1, "link": None, "intra_node": "loopback"}
+    if args.nproc and emulated:
+        from commlens.netem import launch_emulated
+
+        emu = launch_emulated(cmd, args.nproc, args.nodes, args.link, env=env, run_dir=out)
+        code, codes, topology = emu.exit_code, emu.exit_codes, emu.topology
+    elif args.nproc:
         result = launch_ranks(cmd, args.nproc, env=env)
         code, codes = result.exit_code, result.exit_codes
     else:
@@ -84,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
         codes = []
     manifest = merge_manifest(
         out,
-        {"launcher": {"exit_code": code, "exit_codes": codes, "wall_s": time.time() - t0}},
+        {
+            "launcher": {"exit_code": code, "exit_codes": codes, "wall_s": time.time() - t0},
+            "topology": topology,
+            "link": topology.get("link"),
+        },
     )
     ranks = manifest.get("ranks", {})
     events = sum(int(meta.get("events", 0)) for meta in ranks.values())

@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "query",
     "predict", "validate", "net",
     "bench",
+    "sweep", "demo",
 )
 
 

@@ -1,0 +1,211 @@
+"""The sweep directory and its DuckDB catalog.
+
+::
+
+    SWEEP/sweep.toml              the sweep file as last run
+    SWEEP/points/ID/run/          the point's run (commlens run --out)
+    SWEEP/points/ID/run.log       what commlens run printed
+    SWEEP/points/ID/point.json    status, error, figures (written last, atomically)
+    SWEEP/catalog.duckdb          rebuilt from the point.json files after every point
+
+Catalog tables (one row per point in ``points``; the others keyed by ``id``):
+
+- ``points``: status (ok/failed/skipped/pending), error, the point's config,
+  step_s, comm_share, exposed_share, tokens_per_s, tflops_per_rank, bytes and
+  wire bytes per rank per step, peak/mean link Gbit/s, validate_ok and its
+  summary, ``volume`` (JSON: wire bytes per rank per step by "op/role"), and
+  ``pred_step_s_<network>`` per predicted profile;
+- ``ops``: per (point, op, role) calls, bytes, wire bytes and time share;
+- ``sizes``: per (point, op, log2 size bucket) message counts and bytes;
+- ``predictions``: per (point, scale, network) the model's step and comm time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+CATALOG = "catalog.duckdb"
+SPEC_FILE = "sweep.toml"
+POINTS_DIR = "points"
+POINT_FILE = "point.json"
+
+STATUSES = ("ok", "failed", "skipped", "pending")
+
+
+def is_sweep_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return (p / SPEC_FILE).is_file() and ((p / POINTS_DIR).is_dir() or (p / CATALOG).is_file())
+
+
+def point_dir(sweep: Path, point_id: str) -> Path:
+    return sweep / POINTS_DIR / point_id
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def read_point(sweep: Path, point_id: str) -> dict[str, Any] | None:
+    """The point's record, or None when it never finished (or its file is damaged)."""
+    path = point_dir(sweep, point_id) / POINT_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("status") in STATUSES else None
+
+
+def column_name(network: str) -> str:
+    return "pred_step_s_" + re.sub(r"[^0-9a-zA-Z]+", "_", network).strip("_").lower()
+
+
+_POINT_METRICS = (
+    "step_s",
+    "step_mean_s",
+    "comm_s",
+    "comm_share",
+    "exposed_share",
+    "tokens_per_s",
+    "tflops_per_rank",
+    "bytes_per_step",
+    "bytes_per_rank_step",
+    "wire_bytes_per_rank_step",
+    "calls_per_rank_step",
+    "peak_link_gbit_s",
+    "mean_link_gbit_s",
+)
+
+
+def _point_row(rec: dict[str, Any], networks: list[str]) -> dict[str, Any]:
+    result = rec.get("result") or {}
+    metrics = result.get("metrics") or {}
+    validation = result.get("validation") or {}
+    row: dict[str, Any] = {
+        "id": rec["id"],
+        "status": rec["status"],
+        "error": rec.get("error") or "",
+        **rec["config"],
+        "network": rec.get("network", ""),
+        "wall_s": rec.get("wall_s"),
+    }
+    for key in _POINT_METRICS:
+        value = metrics.get(key)
+        row[key] = float(value) if value is not None else None
+    row["validate_ok"] = validation.get("ok") if validation else None
+    row["validate_summary"] = validation.get("summary", "")
+    volume = {
+        f"{o['op']}/{o['role'] or '-'}": o["wire_bytes_per_rank_step"]
+        for o in result.get("ops", [])
+    }
+    row["volume"] = json.dumps(volume, sort_keys=True)
+    preds = {
+        p["network"]: p["step_s"] for p in result.get("predictions", []) if p["scale"] == "point"
+    }
+    for net in networks:
+        row[column_name(net)] = preds.get(net)
+    return row
+
+
+def build_tables(records: list[dict[str, Any]], networks: list[str]) -> dict[str, pa.Table]:
+    """The catalog's tables from the point records (in grid order)."""
+    points = [_point_row(r, networks) for r in records]
+    long: dict[str, list[dict[str, Any]]] = {"ops": [], "sizes": [], "predictions": []}
+    for rec in records:
+        result = rec.get("result") or {}
+        for name in long:
+            long[name] += [{"id": rec["id"], **row} for row in result.get(name, [])]
+        for row in rec.get("scale_predictions", []):
+            long["predictions"].append({"id": rec["id"], **row})
+    tables = {"points": _typed(pa.Table.from_pylist(points))}
+    for name, rows in long.items():
+        tables[name] = pa.Table.from_pylist(rows) if rows else _EMPTY[name]
+    return tables
+
+
+_NULL_TYPES = {"validate_ok": pa.bool_(), "error": pa.string(), "validate_summary": pa.string()}
+
+
+def _typed(table: pa.Table) -> pa.Table:
+    """Columns that are all None get a real type (float64 unless known)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_null(f.type):
+            kind = _NULL_TYPES.get(f.name, pa.float64())
+            table = table.set_column(i, f.name, pa.nulls(table.num_rows, kind))
+    return table
+
+
+_EMPTY = {
+    "ops": pa.table(
+        {
+            "id": pa.array([], pa.string()),
+            "op": pa.array([], pa.string()),
+            "role": pa.array([], pa.string()),
+            "calls_per_rank_step": pa.array([], pa.float64()),
+            "bytes_per_rank_step": pa.array([], pa.float64()),
+            "wire_bytes_per_rank_step": pa.array([], pa.float64()),
+            "share_of_step": pa.array([], pa.float64()),
+        }
+    ),
+    "sizes": pa.table(
+        {
+            "id": pa.array([], pa.string()),
+            "op": pa.array([], pa.string()),
+            "size_bucket_bytes": pa.array([], pa.int64()),
+            "count": pa.array([], pa.int64()),
+            "bytes": pa.array([], pa.int64()),
+        }
+    ),
+    "predictions": pa.table(
+        {
+            "id": pa.array([], pa.string()),
+            "scale": pa.array([], pa.string()),
+            "network": pa.array([], pa.string()),
+            "step_s": pa.array([], pa.float64()),
+            "comm_share": pa.array([], pa.float64()),
+            "speedup": pa.array([], pa.float64()),
+        }
+    ),
+}
+
+
+def write_catalog(sweep: Path, records: list[dict[str, Any]], networks: list[str]) -> Path:
+    """(Re)write ``catalog.duckdb`` atomically; return its path."""
+    tables = build_tables(records, networks)
+    final = sweep / CATALOG
+    tmp = sweep / f".{CATALOG}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        for name, table in tables.items():
+            con.register(f"arrow_{name}", table)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow_{name}")
+            con.unregister(f"arrow_{name}")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    os.replace(tmp, final)
+    Path(f"{tmp}.wal").unlink(missing_ok=True)
+    return final
+
+
+def open_catalog(sweep: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the sweep's catalog."""
+    from commlens.errors import RunFormatError
+
+    path = Path(sweep) / CATALOG
+    if not path.is_file():
+        raise RunFormatError(f"{sweep}: no {CATALOG}; run `commlens sweep` on it first")
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise RunFormatError(f"{path}: not a readable DuckDB catalog ({exc})") from None

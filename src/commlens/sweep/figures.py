@@ -1,0 +1,203 @@
+"""Plots of a sweep's findings (matplotlib Figures, no pyplot state)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+from matplotlib.figure import Figure
+
+from commlens.report.document import format_bytes
+
+_SIZE = (7.0, 3.4)
+
+
+def _fig() -> Figure:
+    return Figure(figsize=_SIZE, layout="constrained")
+
+
+def _grouped_bars(ax: object, groups: list[str], series: dict[str, list[float]]) -> None:
+    x = np.arange(len(groups))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label)  # type: ignore[attr-defined]
+    ax.set_xticks(x, groups)  # type: ignore[attr-defined]
+
+
+def speedup(table: pa.Table) -> Figure:
+    """Speedup from the slowest to the fastest link, per scheme (bars per model)."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    rows = table.to_pylist()
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    series = {
+        m: [
+            next((r["speedup"] for r in rows if r["model"] == m and r["scheme"] == s), 0.0)
+            for s in schemes
+        ]
+        for m in models
+    }
+    _grouped_bars(ax, schemes, series)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    lo = rows[0]["slowest_link"] if rows else "?"
+    hi = rows[0]["fastest_link"] if rows else "?"
+    ax.set(title=f"Step-time speedup, {lo} → {hi} link", ylabel="speedup (x)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def shares(table: pa.Table) -> Figure:
+    """Share of the step in the key op of each scheme, against the link rate."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in table.to_pylist():
+        rate = r["link_gbit_s"]
+        x = rate if rate is not None and math.isfinite(rate) else None
+        if r["scheme"] == "pp":
+            key, share = (
+                "pipeline recv + embedding all-reduce",
+                (r["pp_recv_share"] + r["embedding_allreduce_share"]),
+            )
+        else:
+            key, share = "all-reduce", r["allreduce_share"]
+        lines[f"{r['model']} {r['scheme']} ({key})"].append((x if x else -1.0, share))
+    finite = [x for pts in lines.values() for x, _ in pts if x > 0]
+    top = max(finite) * 2 if finite else 10.0
+    for label, pts in lines.items():
+        pts = sorted((x if x > 0 else top, y) for x, y in pts)
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set(
+        title=f"Share of the step (unshaped plotted at {top:g} Gbit/s)",
+        xlabel="link (Gbit/s)",
+        ylabel="share of step (%)",
+    )
+    ax.legend(fontsize="x-small", ncol=2)
+    return fig
+
+
+def utilization(table: pa.Table) -> Figure:
+    """Peak NIC throughput per link rate."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    rows = table.to_pylist()
+    labels = [r["link"] for r in rows]
+    ax.bar(labels, [r["peak_gbit_s"] for r in rows], color="#1f77b4", label="peak (any point)")
+    ax.bar(
+        labels,
+        [r["mean_peak_gbit_s"] for r in rows],
+        color="#aec7e8",
+        width=0.5,
+        label="mean of the points' peaks",
+    )
+    ax.set(title="Peak link utilization per link rate", ylabel="Gbit/s")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def predicted(table: pa.Table) -> Figure:
+    """The model's speedup over the first network at the studies' scale, per scheme."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    rows = table.to_pylist()
+    groups = list(dict.fromkeys(f"{r['model']} {r['layout']}" for r in rows))
+    nets = list(dict.fromkeys(r["network"] for r in rows))
+    series = {
+        n: [
+            next(
+                (
+                    r["speedup"]
+                    for r in rows
+                    if f"{r['model']} {r['layout']}" == g and r["network"] == n
+                ),
+                0.0,
+            )
+            for g in groups
+        ]
+        for n in nets
+    }
+    _grouped_bars(ax, groups, series)
+    ax.tick_params(axis="x", labelsize="x-small")
+    ax.set(title="Predicted speedup at the studies' scale", ylabel=f"speedup over {nets[0]}")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def volume_ops(table: pa.Table) -> Figure:
+    """Wire bytes per rank per step, stacked by op and role, per point."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    rows = table.to_pylist()
+    points = list(dict.fromkeys(f"{r['scheme']} s={r['seq_len']}" for r in rows))
+    keys = list(dict.fromkeys(f"{r['op']}/{r['role'] or '-'}" for r in rows))
+    bottom = np.zeros(len(points))
+    for key in keys:
+        totals: dict[str, float] = defaultdict(float)
+        for r in rows:
+            if f"{r['op']}/{r['role'] or '-'}" == key:
+                totals[f"{r['scheme']} s={r['seq_len']}"] += r["wire_bytes_per_rank_step"]
+        vals = np.array([totals[p] for p in points]) / 1e6
+        ax.bar(points, vals, bottom=bottom, label=key)
+        bottom += vals
+    ax.tick_params(axis="x", labelsize="x-small", rotation=60)
+    ax.set(title="Volume per op and role (per rank per step)", ylabel="wire MB (ring)")
+    ax.legend(fontsize="x-small", ncol=2)
+    return fig
+
+
+def volume_seq(table: pa.Table) -> Figure:
+    """Wire bytes per rank per step against the sequence length, per scheme."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    by: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in table.to_pylist():
+        by[f"{r['model']} {r['scheme']}"].append((r["seq_len"], r["wire_bytes"]))
+    for label, pts in by.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(
+        title="Volume vs sequence length",
+        xlabel="sequence length (tokens)",
+        ylabel="wire MB per rank per step",
+    )
+    ax.legend(fontsize="x-small", ncol=2)
+    return fig
+
+
+def sizes(table: pa.Table) -> Figure:
+    """Message-size histogram (calls per log2 bucket), one line per scheme."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    by: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in table.to_pylist():
+        by[r["scheme"]][int(r["size_bucket_bytes"])] += int(r["count"])
+    buckets = sorted({b for counts in by.values() for b in counts})
+    x = np.arange(len(buckets))
+    for scheme, counts in by.items():
+        ax.plot(x, [counts.get(b, 0) for b in buckets], marker="o", label=scheme)
+    ax.set_xticks(x, [format_bytes(b) for b in buckets], rotation=60, fontsize="x-small")
+    ax.set_yscale("log")
+    ax.set(title="Message sizes (calls per log2 bucket, all ranks)", ylabel="calls")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def ratio(table: pa.Table) -> Figure:
+    """Each ZeRO stage's volume over DP's."""
+    fig = _fig()
+    ax = fig.add_subplot()
+    rows = table.to_pylist()
+    labels = [f"{r['scheme']} s={r['seq_len']}" for r in rows]
+    ax.bar(labels, [r["ratio_to_dp"] for r in rows], color="#2ca02c")
+    ax.axhline(1.5, color="#d62728", ls="--", lw=1, label="1.5x (Study B, ZeRO-3)")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.tick_params(axis="x", labelsize="x-small", rotation=45)
+    ax.set(title="Volume relative to DP", ylabel="wire bytes / DP's")
+    ax.legend(fontsize="small")
+    return fig

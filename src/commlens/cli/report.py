@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Per op and process group: calls, bytes, time, latency, algbw, busbw; "
         "per step: comm share and exposed time; cross-rank skew; utilization.",
     )
-    parser.add_argument("run", help="run directory (run.json + rank-*.parquet)")
+    parser.add_argument(
+        "run", help="run directory (run.json + rank-*.parquet), or a `commlens sweep` directory"
+    )
     parser.add_argument(
         "--format",
         choices=FORMATS,
@@ -30,6 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from commlens.sweep.catalog import is_sweep_dir
+
+    if is_sweep_dir(args.run):  # a `commlens sweep` directory: tables and plots across the grid
+        from commlens.sweep.report import render_sweep
+
+        render_sweep(args.run, args.format, args.output, width=args.width)
+        return 0
     view = open_run(args.run, quiet=False)
     try:
         doc = build_report(view)

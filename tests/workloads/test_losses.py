@@ -8,12 +8,13 @@ hides a gradient that is off by a constant factor.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
 
-from commlens.spec.models import get_preset
+from commlens.spec.models import ModelConfig, get_preset
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.init import TIED
 from commlens.workloads.models import build_model
@@ -23,10 +24,15 @@ from .jobs import global_losses, reference, train_jobs
 from .ranks import run_ranks
 
 
-def make(model: str, scheme: str, nproc: int, **kw: Any) -> WorkloadConfig:
+def make(model: str | ModelConfig, scheme: str, nproc: int, **kw: Any) -> WorkloadConfig:
     dims = resolve_dims(scheme, nproc, kw.pop("dp", None), kw.pop("tp", None), kw.pop("pp", None))
     kw = {"steps": 3, "warmup_steps": 0, "seq_len": 16, "micro_batch": 2, **kw}
-    return WorkloadConfig(get_preset(model), scheme, dims, **kw)
+    cfg = get_preset(model) if isinstance(model, str) else model
+    return WorkloadConfig(cfg, scheme, dims, **kw)
+
+
+# three layers: the first stage of two holds two of them
+GPT3 = dataclasses.replace(get_preset("gpt-tiny"), name="gpt-3-layers", layers=3)
 
 
 WORLD2 = {
@@ -55,7 +61,7 @@ WORLD2 = {
 WORLD4 = {
     "gpt-3d-tp2-pp2": make("gpt-tiny", "3d", 4, dp=1, tp=2, pp=2, microbatches=2),
     "gpt-3d-dp2-tp2-sp": make("gpt-tiny", "3d", 4, dp=2, tp=2, pp=1, sequence_parallel=True),
-    "gpt-3d-dp2-pp2-gpipe": make("gpt-tiny", "3d", 4, dp=2, pp=2, microbatches=2, schedule="gpipe"),
+    "gpt3-3d-dp2-pp2-gpipe": make(GPT3, "3d", 4, dp=2, pp=2, microbatches=2, schedule="gpipe"),
     "bert-3d-tp2-pp2-sp": make(
         "bert-tiny", "3d", 4, dp=1, tp=2, pp=2, microbatches=3, sequence_parallel=True
     ),

@@ -20,7 +20,8 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commlens.capture.context import TLS
-from commlens.capture.ops import EXTRACTORS, Call, dtype_name
+from commlens.capture.extractors import EXTRACTORS
+from commlens.capture.ops import Call, dtype_name
 from commlens.capture.patching import patch
 
 if TYPE_CHECKING:

@@ -138,7 +138,7 @@ class Recorder:
         if self.writer is None:
             return
         try:
-            self.cuda.drain(self)
+            self.cuda.drain(self._append)
             self.writer.close()
         except Exception as exc:
             self.fail(exc)
@@ -208,7 +208,7 @@ class Recorder:
             self._track(result, Pending(head, tail, t_issue))
             return
         if gpu_token is not None:
-            self.cuda.finish(gpu_token, self, head, tail, t_issue)
+            self.cuda.finish(gpu_token, self._append, head, tail, t_issue)
             return
         self._append(head, tail, t_issue, t_return, t_return - t_issue)
 

@@ -9,12 +9,13 @@ recorded; ``drain`` reads the rest once, at the end of the capture.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from commlens.capture.recorder import Recorder
+# Writes one finished event: (head, tail, t_issue_ns, t_end_ns, t_wait_ns).
+Append = Callable[[tuple[Any, ...], tuple[Any, ...], int, int, int], None]
 
 
 class CudaTimer:
@@ -33,7 +34,7 @@ class CudaTimer:
     def finish(
         self,
         start: Any,
-        recorder: Recorder,
+        append: Append,
         head: tuple[Any, ...],
         tail: tuple[Any, ...],
         t_issue: int,
@@ -41,21 +42,21 @@ class CudaTimer:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         self._open.append((start, end, head, tail, t_issue))
-        self.poll(recorder)
+        self.poll(append)
 
-    def poll(self, recorder: Recorder) -> None:
+    def poll(self, append: Append) -> None:
         while self._open and self._open[0][1].query():
-            self._write(recorder, *self._open.popleft())
+            self._write(append, *self._open.popleft())
 
-    def drain(self, recorder: Recorder) -> None:
+    def drain(self, append: Append) -> None:
         while self._open:
             start, end, head, tail, t_issue = self._open.popleft()
             end.synchronize()
-            self._write(recorder, start, end, head, tail, t_issue)
+            self._write(append, start, end, head, tail, t_issue)
 
     @staticmethod
     def _write(
-        recorder: Recorder,
+        append: Append,
         start: Any,
         end: Any,
         head: tuple[Any, ...],
@@ -63,4 +64,4 @@ class CudaTimer:
         t_issue: int,
     ) -> None:
         gpu_ns = int(start.elapsed_time(end) * 1e6)
-        recorder._append(head, tail, t_issue, t_issue + gpu_ns, gpu_ns)
+        append(head, tail, t_issue, t_issue + gpu_ns, gpu_ns)

@@ -187,6 +187,10 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flops(tflops: float) -> str:
+    return f"{tflops:.2f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.2f} GFLOP/s"
+
+
 def print_summary(s: RunSummary, wcfg: WorkloadConfig, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -202,7 +206,7 @@ def print_summary(s: RunSummary, wcfg: WorkloadConfig, out: Path) -> None:
     console.print(
         f"{s.steps} measured steps: step {s.step_s:.3f} s · communication {s.comm_s:.3f} s "
         f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
-        f"{s.tokens_per_s:,.0f} tokens/s · {s.tflops_per_rank:.3f} TFLOP/s per rank · {loss}"
+        f"{s.tokens_per_s:,.0f} tokens/s · {_flops(s.tflops_per_rank)} per rank · {loss}"
     )
     table = Table(title="top ops by time (per rank per step)", title_justify="left")
     for col in ("op", "role", "group", "calls", "avg size (bytes)", "time (s)", "share of step"):

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from commlens.analysis.ops import register_aggregates
 from commlens.analysis.source import RunView
 
 
 def _by(run: RunView, key: str, extra: str = "") -> pa.Table:
+    register_aggregates(run)
     return run.sql(
         f"""
         SELECT {key}, {extra}
-               count(*)::BIGINT AS count, coalesce(sum(size_bytes), 0)::BIGINT AS bytes,
-               coalesce(sum(duration_s), 0.0) AS time_s,
-               coalesce(sum(t_wait_ns), 0) / 1e9 AS wait_s,
-               coalesce(sum(duration_s) / nullif(sum(sum(duration_s)) OVER (), 0), 0.0)
-                   AS time_share
-        FROM events GROUP BY {key} ORDER BY time_s DESC, {key}
+               sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes,
+               sum(time_s) AS time_s, sum(wait_s) AS wait_s,
+               coalesce(sum(time_s) / nullif(sum(sum(time_s)) OVER (), 0), 0.0) AS time_share
+        FROM agg GROUP BY {key} ORDER BY time_s DESC, {key}
         """
     )
 
@@ -27,7 +27,7 @@ def phase_table(run: RunView) -> pa.Table:
 
 
 def module_table(run: RunView) -> pa.Table:
-    """Per issuing module (empty: outside any module) and phase."""
+    """Per issuing module (empty: outside any module), with the phases it issued in."""
     return _by(run, "module", "string_agg(DISTINCT phase, ',' ORDER BY phase) AS phases,")
 
 

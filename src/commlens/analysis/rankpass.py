@@ -24,33 +24,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
+from commlens.analysis.codes import Codes, dense_codes
+from commlens.analysis.rankagg import GroupInfo, learn_groups, rank_aggregate
 from commlens.analysis.source import RunView
 
 P2P_OPS = ("send", "recv", "send_object", "recv_object")
-_QUERY = (
-    "SELECT seq, op, pg_name, role, group_size, step, size_bytes, t_issue_ns, t_end_ns, "
-    "t_wait_ns FROM events WHERE rank = {rank}"
-)
-
-
-class Codes:
-    """Strings of all ranks mapped to one set of integer codes."""
-
-    def __init__(self) -> None:
-        self.values: list[str] = []
-        self.index: dict[str, int] = {}
-
-    def code(self, value: str) -> int:
-        if value not in self.index:
-            self.index[value] = len(self.values)
-            self.values.append(value)
-        return self.index[value]
-
-    def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        enc = pc.dictionary_encode(pc.fill_null(arr, ""))
-        lookup = np.array([self.code(v) for v in enc.dictionary.to_pylist()] or [0], np.int32)
-        return lookup[enc.indices.to_numpy(zero_copy_only=False)]
+_COLUMNS = [
+    "seq",
+    "op",
+    "pg_name",
+    "pg_ranks",
+    "role",
+    "group_size",
+    "step",
+    "size_bytes",
+    "t_issue_ns",
+    "t_end_ns",
+    "t_wait_ns",
+    "duration_s",
+    "phase",
+    "module",
+]
 
 
 @dataclass
@@ -74,6 +68,8 @@ class RankPass:
     util: pa.Table | None
     matches: list[MatchPart] | None
     triples: list[tuple[str, str, str]]
+    agg: pa.Table
+    groups: pa.Table
     util_bins: int | None
 
 
@@ -137,13 +133,16 @@ def _spread(
     s_rel = s[keep] - t0
     e_rel = np.maximum(e[keep] - t0, s_rel + 1)
     w = wire[keep]
-    b0, b1 = s_rel // bin_ns, e_rel // bin_ns
+    b0, b1 = s_rel // bin_ns, (e_rel - 1) // bin_ns
+    one = b0 == b1  # most ops fall in one bin: no expansion needed
+    out = np.bincount(b0[one], weights=w[one], minlength=n_bins)[:n_bins]
+    s_rel, e_rel, w, b0, b1 = s_rel[~one], e_rel[~one], w[~one], b0[~one], b1[~one]
     nb = b1 - b0 + 1
     rep = np.repeat(np.arange(s_rel.size), nb)
     b = b0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(nb) - nb, nb))
     overlap = np.minimum(e_rel[rep], (b + 1) * bin_ns) - np.maximum(s_rel[rep], b * bin_ns)
     weights = w[rep] * np.clip(overlap, 0, None) / (e_rel - s_rel)[rep]
-    return np.bincount(b, weights=weights, minlength=n_bins)[:n_bins]
+    return out + np.bincount(b, weights=weights, minlength=n_bins)[:n_bins]
 
 
 def _kth(code: np.ndarray) -> np.ndarray:
@@ -163,22 +162,7 @@ def _kth(code: np.ndarray) -> np.ndarray:
 
 
 def _uniques(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values; O(n) for small non-negative integers."""
-    if values.size and values.min() >= 0 and values.max() < 1 << 22:
-        return np.flatnonzero(np.bincount(values))
-    return np.unique(values)
-
-
-def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values, index of each row's value among them) without a full sort
-    when the values are small non-negative integers."""
-    if values.size and values.min() >= 0 and values.max() < 1 << 22:
-        uniq = np.flatnonzero(np.bincount(values))
-        lookup = np.zeros(int(values.max()) + 1, np.int64)
-        lookup[uniq] = np.arange(uniq.size)
-        return uniq, lookup[values]
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return uniq, inverse
+    return dense_codes(values)[0]
 
 
 def ensure_pass(run: RunView, *, util_bins: int | None = None, match: bool = False) -> RankPass:
@@ -201,40 +185,39 @@ def ensure_pass(run: RunView, *, util_bins: int | None = None, match: bool = Fal
 
 
 def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
-    ranks = [
-        int(r[0])
-        for r in run.con.execute(
-            "SELECT rank FROM ranks WHERE status <> 'missing' ORDER BY rank"
-        ).fetchall()
-    ]
-    span = run.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
-    t0 = int(span[0]) if span and span[0] is not None else 0
-    t1 = int(span[1]) if span and span[1] is not None else 0
+    rows = run.con.execute("SELECT rank FROM ranks WHERE status <> 'missing' ORDER BY rank")
+    ranks = [int(r[0]) for r in rows.fetchall()]
+    t0, t1 = run.time_span() or (0, 0)
     n_bins = max(1, util_bins or 1)
     bin_ns = max(1, -(-max(t1 - t0, 1) // n_bins))
     n_bins_total = max(t1 - t0, 0) // bin_ns + 1
-    ops, groups, roles, triples = Codes(), Codes(), Codes(), Codes()
+    names = {k: Codes() for k in ("op", "pg_name", "role", "phase", "module")}
+    ops, groups, triples = names["op"], names["pg_name"], Codes()
+    info = GroupInfo()
     excluded = _groups_touching(run)
     step_parts: list[dict[str, np.ndarray]] = []
     util_parts: list[tuple[int, np.ndarray]] = []
+    agg_parts: list[pa.Table] = []
     matches: list[MatchPart] = []
     for rank in ranks:
-        t = run.con.sql(_QUERY.format(rank=rank)).to_arrow_table()
+        t = run.read_rank(rank, _COLUMNS)
         if not t.num_rows:
             continue
         seq = t.column("seq").to_numpy()
         if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
             t = t.take(pa.array(np.argsort(seq, kind="stable")))
             seq = t.column("seq").to_numpy()
-        op = ops.encode(t.column("op"))
-        pg = groups.encode(t.column("pg_name"))
-        role = roles.encode(t.column("role"))
-        gsize = t.column("group_size").to_numpy()
+        codes = {k: c.encode(t.column(k)) for k, c in names.items()}
+        op, pg, role = codes["op"], codes["pg_name"], codes["role"]
+        gsize = pc.fill_null(t.column("group_size"), 1).to_numpy()
         step = pc.fill_null(t.column("step"), 0).to_numpy()
         size = pc.fill_null(t.column("size_bytes"), 0).to_numpy()
         s = t.column("t_issue_ns").to_numpy()
         e = t.column("t_end_ns").to_numpy()
         wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
+        duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
+        learn_groups(info, groups, pg, gsize, t.column("pg_ranks"))
+        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait))
         step_parts.append(_step_rows(rank, step, s, e, wait, size))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
@@ -257,9 +240,10 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
                     t_end=e[keep],
                 )
             )
-    names = [tuple(v.split("\x00")) for v in triples.values]
+    split = [tuple(v.split("\x00")) for v in triples.values]
     triple_names = [
-        (ops.values[int(a)], groups.values[int(b)], roles.values[int(c)]) for a, b, c in names
+        (ops.values[int(a)], groups.values[int(b)], names["role"].values[int(c)])
+        for a, b, c in split
     ]
     return RankPass(
         steps=_steps_table(step_parts),
@@ -267,6 +251,26 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         matches=matches if match else None,
         triples=triple_names,
         util_bins=util_bins,
+        agg=pa.concat_tables(agg_parts) if agg_parts else _empty_agg(),
+        groups=info.table(),
+    )
+
+
+def _empty_agg() -> pa.Table:
+    return pa.table(
+        {
+            "rank": pa.array([], pa.int32()),
+            "op": pa.array([], pa.string()),
+            "pg_name": pa.array([], pa.string()),
+            "role": pa.array([], pa.string()),
+            "size_bucket_bytes": pa.array([], pa.int64()),
+            "phase": pa.array([], pa.string()),
+            "module": pa.array([], pa.string()),
+            "count": pa.array([], pa.int64()),
+            "bytes": pa.array([], pa.int64()),
+            "time_s": pa.array([], pa.float64()),
+            "wait_s": pa.array([], pa.float64()),
+        }
     )
 
 

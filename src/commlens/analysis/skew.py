@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.rankpass import P2P_OPS, MatchPart, dense_codes, ensure_pass
+from commlens.analysis.codes import dense_codes
+from commlens.analysis.rankpass import P2P_OPS, MatchPart, ensure_pass
 from commlens.analysis.source import RunView
 
 __all__ = ["P2P_OPS", "matched_events", "skew_by_step", "skew_table", "straggler_table"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -41,6 +42,12 @@ class RunView:
     con: duckdb.DuckDBPyConnection
     warnings: list[str] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
+    sources: dict[int, Path | pa.Table] = field(default_factory=dict)
+    """Where each rank's raw events are: its Parquet file, or a table (parts, loaded run)."""
+    clocks: dict[int, tuple[int, float, int]] = field(default_factory=dict)
+    """rank -> (offset_ns, drift, t_ref_ns) to move raw times onto rank 0's clock."""
+    aligned: bool = False
+    """True when ``sources`` tables already hold aligned times (a loaded Run)."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Results computed once per run (see ``analysis.rankpass``, ``analysis.ops``)."""
 
@@ -65,6 +72,57 @@ class RunView:
         rows = self.con.execute(query).fetchall()
         return tuple(rows[0]) if rows else None
 
+    def read_rank(self, rank: int, columns: list[str]) -> pa.Table:
+        """One rank's events (only ``columns``; strings dictionary-encoded), in file
+        order, with ``t_issue_ns``/``t_end_ns`` on rank 0's clock."""
+        src = self.sources.get(rank)
+        if src is None:
+            return self.sql(f"SELECT {', '.join(columns)} FROM events WHERE rank = {int(rank)}")
+        if isinstance(src, Path):
+            strings = [c for c in columns if pa.types.is_string(EVENT_SCHEMA.field(c).type)]
+            table = pq.read_table(src, columns=columns, read_dictionary=strings)
+        else:
+            table = src.select(columns)
+        if self.aligned or rank not in self.clocks:
+            return table
+        offset, drift, t_ref = self.clocks[rank]
+        for name in ("t_issue_ns", "t_end_ns"):
+            if name in columns:
+                t = table.column(name).to_numpy()
+                shifted = t + offset + np.rint(drift * (t - t_ref)).astype(np.int64)
+                table = table.set_column(
+                    table.schema.get_field_index(name), name, pa.array(shifted, pa.int64())
+                )
+        return table
+
+    def time_span(self) -> tuple[int, int] | None:
+        """(first issue, last end) over all events, from Parquet statistics when possible."""
+        span = self._span_from_statistics()
+        if span is not None:
+            return span
+        row = self.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
+        return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+    def _span_from_statistics(self) -> tuple[int, int] | None:
+        if not self.sources or not all(isinstance(s, Path) for s in self.sources.values()):
+            return None
+        lo: list[int] = []
+        hi: list[int] = []
+        for rank, src in self.sources.items():
+            assert isinstance(src, Path)
+            meta = pq.ParquetFile(src).metadata
+            names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+            issue, end = names.index("t_issue_ns"), names.index("t_end_ns")
+            offset, drift, t_ref = self.clocks.get(rank, (0, 0.0, 0))
+            for g in range(meta.num_row_groups):
+                a = meta.row_group(g).column(issue).statistics
+                b = meta.row_group(g).column(end).statistics
+                if a is None or b is None or not a.has_min_max or not b.has_min_max:
+                    return None
+                lo.append(int(a.min) + offset + round(drift * (int(a.min) - t_ref)))
+                hi.append(int(b.max) + offset + round(drift * (int(b.max) - t_ref)))
+        return (min(lo), max(hi)) if lo else None
+
     def close(self) -> None:
         self.con.close()
 
@@ -74,7 +132,6 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
     con = duckdb.connect()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    con.execute("SET preserve_insertion_order = false")
     if isinstance(source, Run):
         con.register("events", source.events)  # already on rank 0's clock
         view = RunView(
@@ -88,13 +145,16 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
     warnings: list[str] = []
     sources: list[str] = []
     read: set[int] = set()
+    sources_by_rank: dict[int, Path | pa.Table] = {}
     for rank, file in files.items():
         if _check_rank_file(file, rank, warnings):
+            sources_by_rank[rank] = file
             sources.append(f"SELECT * FROM read_parquet('{_quote(file)}')")
             read.add(rank)
     for rank in parts:
         table = _read_parts(run_dir / f".rank-{rank:05d}.parts")
         con.register(f"parts_{rank}", table)
+        sources_by_rank[rank] = table
         sources.append(f"SELECT * FROM parts_{rank}")
         warnings.append(
             f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
@@ -122,7 +182,9 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
     for rank in missing:
         if rank not in files and rank not in parts:
             warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
-    view = RunView(run_dir, manifest, con, warnings, missing)
+    view = RunView(
+        run_dir, manifest, con, warnings, missing, sources=sources_by_rank, clocks=_clocks(manifest)
+    )
     _create_steps(view)
     _create_ranks(view, with_events)
     if not quiet:
@@ -216,6 +278,19 @@ def _ranks_without_events(manifest: dict[str, Any]) -> set[int]:
         for k, meta in manifest.get("ranks", {}).items()
         if meta.get("status") == "ok" and int(meta.get("events", 0)) == 0
     }
+
+
+def _clocks(manifest: dict[str, Any]) -> dict[int, tuple[int, float, int]]:
+    out = {}
+    for key, meta in manifest.get("ranks", {}).items():
+        clock = meta.get("clock") or {}
+        if "offset_ns" in clock:
+            out[int(key)] = (
+                int(clock["offset_ns"]),
+                float(clock.get("drift", 0.0)),
+                int(clock.get("t_ref_ns", 0)),
+            )
+    return out
 
 
 def _clock_table(manifest: dict[str, Any]) -> pa.Table:

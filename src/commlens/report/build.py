@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
+from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
 from commlens.report import plots
 from commlens.report.document import Column, Document, Section
@@ -167,6 +168,7 @@ def _records(table: pa.Table) -> list[dict[str, Any]]:
 
 def build_report(run: RunView, *, util_bins: int = 100) -> Document:
     """Every analysis of ``run`` as one document (tables, plots and JSON data)."""
+    ensure_pass(run, util_bins=util_bins, match=True)  # read the events once for all
     op_t = ops.op_table(run)
     size_t = ops.op_size_table(run)
     hist_t = ops.size_histogram(run)

@@ -1,0 +1,126 @@
+"""Per-rank group aggregates, the small table behind the op, size and phase tables.
+
+For one rank's events, one row per (op, group, role, log2 size bucket,
+phase, module) with calls, bytes, time inside calls and blocked time.
+Summing these rows over ranks gives every per-op, per-size, per-phase and
+per-module figure without another pass over the events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from commlens.analysis.codes import Codes, dense_codes, first_index
+
+
+def size_bucket(size: np.ndarray) -> np.ndarray:
+    """Lower bound of the log2 bucket of each size (0 for empty messages)."""
+    out = np.zeros(size.size, np.int64)
+    pos = size > 0
+    exp = np.floor(np.log2(size[pos].astype(np.float64))).astype(np.int64)
+    # guard float rounding at the edges of a bucket
+    exp -= (np.int64(1) << exp) > size[pos]
+    exp += (np.int64(1) << (exp + 1)) <= size[pos]
+    out[pos] = np.int64(1) << exp
+    return out
+
+
+@dataclass
+class GroupInfo:
+    """What each process group looks like (first seen in any rank)."""
+
+    size: dict[str, int] = field(default_factory=dict)
+    ranks: dict[str, list[int]] = field(default_factory=dict)
+
+    def table(self) -> pa.Table:
+        names = sorted(self.size)
+        return pa.table(
+            {
+                "pg_name": pa.array(names, pa.string()),
+                "group_size": pa.array([self.size[n] for n in names], pa.int32()),
+                "pg_ranks": pa.array([self.ranks[n] for n in names], pa.list_(pa.int32())),
+            }
+        )
+
+
+def learn_groups(
+    info: GroupInfo,
+    groups: Codes,
+    pg: np.ndarray,
+    gsize: np.ndarray,
+    pg_ranks: pa.ChunkedArray | None,
+) -> None:
+    uniq, inverse = dense_codes(pg)
+    first = first_index(inverse, uniq.size)
+    for code, row in zip(uniq.tolist(), first.tolist(), strict=True):
+        name = groups.values[code]
+        if name not in info.size:
+            info.size[name] = int(gsize[row])
+            value = pg_ranks[row].as_py() if pg_ranks is not None else None
+            info.ranks[name] = [int(r) for r in value] if value is not None else []
+
+
+def rank_aggregate(
+    rank: int,
+    names: dict[str, Codes],
+    codes: dict[str, np.ndarray],
+    size: np.ndarray,
+    duration: np.ndarray,
+    wait_ns: np.ndarray,
+) -> pa.Table:
+    """Group one rank's events by (op, pg_name, role, size bucket, phase, module)."""
+    bucket = size_bucket(size)
+    _, bucket_code = dense_codes(
+        np.where(bucket > 0, np.log2(np.maximum(bucket, 1)) + 1, 0).astype(np.int64)
+    )
+    key = np.zeros(size.size, np.int64)
+    parts: list[tuple[str, np.ndarray, int]] = []
+    for name in ("op", "pg_name", "role", "phase", "module"):
+        parts.append((name, codes[name], len(names[name].values)))
+    parts.append(("bucket", bucket_code, int(bucket_code.max()) + 1 if bucket_code.size else 1))
+    # compose the key step by step, keeping it dense (and small) after each step
+    stack: list[np.ndarray] = []
+    for _, col, width in parts:
+        uniq, key = dense_codes(key * width + col)
+        stack.append(uniq)
+    n = stack[-1].size
+    # decode each distinct key back into its components
+    comp: dict[str, np.ndarray] = {}
+    idx = np.arange(n)
+    for (name, _, width), uniq in zip(reversed(parts), reversed(stack), strict=True):
+        value = uniq[idx]
+        comp[name] = value % width
+        idx = value // width
+    bucket_of = np.zeros(n, np.int64)
+    rows = first_index(key, n)
+    bucket_of[:] = bucket[rows]
+    return pa.table(
+        {
+            "rank": pa.array(np.full(n, rank, np.int32)),
+            "op": pa.array([names["op"].values[i] for i in comp["op"].tolist()], pa.string()),
+            "pg_name": pa.array(
+                [names["pg_name"].values[i] for i in comp["pg_name"].tolist()], pa.string()
+            ),
+            "role": pa.array([names["role"].values[i] for i in comp["role"].tolist()], pa.string()),
+            "size_bucket_bytes": pa.array(bucket_of, pa.int64()),
+            "phase": pa.array(
+                [names["phase"].values[i] for i in comp["phase"].tolist()], pa.string()
+            ),
+            "module": pa.array(
+                [names["module"].values[i] for i in comp["module"].tolist()], pa.string()
+            ),
+            "count": pa.array(np.bincount(key, minlength=n), pa.int64()),
+            "bytes": pa.array(_int_sum(key, size, n)),
+            "time_s": pa.array(np.bincount(key, duration, n)),
+            "wait_s": pa.array(np.bincount(key, wait_ns / 1e9, n)),
+        }
+    )
+
+
+def _int_sum(key: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, np.int64)
+    np.add.at(out, key, values.astype(np.int64))
+    return out

@@ -1,0 +1,97 @@
+"""Each event knows its step, phase and the module that issued it; roles come from names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import commlens
+from tests.distributed import run_ranks
+
+
+class _SumGrad(torch.autograd.Function):
+    """Identity forward; all-reduces the gradient in backward (Megatron's f)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(grad)
+        return grad
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(_SumGrad.apply(x))
+        dist.all_reduce(y)  # forward all-reduce inside block.0.inner
+        return y
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.ModuleList([nn.Sequential(Inner())])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block[0](x)
+
+
+class SyncSGD(torch.optim.SGD):
+    """An optimizer that all-reduces a scalar in its step (like a grad-norm clip)."""
+
+    def step(self, closure: Any = None) -> Any:
+        norm = torch.ones(1)
+        dist.all_reduce(norm)
+        return super().step(closure)
+
+
+def _train(rank: int, world: int, out: str) -> None:
+    with commlens.capture(out):
+        dist.init_process_group("gloo")
+        tp = dist.new_group(list(range(world)), group_desc="tp")
+        model = Net()
+        opt = SyncSGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+            opt.step()
+        dist.all_reduce(torch.ones(1), group=tp)  # role from group_desc
+        custom = dist.new_group(list(range(world)))
+        commlens.set_group_role(custom, "ep")
+        dist.all_reduce(torch.ones(1), group=custom)
+        for _ in range(3):  # a loop without an optimizer marks its own steps
+            dist.barrier()
+            commlens.step()
+        dist.destroy_process_group()
+
+
+def test_step_phase_module_and_role(tmp_path: Path) -> None:
+    run_ranks(_train, 2, str(tmp_path))
+    run = commlens.load_run(tmp_path)
+    rows = (
+        run.duckdb()
+        .execute("select step, phase, module, role, op from events where rank = 0 order by seq")
+        .fetchall()
+    )
+    per_step = [
+        (0, "forward", "block.0.0", "", "all_reduce"),
+        (0, "backward", "", "", "all_reduce"),
+        (0, "optimizer", "", "", "all_reduce"),
+    ]
+    assert rows[:3] == per_step
+    assert rows[3:6] == [(1, *r[1:]) for r in per_step]
+    assert rows[6] == (2, "other", "", "tp", "all_reduce")
+    assert rows[7] == (2, "other", "", "ep", "all_reduce")
+    assert [r[0] for r in rows[8:]] == [2, 3, 4]  # explicit steps take over
+    steps = run.manifest["ranks"]["0"]["steps"]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3, 4]
+    assert all(s["t_end_ns"] >= s["t_start_ns"] for s in steps)

@@ -2,8 +2,9 @@
 
 Each parameter is drawn whole from a generator seeded by (seed, its global
 name) and each rank keeps its slice, so a tensor-parallel shard equals the
-matching slice of a single-process model, and the last pipeline stage's copy
-of the tied embedding (``lm_head.weight``) equals the first stage's.
+matching slice of a single-process model (on the same device type), and the last
+pipeline stage's copy of the tied embedding (``lm_head.weight``) equals the
+first stage's. One full parameter exists at a time, on the training device.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def init_parameters(model: nn.Module, cfg: ModelConfig, tp: TPContext, seed: int
         if dim is not None:
             shape[dim] *= tp.size
         std = out_std if name.endswith(("proj.weight", "fc2.weight")) else STD
-        gen = torch.Generator().manual_seed(_seed(seed, TIED.get(name, name)))
-        full = torch.empty(shape).normal_(0.0, std, generator=gen)
+        # drawn on the parameter's device: every rank of a job draws the same numbers
+        gen = torch.Generator(device=param.device).manual_seed(_seed(seed, TIED.get(name, name)))
+        full = torch.empty(shape, device=param.device).normal_(0.0, std, generator=gen)
         if dim is not None:
             full = full.narrow(dim, tp.rank * param.shape[dim], param.shape[dim])
         param.copy_(full)

@@ -125,10 +125,11 @@ def build_shard(
 ) -> tuple[nn.Module, TPContext]:
     """Tensor + pipeline parallelism: this rank's stage, split over tp, initialized."""
     tp = groups.tp_context(wcfg.sequence_parallel)
-    model = build_model(wcfg.model, tp, groups.dims.pp, groups.stage)
+    with torch.device(device):  # allocate the shard where it trains, never the full model
+        model = build_model(wcfg.model, tp, groups.dims.pp, groups.stage)
     init_parameters(model, wcfg.model, tp, wcfg.seed)
     dtype = torch.bfloat16 if wcfg.dtype == "bf16" else torch.float32
-    return model.to(device=device, dtype=dtype), tp
+    return model.to(dtype=dtype), tp
 
 
 def apply_recompute(model: nn.Module) -> None:

@@ -100,7 +100,7 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.file)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=max(Console().width, 110))
     if args.list:
         from commlens.sweep.grid import expand
 

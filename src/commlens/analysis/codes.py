@@ -26,11 +26,14 @@ class Codes:
         out = [np.empty(0, np.int32)]
         for chunk in chunks:
             if not pa.types.is_dictionary(chunk.type):
-                chunk = pc.dictionary_encode(pc.fill_null(chunk, ""))
+                chunk = pc.dictionary_encode(chunk)
             words = [v if v is not None else "" for v in chunk.dictionary.to_pylist()]
             lookup = np.array([self.code(v) for v in words] + [self.code("")], np.int32)
             null = len(words)  # null indices point at the '' code appended last
-            out.append(lookup[pc.fill_null(chunk.indices, null).to_numpy(zero_copy_only=False)])
+            indices = chunk.indices
+            if indices.null_count:
+                indices = pc.fill_null(indices, null)
+            out.append(lookup[indices.to_numpy(zero_copy_only=False)])
         return np.concatenate(out)
 
 

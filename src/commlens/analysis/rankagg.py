@@ -81,19 +81,28 @@ def rank_aggregate(
     for name in ("op", "pg_name", "role", "phase", "module"):
         parts.append((name, codes[name], len(names[name].values)))
     parts.append(("bucket", bucket_code, int(bucket_code.max()) + 1 if bucket_code.size else 1))
-    # compose the key step by step, keeping it dense (and small) after each step
-    stack: list[np.ndarray] = []
-    for _, col, width in parts:
-        uniq, key = dense_codes(key * width + col)
-        stack.append(uniq)
+    if np.prod([float(w) for _, _, w in parts]) < 2**62:  # one mixed-radix key
+        for _, col, width in parts:
+            key = key * width + col
+        uniq, key = dense_codes(key)
+        stack = [uniq]
+        layers = [parts]
+    else:  # compose step by step, keeping the key dense (and small) after each step
+        stack, layers = [], []
+        for part in parts:
+            uniq, key = dense_codes(key * part[2] + part[1])
+            stack.append(uniq)
+            layers.append([part])
     n = stack[-1].size
     # decode each distinct key back into its components
     comp: dict[str, np.ndarray] = {}
     idx = np.arange(n)
-    for (name, _, width), uniq in zip(reversed(parts), reversed(stack), strict=True):
+    for layer, uniq in zip(reversed(layers), reversed(stack), strict=True):
         value = uniq[idx]
-        comp[name] = value % width
-        idx = value // width
+        for name, _, width in reversed(layer):
+            comp[name] = value % width
+            value = value // width
+        idx = value
     bucket_of = np.zeros(n, np.int64)
     rows = first_index(key, n)
     bucket_of[:] = bucket[rows]

@@ -86,6 +86,8 @@ class RunView:
         if self.aligned or rank not in self.clocks:
             return table
         offset, drift, t_ref = self.clocks[rank]
+        if offset == 0 and drift == 0.0:
+            return table
         for name in ("t_issue_ns", "t_end_ns"):
             if name in columns:
                 t = table.column(name).to_numpy()

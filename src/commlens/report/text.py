@@ -17,7 +17,9 @@ from rich.table import Table
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
 
-_RIGHT = {"int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x", "num", "rate"}
+_RIGHT = {
+    "int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x", "num", "rate",
+}
 
 
 class TextRenderer(Renderer):

@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from commlens.analysis.codes import Codes, dense_codes, first_index
 
+MIXED_RADIX_LIMIT = 2.0**62  # above it, the key is built (and kept dense) step by step
+
 
 def size_bucket(size: np.ndarray) -> np.ndarray:
     """Lower bound of the log2 bucket of each size (0 for empty messages)."""
@@ -81,7 +83,7 @@ def rank_aggregate(
     for name in ("op", "pg_name", "role", "phase", "module"):
         parts.append((name, codes[name], len(names[name].values)))
     parts.append(("bucket", bucket_code, int(bucket_code.max()) + 1 if bucket_code.size else 1))
-    if np.prod([float(w) for _, _, w in parts]) < 2**62:  # one mixed-radix key
+    if np.prod([float(w) for _, _, w in parts]) < MIXED_RADIX_LIMIT:  # one mixed-radix key
         for _, col, width in parts:
             key = key * width + col
         uniq, key = dense_codes(key)

@@ -27,6 +27,9 @@ def register(subparsers: Any) -> None:
     show.add_argument("name", help="built-in name (see `commlens net list`) or path to FILE.toml")
     show.add_argument("--format", default="text", choices=("text", "json"))
     show.set_defaults(func=run_show)
+    clean = actions.add_parser("cleanup", help="remove leftover emulated networks (root)")
+    clean.add_argument("--force", action="store_true", help="also remove runs still in progress")
+    clean.set_defaults(func=run_cleanup)
     p.set_defaults(func=lambda args: _help(p))
 
 
@@ -105,4 +108,13 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps(profile.to_dict(), indent=2))
     else:
         _show_text(profile)
+    return 0
+
+
+def run_cleanup(args: argparse.Namespace) -> int:
+    """Namespaces, veths and bridges of dead emulated runs (commlens's own prefix only)."""
+    from commlens.netem import cleanup
+
+    removed = cleanup(force=args.force)
+    print(f"removed {len(removed)} leftover(s){': ' + ', '.join(removed) if removed else ''}")
     return 0

@@ -31,26 +31,17 @@ tp group of the rank (``workloads/tp.py``, ``layers.py``, ``models/*.py``):
 from __future__ import annotations
 
 import math
-import re
 
 from commlens.model.calls import Call
 from commlens.model.job import Job
-from commlens.spec.models import param_shapes, stage_layers
-
-_SEQ_PARALLEL = re.compile(
-    r"(^|\.)(ln\d?|ln_f)\.(weight|bias)$|\.(proj|fc2)\.bias$|^embed\.(pos|type|token_type)\.weight$"
-)
+from commlens.spec.models import param_shapes, sequence_parallel_partial, stage_layers
 
 
 def seq_parallel_bytes(job: Job, rank: int) -> int:
     """Bytes of the gradients summed over tp after backward under sequence parallelism."""
     c = job.dims.coords(rank)
     params = param_shapes(job.model, job.dims.tp, c["tp"], job.dims.pp, c["pp"])
-    numel = sum(
-        math.prod(shape)
-        for name, shape in params
-        if _SEQ_PARALLEL.search(name) and not name.startswith("mlm.")
-    )
+    numel = sum(math.prod(shape) for name, shape in params if sequence_parallel_partial(name))
     return numel * job.dtype_bytes
 
 

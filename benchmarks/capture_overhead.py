@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,28 @@ def per_call_overhead(blocks: int, calls: int) -> tuple[float, float, float, flo
             dist.all_reduce(t)
         return (time.perf_counter() - t0) / calls, (time.thread_time() - c0) / calls
 
+    return _alternate(block, blocks)
+
+
+def functional_overhead(blocks: int, calls: int) -> tuple[float, float, float, float]:
+    """The same for functional collectives (DTensor's path): issue plus wait_tensor."""
+    import torch.distributed._functional_collectives as funcol
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    t = torch.ones(4)
+    group = dist.group.WORLD
+
+    def block() -> tuple[float, float]:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        for _ in range(calls):
+            funcol.wait_tensor(funcol.all_reduce(t, "sum", group))
+        return (time.perf_counter() - t0) / calls, (time.thread_time() - c0) / calls
+
+    return _alternate(block, blocks)
+
+
+def _alternate(block: Any, blocks: int) -> tuple[float, float, float, float]:
     block()
     plain, traced = [], []
     with tempfile.TemporaryDirectory() as out:
@@ -134,6 +157,11 @@ def main() -> None:
         f"per call: untraced {plain * 1e6:.2f} us, traced {traced * 1e6:.2f} us, "
         f"added {diff * 1e6:.2f} us wall, {cpu * 1e6:.2f} us CPU "
         f"(median of {args.blocks} blocks; target <= 5 us)"
+    )
+    plain, traced, diff, cpu = functional_overhead(args.blocks, 1000)
+    print(
+        f"functional all_reduce + wait: untraced {plain * 1e6:.2f} us, traced "
+        f"{traced * 1e6:.2f} us, added {diff * 1e6:.2f} us wall, {cpu * 1e6:.2f} us CPU"
     )
     arms = step_ratios(args.rounds, args.steps)
     base = statistics.median(arms["untraced"])

@@ -126,10 +126,16 @@ def build_tables(records: list[dict[str, Any]], networks: list[str]) -> dict[str
             long[name] += [{"id": rec["id"], **row} for row in result.get(name, [])]
         for row in rec.get("scale_predictions", []):
             long["predictions"].append({"id": rec["id"], **row})
-    tables = {"points": _typed(pa.Table.from_pylist(points))}
+    tables = {"points": _typed(_from_rows(points))}
     for name, rows in long.items():
-        tables[name] = pa.Table.from_pylist(rows) if rows else _EMPTY[name]
+        tables[name] = _typed(_from_rows(rows)) if rows else _EMPTY[name]
     return tables
+
+
+def _from_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows with possibly different keys: every key a column (None where missing)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows])
 
 
 _NULL_TYPES = {"validate_ok": pa.bool_(), "error": pa.string(), "validate_summary": pa.string()}

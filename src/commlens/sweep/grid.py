@@ -64,7 +64,11 @@ class Point:
     def id(self) -> str:
         """A readable, unique name, also the point's directory name."""
         d, t, p = self.layout if self.layout != (0, 0, 0) else (self.dp, self.tp, self.pp)
-        parts = [self.model, self.scheme, f"dp{d}-tp{t}-pp{p}", f"s{self.seq_len}"]
+        deg = "-".join(
+            f"{n}{'x' if v is None else v}"
+            for n, v in zip(("dp", "tp", "pp"), (d, t, p), strict=True)
+        )
+        parts = [self.model, self.scheme, deg, f"s{self.seq_len}"]
         parts += [f"b{self.micro_batch}", f"k{self.microbatches}"]
         parts.append("loopback" if not self.emulated else f"{self.nodes}n-{self.link_label}")
         if self.dtype != "fp32":

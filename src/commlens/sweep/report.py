@@ -238,6 +238,17 @@ def _volume_sections(con: Any) -> list[Section]:
     return out
 
 
+def _title(spec_file: Path) -> str:
+    """The sweep file's title ('' when there is none or the file no longer parses)."""
+    import tomllib
+
+    try:
+        title = tomllib.loads(spec_file.read_text()).get("sweep", {}).get("title", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return title if isinstance(title, str) else ""
+
+
 def build_sweep_document(path: str | Path) -> Document:
     """The sweep's report as a Document."""
     sweep = Path(path)
@@ -251,15 +262,7 @@ def build_sweep_document(path: str | Path) -> Document:
         points = con.sql("SELECT * FROM points ORDER BY rowid").to_arrow_table()
     finally:
         con.close()
-    title_line = ""
-    spec_file = sweep / SPEC_FILE
-    if spec_file.is_file():
-        from commlens.sweep.spec import parse_spec
-
-        try:
-            title_line = parse_spec(spec_file.read_text(), str(spec_file)).settings.title
-        except Exception:
-            title_line = ""
+    title_line = _title(sweep / SPEC_FILE)
     facts = [("sweep", str(sweep))]
     if title_line:
         facts.append(("about", title_line))

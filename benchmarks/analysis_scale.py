@@ -41,8 +41,9 @@ PATTERN = [
 
 
 def _strings(indices: np.ndarray, values: list[str]) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
-                                          pa.array(values, pa.string())).cast(pa.string())
+    return pa.DictionaryArray.from_arrays(
+        pa.array(indices, pa.int32()), pa.array(values, pa.string())
+    ).cast(pa.string())
 
 
 def make_run(out: Path, n_events: int, world: int) -> Path:
@@ -71,67 +72,90 @@ def make_run(out: Path, n_events: int, world: int) -> Path:
         offsets = np.concatenate([[0], np.cumsum(gsize)]).astype(np.int32)
         values = np.empty(int(offsets[-1]), np.int32)
         world_ranks = np.arange(world, dtype=np.int32)
-        pair = np.array(tp_pair if True else [], np.int32)
+        pair = np.array(tp_pair, np.int32)
         starts = offsets[:-1]
-        for j in range(world):
-            idx = starts[is_dp] + j
-            values[idx] = world_ranks[j]
-        for j in range(2):
-            values[starts[~is_dp] + j] = pair[j] if kind[0] != 2 else pair[j]
+        for j in range(world):  # data parallel: the world
+            values[starts[is_dp] + j] = world_ranks[j]
+        for j in range(2):  # tensor parallel: the pair of ranks
+            values[starts[~is_dp] + j] = pair[j]
         p2p = np.isin(kind, [2, 3])
         values_p2p = np.array(sorted([rank, peer]), np.int32)
-        for j in range(2):
+        for j in range(2):  # pipeline: this rank and its peer
             values[starts[p2p] + j] = values_p2p[j]
         op_idx = np.array([ops.index(p[0]) for p in PATTERN])[kind]
         layer = slot % 4
         mod_names = [p[4] for p in PATTERN]
-        mod_idx = np.array([modules.index(mod_names[k].format(i=i)) for k, i in
-                            zip(kind[:per_step], layer[:per_step], strict=True)])
+        mod_idx = np.array(
+            [
+                modules.index(mod_names[k].format(i=i))
+                for k, i in zip(kind[:per_step], layer[:per_step], strict=True)
+            ]
+        )
         mod_idx = np.tile(mod_idx, steps)[:n]
         pg_idx = np.where(is_dp, 0, np.where(p2p, 2, 1))
         role_idx = np.where(is_dp, 0, np.where(p2p, 2, 1))
         phases = ["forward", "backward", "optimizer", "other"]
         phase_idx = np.array([phases.index(p[3]) for p in PATTERN])[kind]
-        table = pa.table({
-            "rank": pa.array(np.full(n, rank, np.int32)),
-            "seq": pa.array(np.arange(n, dtype=np.int64)),
-            "op": _strings(op_idx, ops),
-            "api": _strings(is_dp.astype(np.int32), ["python", "ddp_hook"]),
-            "pg_name": _strings(pg_idx, ["0", f"tp{rank // 2}", f"pp{rank // 2}"]),
-            "pg_ranks": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
-            "group_size": pa.array(gsize),
-            "role": _strings(role_idx, ["dp", "tp", "pp"]),
-            "dtype": _strings(np.zeros(n, np.int32), ["bfloat16"]),
-            "count": pa.array(sizes // 2),
-            "bytes_in": pa.array(sizes),
-            "bytes_out": pa.array(sizes),
-            "size_bytes": pa.array(sizes),
-            "peer": pa.array(np.where(p2p, peer, 0).astype(np.int32), mask=~p2p),
-            "is_async": pa.array(is_dp),
-            "t_issue_ns": pa.array(issue),
-            "t_end_ns": pa.array(issue + dur),
-            "t_wait_ns": pa.array(np.where(is_dp, dur // 3, dur)),
-            "duration_s": pa.array(dur / 1e9),
-            "step": pa.array(step),
-            "phase": _strings(phase_idx, phases),
-            "module": _strings(mod_idx, modules),
-        }, schema=EVENT_SCHEMA.with_metadata({**(EVENT_SCHEMA.metadata or {}),
-                                              RANK_KEY: str(rank).encode()}))
-        pq.write_table(table, out / f"rank-{rank:05d}.parquet", compression="zstd",
-                       row_group_size=16384 * 8)
-        windows = [{"step": s, "t_start_ns": T0 + s * step_ns, "t_end_ns": T0 + (s + 1) * step_ns}
-                   for s in range(steps)]
-        write_json_atomic(rank_meta_path(out, rank), {
-            "format": FORMAT_NAME + "-rank", "rank": rank, "world_size": world,
-            "backend": "gloo", "host": "bench", "status": "ok", "events": n, "steps": windows,
-            "clock": {"offset_ns": 0, "drift": 0.0, "t_ref_ns": T0}, "meta": {}})
-    write_json_atomic(out / "run.json", {"format": FORMAT_NAME, "format_version": 1,
-                                         "world_size": world, "backend": "gloo"})
+        table = pa.table(
+            {
+                "rank": pa.array(np.full(n, rank, np.int32)),
+                "seq": pa.array(np.arange(n, dtype=np.int64)),
+                "op": _strings(op_idx, ops),
+                "api": _strings(is_dp.astype(np.int32), ["python", "ddp_hook"]),
+                "pg_name": _strings(pg_idx, ["0", f"tp{rank // 2}", f"pp{rank // 2}"]),
+                "pg_ranks": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+                "group_size": pa.array(gsize),
+                "role": _strings(role_idx, ["dp", "tp", "pp"]),
+                "dtype": _strings(np.zeros(n, np.int32), ["bfloat16"]),
+                "count": pa.array(sizes // 2),
+                "bytes_in": pa.array(sizes),
+                "bytes_out": pa.array(sizes),
+                "size_bytes": pa.array(sizes),
+                "peer": pa.array(np.where(p2p, peer, 0).astype(np.int32), mask=~p2p),
+                "is_async": pa.array(is_dp),
+                "t_issue_ns": pa.array(issue),
+                "t_end_ns": pa.array(issue + dur),
+                "t_wait_ns": pa.array(np.where(is_dp, dur // 3, dur)),
+                "duration_s": pa.array(dur / 1e9),
+                "step": pa.array(step),
+                "phase": _strings(phase_idx, phases),
+                "module": _strings(mod_idx, modules),
+            },
+            schema=EVENT_SCHEMA.with_metadata(
+                {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
+            ),
+        )
+        pq.write_table(
+            table, out / f"rank-{rank:05d}.parquet", compression="zstd", row_group_size=16384 * 8
+        )
+        windows = [
+            {"step": s, "t_start_ns": T0 + s * step_ns, "t_end_ns": T0 + (s + 1) * step_ns}
+            for s in range(steps)
+        ]
+        write_json_atomic(
+            rank_meta_path(out, rank),
+            {
+                "format": FORMAT_NAME + "-rank",
+                "rank": rank,
+                "world_size": world,
+                "backend": "gloo",
+                "host": "bench",
+                "status": "ok",
+                "events": n,
+                "steps": windows,
+                "clock": {"offset_ns": 0, "drift": 0.0, "t_ref_ns": T0},
+                "meta": {},
+            },
+        )
+    write_json_atomic(
+        out / "run.json",
+        {"format": FORMAT_NAME, "format_version": 1, "world_size": world, "backend": "gloo"},
+    )
     return out
 
 
-def measure(cmd: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS GiB, exit code) of ``cmd`` as a child process."""
+def measure(cmd: list[str]) -> tuple[float, float, float, int]:
+    """(wall s, CPU s (user + system), peak RSS GiB, exit code) of ``cmd`` as a child."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -140,7 +164,8 @@ def measure(cmd: list[str]) -> tuple[float, float, int]:
     if proc.returncode:
         assert proc.stderr is not None
         sys.stderr.write(proc.stderr.read().decode())
-    return wall, usage.ru_maxrss / 1024 / 1024, proc.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024 / 1024, proc.returncode
 
 
 def main() -> int:
@@ -154,19 +179,29 @@ def main() -> int:
         t = time.perf_counter()
         make_run(run, args.events, args.ranks)
         size = sum(f.stat().st_size for f in run.iterdir())
-        print(f"generated {args.events:,} events over {args.ranks} ranks "
-              f"({size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"generated {args.events:,} events over {args.ranks} ranks "
+            f"({size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s"
+        )
         exe = [sys.executable, "-m", "commlens"]
         results = {}
-        for name, cmd in (("report --format json", [*exe, "report", str(run), "--format", "json"]),
-                          ("compare RUN RUN", [*exe, "compare", str(run), str(run),
-                                               "--format", "json"])):
-            wall, rss, rc = measure(cmd)
+        for name, cmd in (
+            ("report --format json", [*exe, "report", str(run), "--format", "json"]),
+            ("compare RUN RUN", [*exe, "compare", str(run), str(run), "--format", "json"]),
+        ):
+            wall, cpu, rss, rc = measure(cmd)
             ok = rc == 0 and wall <= 15 and rss <= 2
-            print(f"{name:22s} wall {wall:6.2f} s  peak RSS {rss:5.2f} GiB  "
-                  f"{args.events / wall / 1e6:5.2f} M events/s  "
-                  f"{'OK' if ok else 'OVER TARGET' if rc == 0 else f'FAILED rc={rc}'}")
-            results[name] = {"wall_s": wall, "peak_rss_GiB": rss, "rc": rc}
+            print(
+                f"{name:22s} wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak RSS {rss:5.2f} GiB  "
+                f"{args.events / wall / 1e6:5.2f} M events/s  "
+                f"{'OK' if ok else 'OVER TARGET' if rc == 0 else f'FAILED rc={rc}'}"
+            )
+            results[name] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_GiB": rss, "rc": rc}
+        load = os.getloadavg()[0]
+        print(
+            f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs "
+            "(wall times grow with other work on the machine; cpu does not)"
+        )
         print(json.dumps(results))
     return 0
 

@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,42 @@ def test_link_without_root_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError) as err:
         _cli("--nodes", "2", "--link", "1gbit", "--sizes", "1K")
     assert "\n" not in str(err.value) and "root" in str(err.value)
+
+
+def test_nccl_without_gpus_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError) as err:
+        _cli("--backend", "nccl", "--sizes", "1K")
+    assert "\n" not in str(err.value) and "CUDA" in str(err.value)
+
+
+def test_installed_command_runs(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    cmd = [
+        str(Path(sys.executable).with_name("commlens")),
+        "bench",
+        "--sizes",
+        "4K",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--format",
+        "json",
+        "-o",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["results"][0]["op"] == "all_reduce" and data["results"][0]["ok"]
+
+
+def test_main_reports_bad_input_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from commlens.cli.main import main
+
+    assert main(["bench", "--sizes", "lots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("commlens bench: error:")

@@ -69,11 +69,21 @@ class BenchConfig:
         return self.nodes > 1 or self.link is not None
 
     def resolved_backend(self) -> str:
-        if self.backend != "auto":
-            return self.backend
+        """gloo or nccl; nccl only with a CUDA device for every rank of a node."""
         import torch
 
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        if self.backend == "gloo":
+            return "gloo"
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if self.backend == "auto":
+            return "nccl" if gpus else "gloo"
+        per_node = self.nproc // self.nodes
+        if gpus < per_node:
+            raise UsageError(
+                f"--backend nccl needs {per_node} CUDA device(s) per node, found {gpus}; "
+                "use --backend gloo"
+            )
+        return "nccl"
 
 
 @dataclass

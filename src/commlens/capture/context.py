@@ -69,6 +69,11 @@ class StepTracker:
         if self.optimizer_depth == 0 and not self.explicit:
             self.advance()
 
+    def restart(self) -> None:
+        """Step 0 starts now (when the process group comes up, not at import)."""
+        if self.step == 0:
+            self._t_start = self.clock()
+
     def mark(self) -> None:
         """An explicit step boundary; from now on optimizer steps are not counted."""
         self.explicit = True

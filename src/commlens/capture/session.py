@@ -159,6 +159,7 @@ class Capture:
         try:
             if rec.ensure_open() is None:
                 return
+            rec.steps.restart()
             if self.align_clocks:
                 self._t_offset = time.time_ns()
                 self._start_offset = measure_offset()

@@ -176,7 +176,7 @@ def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None
     """Patch torch.distributed; idempotent only through :func:`uninstall`."""
     wrappers: dict[str, Any] = {}
     for name, extract in EXTRACTORS.items():
-        orig = getattr(c10d, name, None)
+        orig = getattr(c10d, name, None) or getattr(dist, name, None)
         if orig is not None:
             wrappers[name] = Intercepted(name, orig, extract)
     wrappers["batch_isend_irecv"] = _batch_isend_irecv(c10d.batch_isend_irecv)

@@ -24,6 +24,7 @@ EXTRACTORS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], Call]] = {
     "all_to_all": ops.all_to_all,
     "all_to_all_single": ops.all_to_all_single,
     "broadcast": ops.broadcast,
+    "_broadcast_coalesced": ops.broadcast_coalesced,
     "reduce": ops.reduce,
     "gather": ops.gather,
     "scatter": ops.scatter,

@@ -313,3 +313,27 @@ def barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
 
 def monitored_barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     return Call("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, False)
+
+
+def broadcast_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+    """``dist._broadcast_coalesced(group, tensors, buffer_size, src)``: DDP's start-up sync.
+
+    One event for the whole call: the C++ side packs the tensors into
+    ``buffer_size`` buckets and broadcasts each, which Python cannot see.
+    """
+    group = _arg(a, k, 0, "process_group")
+    ts = list(_arg(a, k, 1, "tensors"))
+    n = _sum_bytes(ts)
+    root = global_rank(group, int(_arg(a, k, 3, "src", 0)))
+    return Call(
+        "broadcast",
+        group,
+        sum(int(t.numel()) for t in ts),
+        dtype_name(ts[0].dtype) if ts else "",
+        n,
+        n,
+        n,
+        root,
+        False,
+        ts[0] if ts else None,
+    )

@@ -31,8 +31,10 @@ def make(model: str | ModelConfig, scheme: str, nproc: int, **kw: Any) -> Worklo
     return WorkloadConfig(cfg, scheme, dims, **kw)
 
 
-# three layers: the first stage of two holds two of them
+# uneven and deeper pipelines: 3 layers over 2 stages, 4 over 4, 5 over 4
 GPT3 = dataclasses.replace(get_preset("gpt-tiny"), name="gpt-3-layers", layers=3)
+GPT4 = dataclasses.replace(get_preset("gpt-tiny"), name="gpt-4-layers", layers=4)
+BERT5 = dataclasses.replace(get_preset("bert-tiny"), name="bert-5-layers", layers=5)
 
 
 WORLD2 = {
@@ -62,6 +64,8 @@ WORLD4 = {
     "gpt-3d-tp2-pp2": make("gpt-tiny", "3d", 4, dp=1, tp=2, pp=2, microbatches=2),
     "gpt-3d-dp2-tp2-sp": make("gpt-tiny", "3d", 4, dp=2, tp=2, pp=1, sequence_parallel=True),
     "gpt3-3d-dp2-pp2-gpipe": make(GPT3, "3d", 4, dp=2, pp=2, microbatches=2, schedule="gpipe"),
+    "gpt4-pp4-1f1b": make(GPT4, "pp", 4, microbatches=5),
+    "bert5-pp4-gpipe": make(BERT5, "pp", 4, microbatches=3, schedule="gpipe"),
     "bert-3d-tp2-pp2-sp": make(
         "bert-tiny", "3d", 4, dp=1, tp=2, pp=2, microbatches=3, sequence_parallel=True
     ),

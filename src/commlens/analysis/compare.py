@@ -67,11 +67,13 @@ def compare_summary(runs: Sequence[RunView]) -> pa.Table:
     """One row per run with its typical step, comm share and speedup vs the first."""
     rows = [_summary(r, label) for r, label in zip(runs, run_labels(runs), strict=True)]
     base = rows[0]["step_s"] if rows else 0.0
-    for row in rows:
+    for row in rows:  # no speedup where either run has no timed step
         step = row["step_s"]
         assert isinstance(step, float) and isinstance(base, float)
-        row["speedup"] = base / step if step else 0.0
-    return pa.Table.from_pylist(rows)
+        row["speedup"] = base / step if step > 0 and base > 0 else None
+    table = pa.Table.from_pylist(rows)
+    index = table.schema.get_field_index("speedup")
+    return table.set_column(index, "speedup", table.column(index).cast(pa.float64()))
 
 
 def compare_ops(runs: Sequence[RunView]) -> pa.Table:

@@ -13,7 +13,6 @@ lets DuckDB scan the Parquet files directly. Views:
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +23,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commlens.errors import RunFormatError
-from commlens.trace.manifest import FORMAT_NAME, MANIFEST, collect_rank_meta, read_json
+from commlens.analysis.runfiles import (
+    check_rank_file,
+    clock_table,
+    clocks,
+    expected_ranks,
+    ranks_without_events,
+    read_parts,
+    scan,
+)
 from commlens.trace.reader import Run
-from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY, SCHEMA_KEY
-
-_RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
-_PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
+from commlens.trace.schema import EVENT_SCHEMA
 
 
 @dataclass
@@ -143,18 +146,18 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
         _create_ranks(view, set(source.ranks))
         return view
     run_dir = Path(source)
-    manifest, files, parts = _scan(run_dir)
+    manifest, files, parts = scan(run_dir)
     warnings: list[str] = []
     sources: list[str] = []
     read: set[int] = set()
     sources_by_rank: dict[int, Path | pa.Table] = {}
     for rank, file in files.items():
-        if _check_rank_file(file, rank, warnings):
+        if check_rank_file(file, rank, warnings):
             sources_by_rank[rank] = file
             sources.append(f"SELECT * FROM read_parquet('{_quote(file)}')")
             read.add(rank)
     for rank in parts:
-        table = _read_parts(run_dir / f".rank-{rank:05d}.parts")
+        table = read_parts(run_dir / f".rank-{rank:05d}.parts")
         con.register(f"parts_{rank}", table)
         sources_by_rank[rank] = table
         sources.append(f"SELECT * FROM parts_{rank}")
@@ -168,7 +171,7 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
     cols = ", ".join(EVENT_SCHEMA.names)
     union = " UNION ALL ".join(f"SELECT {cols} FROM ({s})" for s in sources)
     con.execute(f"CREATE VIEW raw_events AS {union}")
-    con.register("clocks", _clock_table(manifest))
+    con.register("clocks", clock_table(manifest))
     con.execute(
         "CREATE VIEW events AS SELECT e.* REPLACE ("
         + _aligned("e.t_issue_ns")
@@ -177,15 +180,15 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
         + " AS t_end_ns"
         + ") FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank"
     )
-    expected = _expected_ranks(manifest) | set(files) | set(parts)
+    expected = expected_ranks(manifest) | set(files) | set(parts)
     rows = con.execute("SELECT DISTINCT rank FROM raw_events").fetchall() if read else []
     with_events = {int(row[0]) for row in rows}
-    missing = sorted(expected - with_events - _ranks_without_events(manifest))
+    missing = sorted(expected - with_events - ranks_without_events(manifest))
     for rank in missing:
         if rank not in files and rank not in parts:
             warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
     view = RunView(
-        run_dir, manifest, con, warnings, missing, sources=sources_by_rank, clocks=_clocks(manifest)
+        run_dir, manifest, con, warnings, missing, sources=sources_by_rank, clocks=clocks(manifest)
     )
     _create_steps(view)
     _create_ranks(view, with_events)
@@ -204,114 +207,6 @@ def _aligned(col: str) -> str:
     return (
         f"({col} + coalesce(c.offset_ns, 0) + CAST(round(coalesce(c.drift, 0.0) * "
         f"({col} - coalesce(c.t_ref_ns, 0))) AS BIGINT))"
-    )
-
-
-def _scan(run_dir: Path) -> tuple[dict[str, Any], dict[int, Path], list[int]]:
-    if not run_dir.is_dir():
-        raise RunFormatError(f"{run_dir}: no such run directory")
-    manifest_path = run_dir / MANIFEST
-    manifest: dict[str, Any] = {}
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        if manifest.get("format") != FORMAT_NAME:
-            raise RunFormatError(f"{manifest_path}: not a commlens run manifest")
-    manifest["ranks"] = {**manifest.get("ranks", {}), **collect_rank_meta(run_dir)}
-    files: dict[int, Path] = {}
-    parts: list[int] = []
-    for entry in sorted(run_dir.iterdir()):
-        if match := _RANK_FILE.match(entry.name):
-            files[int(match.group(1))] = entry
-        elif (match := _PARTS_DIR.match(entry.name)) and entry.is_dir():
-            parts.append(int(match.group(1)))
-    parts = sorted(r for r in parts if r not in files)
-    if not manifest_path.exists() and not files and not parts and not manifest["ranks"]:
-        raise RunFormatError(f"{run_dir}: not a commlens run (no run.json or rank-*.parquet)")
-    return manifest, files, parts
-
-
-def _check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
-    """True when ``file`` is a readable commlens events file of ``rank``."""
-    with open(file, "rb") as fh:
-        head = fh.read(4)
-        fh.seek(0, 2)
-        size = fh.tell()
-        fh.seek(max(0, size - 4))
-        tail = fh.read(4)
-    if head != b"PAR1":
-        raise RunFormatError(f"{file}: not a Parquet file, so not a commlens events file")
-    if tail != b"PAR1":
-        warnings.append(f"{file.name} is truncated ({size} bytes, no footer): rank {rank} skipped")
-        return False
-    try:
-        schema = pq.ParquetFile(file).schema_arrow
-    except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise RunFormatError(f"{file}: corrupt Parquet file ({exc})") from None
-    metadata = schema.metadata or {}
-    if SCHEMA_KEY not in metadata:
-        raise RunFormatError(f"{file}: not a commlens events file (foreign Parquet schema)")
-    if metadata.get(RANK_KEY) not in (None, str(rank).encode()):
-        raise RunFormatError(f"{file}: holds rank {metadata[RANK_KEY].decode()}, not {rank}")
-    missing = [name for name in EVENT_SCHEMA.names if name not in schema.names]
-    if missing:
-        raise RunFormatError(f"{file}: missing columns {', '.join(missing)}")
-    return True
-
-
-def _read_parts(part_dir: Path) -> pa.Table:
-    tables = []
-    for part in sorted(part_dir.glob("part-*.parquet")):
-        try:
-            tables.append(pq.read_table(part).select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA))
-        except Exception:  # a part being written when the rank died
-            continue
-    return pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
-
-
-def _expected_ranks(manifest: dict[str, Any]) -> set[int]:
-    size = manifest.get("world_size")
-    ranks = {int(k) for k in manifest.get("ranks", {})}
-    return ranks | set(range(size)) if isinstance(size, int) else ranks
-
-
-def _ranks_without_events(manifest: dict[str, Any]) -> set[int]:
-    return {
-        int(k)
-        for k, meta in manifest.get("ranks", {}).items()
-        if meta.get("status") == "ok" and int(meta.get("events", 0)) == 0
-    }
-
-
-def _clocks(manifest: dict[str, Any]) -> dict[int, tuple[int, float, int]]:
-    out = {}
-    for key, meta in manifest.get("ranks", {}).items():
-        clock = meta.get("clock") or {}
-        if "offset_ns" in clock:
-            out[int(key)] = (
-                int(clock["offset_ns"]),
-                float(clock.get("drift", 0.0)),
-                int(clock.get("t_ref_ns", 0)),
-            )
-    return out
-
-
-def _clock_table(manifest: dict[str, Any]) -> pa.Table:
-    rows: dict[str, list[Any]] = {"rank": [], "offset_ns": [], "drift": [], "t_ref_ns": []}
-    for key, meta in manifest.get("ranks", {}).items():
-        clock = meta.get("clock") or {}
-        if "offset_ns" not in clock:
-            continue
-        rows["rank"].append(int(key))
-        rows["offset_ns"].append(int(clock["offset_ns"]))
-        rows["drift"].append(float(clock.get("drift", 0.0)))
-        rows["t_ref_ns"].append(int(clock.get("t_ref_ns", 0)))
-    return pa.table(
-        {
-            "rank": pa.array(rows["rank"], pa.int32()),
-            "offset_ns": pa.array(rows["offset_ns"], pa.int64()),
-            "drift": pa.array(rows["drift"], pa.float64()),
-            "t_ref_ns": pa.array(rows["t_ref_ns"], pa.int64()),
-        }
     )
 
 
@@ -336,7 +231,7 @@ def _create_steps(view: RunView) -> None:
         ),
     )
     if "clocks" not in {r[0] for r in view.con.execute("SHOW TABLES").fetchall()}:
-        view.con.register("clocks", _clock_table(view.manifest))
+        view.con.register("clocks", clock_table(view.manifest))
     view.con.execute(
         "CREATE VIEW steps AS SELECT s.rank, s.step, "
         + _aligned("s.t_start_ns")

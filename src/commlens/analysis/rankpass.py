@@ -15,7 +15,6 @@ Results are cached on the :class:`RunView` (see :func:`ensure_pass`).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
 from commlens.analysis.rankagg import GroupInfo, learn_groups, rank_aggregate
 from commlens.analysis.source import RunView
+from commlens.analysis.timeline import segments, spread, step_rows
 
 P2P_OPS = ("send", "recv", "send_object", "recv_object")
 _COLUMNS = [
@@ -73,78 +73,6 @@ class RankPass:
     util_bins: int | None
 
 
-def _union(seg_starts: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Covered time of each segment; rows sorted by (segment, s)."""
-    if not s.size:
-        return np.zeros(0, np.int64)
-    bounds = np.append(seg_starts, s.size)
-    running = np.empty_like(e)
-    for a, b in itertools.pairwise(bounds):
-        running[a:b] = np.maximum.accumulate(e[a:b])
-    prev = np.empty_like(running)
-    prev[1:] = running[:-1]
-    prev[seg_starts] = s[seg_starts]
-    covered = np.maximum(running - np.maximum(s, prev), 0)
-    return np.add.reduceat(covered, seg_starts)
-
-
-def _segments(keys: np.ndarray) -> np.ndarray:
-    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else keys[:0]
-
-
-def _order_by(step: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row order by (step, t); the identity when already so (the usual case)."""
-    d_step, d_t = np.diff(step), np.diff(t)
-    if np.all((d_step > 0) | ((d_step == 0) & (d_t >= 0))):
-        return np.arange(step.size)
-    order = np.argsort(t, kind="stable")
-    return order[np.argsort(step[order], kind="stable")]
-
-
-def _step_rows(
-    rank: int, step: np.ndarray, s: np.ndarray, e: np.ndarray, wait: np.ndarray, size: np.ndarray
-) -> dict[str, np.ndarray]:
-    order = _order_by(step, s)
-    st, ss, es = step[order], s[order], e[order]
-    starts = _segments(st)
-    comm = _union(starts, ss, es)
-    blocked_from = e - np.clip(np.minimum(wait, e - s), 0, None)
-    order_x = _order_by(step, blocked_from)
-    exposed = _union(_segments(step[order_x]), blocked_from[order_x], e[order_x])
-    counts = np.diff(np.append(starts, st.size))
-    return {
-        "rank": np.full(starts.size, rank, np.int32),
-        "step": st[starts].astype(np.int32),
-        "ops": counts.astype(np.int64),
-        "bytes": np.add.reduceat(size[order], starts) if starts.size else np.zeros(0, np.int64),
-        "comm_s": comm / 1e9,
-        "comm_sum_s": (np.add.reduceat(es - ss, starts) / 1e9) if starts.size else comm * 0.0,
-        "exposed_s": exposed / 1e9,
-        "first_ns": np.minimum.reduceat(ss, starts) if starts.size else ss,
-        "last_ns": np.maximum.reduceat(es, starts) if starts.size else es,
-    }
-
-
-def _spread(
-    s: np.ndarray, e: np.ndarray, wire: np.ndarray, t0: int, bin_ns: int, n_bins: int
-) -> np.ndarray:
-    """Wire bytes per bin, each op's bytes spread evenly over its duration."""
-    keep = wire > 0
-    s_rel = s[keep] - t0
-    e_rel = np.maximum(e[keep] - t0, s_rel + 1)
-    w = wire[keep]
-    b0, b1 = s_rel // bin_ns, (e_rel - 1) // bin_ns
-    one = b0 == b1  # most ops fall in one bin: no expansion needed
-    out = np.bincount(b0[one], weights=w[one], minlength=n_bins)[:n_bins]
-    s_rel, e_rel, w, b0, b1 = s_rel[~one], e_rel[~one], w[~one], b0[~one], b1[~one]
-    nb = b1 - b0 + 1
-    rep = np.repeat(np.arange(s_rel.size), nb)
-    b = b0[rep] + (np.arange(rep.size) - np.repeat(np.cumsum(nb) - nb, nb))
-    overlap = np.minimum(e_rel[rep], (b + 1) * bin_ns) - np.maximum(s_rel[rep], b * bin_ns)
-    weights = w[rep] * np.clip(overlap, 0, None) / (e_rel - s_rel)[rep]
-    return out + np.bincount(b, weights=weights, minlength=n_bins)[:n_bins]
-
-
 def _kth(code: np.ndarray) -> np.ndarray:
     """For each row, how many earlier rows have the same code (0-based)."""
     k = np.empty(code.size, np.int64)
@@ -155,7 +83,7 @@ def _kth(code: np.ndarray) -> np.ndarray:
             k[idx] = np.arange(idx.size)
         return k
     order = np.argsort(code, kind="stable")
-    starts = _segments(code[order])
+    starts = segments(code[order])
     lengths = np.diff(np.append(starts, code.size))
     k[order] = np.arange(code.size) - np.repeat(starts, lengths)
     return k
@@ -218,10 +146,10 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
         learn_groups(info, groups, pg, gsize, t.column("pg_ranks"))
         agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait))
-        step_parts.append(_step_rows(rank, step, s, e, wait, size))
+        step_parts.append(step_rows(rank, step, s, e, wait, size))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
-            util_parts.append((rank, _spread(s, e, size * factor, t0, bin_ns, n_bins_total)))
+            util_parts.append((rank, spread(s, e, size * factor, t0, bin_ns, n_bins_total)))
         if match:
             p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
             bad = np.isin(pg, [groups.index[g] for g in excluded if g in groups.index])

@@ -163,3 +163,11 @@ def test_cli_fails_naming_the_op_on_an_edited_run(
     assert main(["validate", str(run)]) == 1
     out = capsys.readouterr().out
     assert "MISMATCH" in out and "all_reduce/pp" in out.replace(" ", "")
+
+
+def test_bert_masking_matches_the_workload_data() -> None:
+    from commlens.model.exact_tp import bert_masked_per_seq
+    from commlens.workloads.data import masked_count
+
+    for s in (1, 3, 7, 10, 32, 33, 128, 512):
+        assert bert_masked_per_seq(s) == masked_count(s), s

@@ -46,9 +46,8 @@ def seq_parallel_bytes(job: Job, rank: int) -> int:
 
 
 def bert_masked_per_seq(seq_len: int) -> int:
-    """Masked positions per BERT sequence, as the synthetic data draws them."""
-
-    return 0
+    """Masked positions per BERT sequence: 15%, at least one (``workloads.data.masked_count``)."""
+    return max(1, round(0.15 * seq_len))
 
 
 def tp_calls(job: Job, rank: int) -> list[Call]:

@@ -8,10 +8,13 @@
   (REFERENCE.md §2) split over its tp × pp ranks, ÷ the given TFLOP/s, times
   the pipeline bubble (k + p − 1)/k for p stages and k micro-batches.
 - Without overlap the step is compute + communication. With overlap the
-  calls marked ``overlap`` (DDP's buckets but the last, FSDP's prefetched
-  gathers and gradient reduce-scatters) hide behind the backward pass, which
-  is (c−1)/c of compute (c = 3, or 4 with recomputation); only their excess
-  is exposed.
+  calls marked ``overlap`` hide behind the compute of their own phase:
+  forward ones (FSDP's prefetched gathers) behind the forward pass, 1/c of
+  compute, backward ones (DDP's buckets but the last, FSDP's gathers and
+  reduce-scatters) behind the backward pass, (c−1)/c of compute (c = 3, or
+  4 with recomputation); only their excess is exposed. Everything else
+  (tensor-parallel collectives, pipeline transfers, the optimizer's
+  broadcasts) is on the critical path.
 """
 
 from __future__ import annotations
@@ -96,15 +99,19 @@ class FlowTable:
         return self._cache[family]
 
 
-def rank_comm_time(calls: Sequence[Call], fabric: Fabric, flows: FlowTable) -> tuple[float, float]:
-    """(all, overlappable) communication seconds of one rank's calls."""
-    total = hidden = 0.0
+def rank_comm_time(
+    calls: Sequence[Call], fabric: Fabric, flows: FlowTable
+) -> tuple[float, float, float]:
+    """(all, hideable in forward, hideable in backward) seconds of one rank's calls."""
+    total = fwd = bwd = 0.0
     for c in calls:
         t = c.count * fabric.time(c.op, c.size_bytes, c.group, flows.flows(c))
         total += t
-        if c.overlap:
-            hidden += t
-    return total, hidden
+        if c.overlap and c.phase == "forward":
+            fwd += t
+        elif c.overlap:
+            bwd += t
+    return total, fwd, bwd
 
 
 def estimate(
@@ -118,11 +125,12 @@ def estimate(
     flows = FlowTable(job, fabric)
     compute = compute_time(job, tflops)
     backward = compute * (3 / 4 if job.recompute else 2 / 3)
+    forward = compute - backward
     worst = worst_overlap = 0.0
     for calls in per_rank.values():
-        total, hideable = rank_comm_time(calls, fabric, flows)
+        total, fwd, bwd = rank_comm_time(calls, fabric, flows)
         worst = max(worst, total)
-        exposed = total - hideable + max(0.0, hideable - backward)
+        exposed = total - fwd - bwd + max(0.0, fwd - forward) + max(0.0, bwd - backward)
         worst_overlap = max(worst_overlap, exposed)
     op_times: dict[tuple[str, str], float] = {}
     for c in per_rank[shown_rank]:

@@ -23,6 +23,7 @@ from commlens.errors import UsageError
 from commlens.spec.models import get_preset, param_count
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.fit import check_fits
+from tests.netem.helpers import leftovers, needs_netns
 
 GPT = get_preset("gpt-tiny")
 L, H, V = GPT.layers, GPT.hidden, GPT.vocab
@@ -68,6 +69,11 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--model", "gpt-tiny", "--scheme", "dp", "--sequence-parallel"], "needs tensor"),
         (["--model", "gpt-tiny", "--scheme", "dp", "--seq-len", "4096"], "exceeds"),
         (["--model", "gpt-tiny", "--scheme", "dp", "--warmup-steps", "5"], "--warmup-steps"),
+        (["--model", "gpt-tiny", "--scheme", "dp", "--nodes", "3"], "multiple of --nodes 3"),
+        (
+            ["--model", "gpt-tiny", "--scheme", "dp", "--nodes", "2", "--link", "fast"],
+            "bad link rate 'fast'",
+        ),
     ],
 )
 def test_bad_combinations_are_refused_before_any_rank(
@@ -192,3 +198,39 @@ def test_installed_command_runs_dp_and_all_reduces_the_gradient_bytes(tmp_path: 
     assert [m["step"] for m in steps] == [0, 1] and [m["warmup"] for m in steps] == [True, False]
     assert all(m["loss"] > 0 and m["tflops"] > 0 and m["tokens_per_s"] > 0 for m in steps)
     assert len(run.manifest["ranks"]["1"]["meta"]["steps_metrics"]) == 2
+
+
+@pytest.mark.root
+@needs_netns
+def test_emulated_nodes_and_link(tmp_path: Path) -> None:
+    before = leftovers()
+    out = tmp_path / "run"
+    argv = [
+        "run",
+        "--model",
+        "gpt-tiny",
+        "--scheme",
+        "dp",
+        "--nproc",
+        "2",
+        "--nodes",
+        "2",
+        "--link",
+        "1gbit",
+        "--steps",
+        "2",
+        "--seq-len",
+        str(S),
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    assert leftovers() - before == set()
+    run = commlens.load_run(out)
+    topo = run.manifest["topology"]
+    assert topo["nodes"] == 2 and topo["link_bits_per_s"] == 1e9 and run.manifest["link"] == "1gbit"
+    assert (out / topo["nic_file"]).exists()
+    con = duckdb.connect()
+    con.register("events", run.events)
+    # across the shaped link the job still all-reduces exactly its gradients
+    assert per_rank(con, "op = 'all_reduce'") == [(0, 1, PARAM_BYTES), (1, 1, PARAM_BYTES)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommandError, UsageError
-from commlens.launch import launch_ranks
+from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
 from commlens.spec.models import PRESETS, SCHEMES, get_preset
 from commlens.workloads.config import DTYPES, SCHEDULES, WorkloadConfig, resolve_dims
@@ -92,6 +92,17 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="torch.distributed backend (auto: nccl when there is a GPU per rank)",
     )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="emulated nodes (network namespaces, needs root); ranks spread evenly",
+    )
+    p.add_argument(
+        "--link",
+        metavar="RATE",
+        help="shape each emulated node's uplink to RATE (e.g. 500mbit, 10gbit)",
+    )
     p.add_argument("--out", type=Path, help="run directory (default runs/MODEL-SCHEME-TIME)")
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
     p.set_defaults(func=run_command)
@@ -156,22 +167,56 @@ def _rank_env(wcfg: WorkloadConfig) -> dict[str, str]:
     return env
 
 
+def _check_emulation(args: argparse.Namespace) -> bool:
+    """Whether ranks go on emulated nodes; a UsageError for a layout that cannot."""
+    if args.nodes < 1 or args.nproc % args.nodes:
+        raise UsageError(f"--nproc {args.nproc} must be a multiple of --nodes {args.nodes}")
+    emulated = args.nodes != 1 or args.link is not None
+    if args.link is not None:
+        from commlens.netem import parse_rate
+
+        parse_rate(args.link)
+    if emulated:
+        from commlens.netem import iproute
+
+        iproute.require_netns("an emulated link (--link/--nodes)")
+    return bool(emulated)
+
+
+def _launch(
+    argv: list[str], wcfg: WorkloadConfig, args: argparse.Namespace, out: Path, emulated: bool
+) -> tuple[LaunchResult, dict[str, Any]]:
+    """Start the ranks, here or on emulated nodes; the result and the topology."""
+    env = _rank_env(wcfg)
+    if emulated:
+        from commlens.netem import launch_emulated
+
+        emu = launch_emulated(
+            argv, wcfg.dims.world_size, args.nodes, args.link, env=env, run_dir=out
+        )
+        return emu, emu.topology
+    topology = {"nodes": 1, "link": None, "intra_node": "loopback"}
+    return launch_ranks(argv, wcfg.dims.world_size, env=env), topology
+
+
 def run_command(args: argparse.Namespace) -> int:
     wcfg = build_config(args)
+    emulated = _check_emulation(args)
     check_fits(wcfg)
     out = _prepare_out(args.out, wcfg, args.force)
     d = wcfg.dims
     print(
         f"commlens run: {wcfg.model.name} · {wcfg.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
-        f"{d.world_size} ranks ({wcfg.backend}) → {out}",
+        f"{d.world_size} ranks ({wcfg.backend})"
+        + (f" on {args.nodes} nodes, link {args.link or 'unshaped'}" if emulated else "")
+        + f" → {out}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="commlens-run-") as tmp:
         config = Path(tmp) / "workload.json"
         config.write_text(json.dumps(wcfg.to_dict()))
-        result = launch_ranks(
-            python_argv(WORKER, str(config), str(out)), d.world_size, env=_rank_env(wcfg)
-        )
+        argv = python_argv(WORKER, str(config), str(out))
+        result, topology = _launch(argv, wcfg, args, out, emulated)
     if not result.ok:
         failed = [r for r, c in enumerate(result.exit_codes) if c != 0]
         what = (
@@ -182,7 +227,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise CommandError(f"training {what}; partial run left in {out}", result.exit_code)
     from commlens.workloads.summary import finalize_run, summarize
 
-    manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]])
+    manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]], topology)
     print_summary(summarize(out, manifest, wcfg), wcfg, out)
     return 0
 

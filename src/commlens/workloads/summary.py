@@ -50,13 +50,18 @@ def run_step_metrics(manifest: dict[str, Any], wcfg: WorkloadConfig) -> list[dic
     return out
 
 
-def finalize_run(run_dir: Path, wcfg: WorkloadConfig, command: list[str]) -> dict[str, Any]:
-    """Write the workload and the run-level step metrics into ``run.json``."""
+def finalize_run(
+    run_dir: Path, wcfg: WorkloadConfig, command: list[str], topology: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write the workload, the run-level step metrics and the topology into ``run.json``."""
     manifest = merge_manifest(run_dir)
+    topology = topology or {"nodes": 1, "link": None, "intra_node": "loopback"}
     extra = {
         "workload": wcfg.to_dict(),
         "steps_metrics": run_step_metrics(manifest, wcfg),
         "command": command,
+        "topology": topology,
+        "link": topology.get("link"),
     }
     return merge_manifest(run_dir, extra)
 

@@ -8,7 +8,9 @@ per-module figure without another pass over the events.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -53,16 +55,23 @@ def learn_groups(
     groups: Codes,
     pg: np.ndarray,
     gsize: np.ndarray,
-    pg_ranks: pa.ChunkedArray | None,
+    read_ranks: Callable[[list[int]], list[Any]],
 ) -> None:
+    """Record size and ranks of the groups first seen here; ``read_ranks(rows)`` gives
+    ``pg_ranks`` at those rows (read only for new groups: lists are slow to read)."""
     uniq, inverse = dense_codes(pg)
     first = first_index(inverse, uniq.size)
-    for code, row in zip(uniq.tolist(), first.tolist(), strict=True):
-        name = groups.values[code]
-        if name not in info.size:
-            info.size[name] = int(gsize[row])
-            value = pg_ranks[row].as_py() if pg_ranks is not None else None
-            info.ranks[name] = [int(r) for r in value] if value is not None else []
+    new = [
+        (groups.values[c], r)
+        for c, r in zip(uniq.tolist(), first.tolist(), strict=True)
+        if groups.values[c] not in info.size
+    ]
+    if not new:
+        return
+    values = read_ranks([row for _, row in new])
+    for (name, row), value in zip(new, values, strict=True):
+        info.size[name] = int(gsize[row])
+        info.ranks[name] = [int(r) for r in value] if value is not None else []
 
 
 def rank_aggregate(

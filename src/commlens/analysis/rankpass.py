@@ -15,6 +15,7 @@ Results are cached on the :class:`RunView` (see :func:`ensure_pass`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,6 @@ _COLUMNS = [
     "seq",
     "op",
     "pg_name",
-    "pg_ranks",
     "role",
     "group_size",
     "step",
@@ -132,8 +132,10 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         if not t.num_rows:
             continue
         seq = t.column("seq").to_numpy()
+        order = None  # rows as read -> seq order
         if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
-            t = t.take(pa.array(np.argsort(seq, kind="stable")))
+            order = np.argsort(seq, kind="stable")
+            t = t.take(pa.array(order))
             seq = t.column("seq").to_numpy()
         codes = {k: c.encode(t.column(k)) for k, c in names.items()}
         op, pg, role = codes["op"], codes["pg_name"], codes["role"]
@@ -144,7 +146,7 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         e = t.column("t_end_ns").to_numpy()
         wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
         duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
-        learn_groups(info, groups, pg, gsize, t.column("pg_ranks"))
+        learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
         agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait))
         step_parts.append(step_rows(rank, step, s, e, wait, size))
         if util_bins:
@@ -182,6 +184,18 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         agg=pa.concat_tables(agg_parts) if agg_parts else _empty_agg(),
         groups=info.table(),
     )
+
+
+def _pg_ranks_reader(
+    run: RunView, rank: int, order: np.ndarray | None
+) -> Callable[[list[int]], list[Any]]:
+    """Reads ``pg_ranks`` at rows of the seq-ordered table (mapped back to file rows)."""
+
+    def read(rows: list[int]) -> list[Any]:
+        file_rows = [int(order[r]) for r in rows] if order is not None else rows
+        return run.read_values(rank, "pg_ranks", file_rows)
+
+    return read
 
 
 def _empty_agg() -> pa.Table:

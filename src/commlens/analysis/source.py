@@ -100,6 +100,24 @@ class RunView:
                 )
         return table
 
+    def read_values(self, rank: int, column: str, rows: list[int]) -> list[Any]:
+        """``column`` at the given rows (file order) of one rank, reading only the row
+        groups that hold them."""
+        src = self.sources.get(rank)
+        if not isinstance(src, Path):
+            table = self.read_rank(rank, [column])
+            return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
+        meta = pq.ParquetFile(src).metadata
+        bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        out: list[Any] = []
+        cache: dict[int, pa.Table] = {}
+        for row in rows:
+            g = int(np.searchsorted(bounds, row, side="right")) - 1
+            if g not in cache:
+                cache[g] = pq.ParquetFile(src).read_row_group(g, columns=[column])
+            out.append(cache[g].column(column)[row - int(bounds[g])].as_py())
+        return out
+
     def time_span(self) -> tuple[int, int] | None:
         """(first issue, last end) over all events, from Parquet statistics when possible."""
         span = self._span_from_statistics()

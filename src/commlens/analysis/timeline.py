@@ -7,8 +7,6 @@ overlapping ops are counted once. Used by :mod:`commlens.analysis.rankpass`.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 
@@ -16,10 +14,16 @@ def union(seg_starts: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Covered time of each segment; rows sorted by (segment, s)."""
     if not s.size:
         return np.zeros(0, np.int64)
-    bounds = np.append(seg_starts, s.size)
-    running = np.empty_like(e)
-    for a, b in itertools.pairwise(bounds):
-        running[a:b] = np.maximum.accumulate(e[a:b])
+    running = np.maximum.accumulate(e)
+    # The running maximum over all rows gives each segment's union unless an earlier
+    # segment ends after this one's first start (an op across a step boundary):
+    # only then is the maximum restarted for that segment.
+    leaks = np.flatnonzero(running[seg_starts[1:] - 1] > s[seg_starts[1:]]) + 1
+    if leaks.size:
+        bounds = np.append(seg_starts, s.size)
+        for i in leaks.tolist():  # restart the maximum at each leaking segment
+            a, b = bounds[i], bounds[i + 1]
+            running[a:b] = np.maximum.accumulate(e[a:b])
     prev = np.empty_like(running)
     prev[1:] = running[:-1]
     prev[seg_starts] = s[seg_starts]

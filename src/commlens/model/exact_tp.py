@@ -34,7 +34,12 @@ import math
 
 from commlens.model.calls import Call
 from commlens.model.job import Job
-from commlens.spec.models import param_shapes, sequence_parallel_partial, stage_layers
+from commlens.spec.models import (
+    masked_per_sequence,
+    param_shapes,
+    sequence_parallel_partial,
+    stage_layers,
+)
 
 
 def seq_parallel_bytes(job: Job, rank: int) -> int:
@@ -43,11 +48,6 @@ def seq_parallel_bytes(job: Job, rank: int) -> int:
     params = param_shapes(job.model, job.dims.tp, c["tp"], job.dims.pp, c["pp"])
     numel = sum(math.prod(shape) for name, shape in params if sequence_parallel_partial(name))
     return numel * job.dtype_bytes
-
-
-def bert_masked_per_seq(seq_len: int) -> int:
-    """Masked positions per BERT sequence: 15%, at least one (``workloads.data.masked_count``)."""
-    return max(1, round(0.15 * seq_len))
 
 
 def tp_calls(job: Job, rank: int) -> list[Call]:
@@ -112,7 +112,7 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
         return calls
     loss_tokens = s * b
     if cfg.arch == "bert":
-        loss_tokens = b * bert_masked_per_seq(s)
+        loss_tokens = b * masked_per_sequence(s)
         if sp:  # forward-only gather of the sequence before the replicated head
             calls.append(Call("all_gather", "tp", group, act, k, "forward", "MLM head input"))
         head = loss_tokens * h * job.dtype_bytes

@@ -1,9 +1,10 @@
 """Predict a job: per-rank calls (exact and textbook), volumes, times per network.
 
 :func:`predict` is the library entry point behind ``commlens predict``. Ranks
-that differ only in their data-parallel index issue the same calls, so it
-models one rank per (tp index, pipeline stage) — at most tp·pp ranks, which
-keeps 4096-GPU layouts instant — and shows the one with the most wire bytes.
+that differ only in their data- or tensor-parallel index issue the same calls
+(shards are even) on groups of the same shape, so it models one rank per
+pipeline stage — which keeps 4096-GPU layouts instant — and shows the one
+with the most wire bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Prediction:
     shown_rank: int
     """The rank whose calls the tables show (the most wire bytes)."""
     per_rank: dict[int, list[Call]]
-    """Steady-state calls of each modelled rank (dp index 0)."""
+    """Steady-state calls of each modelled rank (one per pipeline stage)."""
     textbook: list[Call]
     """REFERENCE §2 calls of the shown rank."""
     networks: list[NetworkEstimate] = field(default_factory=list)
@@ -98,9 +99,9 @@ class Prediction:
 
 
 def modelled_ranks(job: Job) -> list[int]:
-    """One rank per (tp index, pipeline stage), all at dp index 0."""
+    """One rank per pipeline stage, at dp and tp index 0."""
     d = job.dims
-    return [d.rank_of(0, t, p) for p in range(d.pp) for t in range(d.tp)]
+    return [d.rank_of(0, 0, p) for p in range(d.pp)]
 
 
 def predict(

@@ -17,9 +17,8 @@ from rich.table import Table
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
 
-_RIGHT = {
-    "int", "bytes", "size", "s", "ms", "us", "gbps", "gbit", "pct", "float", "x", "num", "rate",
-}
+# formats shown right-aligned (numbers)
+_RIGHT = frozenset("int bytes size s ms us gbps gbit pct float x num rate".split())
 
 
 class TextRenderer(Renderer):

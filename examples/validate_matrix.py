@@ -37,6 +37,7 @@ CASES: list[tuple[str, str, int, dict[str, int], dict[str, Any]]] = [
     ("zero3-3", "zero3", 3, {}, {}),  # dims not divisible by 3: FSDP pads its shards
     ("zero1-4", "zero1", 4, {}, {}),
     ("dp4", "dp", 4, {}, {}),
+    ("zero2-4", "zero2", 4, {}, {"microbatches": 2}),
     ("zero3-4", "zero3", 4, {}, {}),
     ("tp4-sp", "tp", 4, {}, {"sequence_parallel": True, "recompute": True}),
     ("pp4-dp2-1f1b", "pp", 4, {"pp": 2}, {"microbatches": 4}),

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,25 @@ def test_installed_command_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["per_step"]["by_role"]["dp"]["calls"] > 1
+
+
+def test_user_profile_file_and_hierarchy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "lab.toml"
+    path.write_text(
+        'name = "lab-1g"\nsource = "test"\nscope = "inter"\n'
+        "[link]\nlatency_s = 5e-5\nbandwidth_Gbps = 1.0\nefficiency = 1.0\n"
+    )
+    args = ["predict", "--model", "gpt-125m", "--scheme", "dp", "--dp", "8", "--seq-len", "512"]
+    flat = run_json([*args, "--net", f"{path},rdma-100g"], capsys)
+    assert [n["name"] for n in flat["networks"]] == ["lab-1g", "rdma-100g"]
+    # two nodes of four: the inter-node step moves a quarter as much per flow, four flows share
+    # the link, and the intra-node steps run on nvlink, so the slow link still dominates
+    nodes = run_json([*args, "--net", str(path), "--gpus-per-node", "4", "--algo", "auto"], capsys)
+    assert nodes["settings"]["gpus_per_node"] == 4 and nodes["settings"]["algorithm"] == "auto"
+    slow_flat = flat["networks"][0]["comm_time_s"]
+    slow_nodes = nodes["networks"][0]["comm_time_s"]
+    assert 0.4 * slow_flat < slow_nodes < slow_flat
+    one_node = run_json([*args, "--net", str(path), "--gpus-per-node", "8"], capsys)
+    assert one_node["networks"][0]["comm_time_s"] < slow_flat / 50  # all on nvlink

@@ -9,7 +9,10 @@ rank 0's clock:
 - a rank's wait for the last peer = last arrival − own arrival;
 - its transfer = own ``t_end`` − last arrival;
 
-so wait + transfer = the rank's latency ``t_end − t_issue``, exactly.
+so wait + transfer = the rank's latency ``t_end − t_issue``, exactly. An op
+that does not hold every rank until all arrive (a broadcast root whose send
+is buffered, say) can finish before the last peer arrives: its transfer is
+then negative and its wait longer than its latency, still summing exactly.
 Point-to-point ops, single-rank groups, groups that include a missing rank
 and instances that not every member of the group recorded are left out.
 The matching runs in numpy over the per-rank arrays of

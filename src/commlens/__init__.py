@@ -14,6 +14,7 @@ __all__ = [
     "add_meta",
     "capture",
     "load_run",
+    "phase",
     "set_group_role",
     "step",
 ]

@@ -1,5 +1,6 @@
 """Intercept torch.distributed traffic in each rank and write events."""
 
+from commlens.capture.context import phase
 from commlens.capture.patching import is_patched
 from commlens.capture.session import (
     Capture,
@@ -17,6 +18,7 @@ __all__ = [
     "add_meta",
     "capture",
     "is_patched",
+    "phase",
     "set_group_role",
     "start_from_env",
     "step",

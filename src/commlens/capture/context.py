@@ -12,11 +12,15 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 import torch
 from torch.nn.modules.module import Module
+
+from commlens.trace.schema import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
 
@@ -27,6 +31,7 @@ class ThreadState(threading.local):
     depth: int = 0
     api: str = "python"
     role_hint: str = ""
+    phase_hint: str = ""
 
 
 TLS = ThreadState()
@@ -121,7 +126,9 @@ def current_phase_and_module(steps: StepTracker, start: FrameType | None) -> tup
                 root = mod
         frame = frame.f_back
     module = MODULE_NAMES.name(root, inner) if inner is not None and root is not None else ""
-    if steps.optimizer_depth > 0:
+    if TLS.phase_hint:
+        phase = TLS.phase_hint
+    elif steps.optimizer_depth > 0:
         phase = "optimizer"
     elif torch._C._current_graph_task_id() != -1:
         phase = "backward"
@@ -130,6 +137,23 @@ def current_phase_and_module(steps: StepTracker, start: FrameType | None) -> tup
     else:
         phase = "other"
     return phase, module
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label the ops issued inside as ``name`` (forward/backward/optimizer/other).
+
+    For code whose phase the stack cannot tell, such as a pipeline schedule's
+    sends and receives, which run outside any module and any autograd pass.
+    """
+    if name not in PHASES:
+        raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(PHASES)}")
+    saved = TLS.phase_hint
+    TLS.phase_hint = name
+    try:
+        yield
+    finally:
+        TLS.phase_hint = saved
 
 
 def caller_frame(depth: int) -> FrameType | None:

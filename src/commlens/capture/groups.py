@@ -8,6 +8,7 @@ the group's description (``new_group(group_desc="tp")``, DeviceMesh's
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,12 @@ class GroupRegistry:
     def __init__(self) -> None:
         self._cache: dict[int, tuple[Any, GroupInfo]] = {}
         self._roles: dict[int, tuple[Any, str]] = {}
+        self._meshes: list[weakref.ref[Any]] = []
+
+    def add_mesh(self, mesh: Any) -> None:
+        """A DeviceMesh whose dimension names may name its groups' roles."""
+        self._meshes.append(weakref.ref(mesh))
+        self._cache.clear()
 
     def set_role(self, group: Any, role: str) -> None:
         if group is None or group is dist.group.WORLD:
@@ -83,7 +90,20 @@ class GroupRegistry:
         if explicit is not None and explicit[0] is group:
             return explicit[1]
         desc = str(getattr(group, "group_desc", "") or "")
-        return role_from_text(desc)
+        return role_from_text(desc) or self._mesh_role(group)
+
+    def _mesh_role(self, group: Any) -> str:
+        for ref in self._meshes:
+            mesh = ref()
+            if mesh is None:
+                continue
+            for dim, name in enumerate(mesh.mesh_dim_names or ()):
+                try:
+                    if mesh.get_group(dim) is group:
+                        return role_from_text(str(name))
+                except Exception:  # groups not initialized yet
+                    continue
+        return ""
 
     def forget_default(self) -> None:
         """A new default group exists (init_process_group): drop the cached one."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from commlens.capture import api
-from commlens.capture.groups import role_from_text
 from commlens.capture.patching import patch
 
 
@@ -23,14 +22,9 @@ def install() -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(self, *args, **kwargs)
         rec = api.RECORDER
-        if rec is None or rec.disabled:
-            return
-        try:
-            for dim, name in enumerate(self.mesh_dim_names or ()):
-                role = role_from_text(str(name))
-                if role:
-                    rec.groups.set_role(self.get_group(dim), role)
-        except Exception as exc:
-            rec.fail(exc)
+        if rec is not None and not rec.disabled and self.mesh_dim_names:
+            # Groups of a mesh made from existing groups exist only after
+            # __init__: resolve them when an op first names one.
+            rec.groups.add_mesh(self)
 
     patch(DeviceMesh, "__init__", __init__)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from commlens.capture import phase
 from commlens.workloads.groups import Groups
 
 Forward = Callable[[int, torch.Tensor | None], torch.Tensor]
@@ -40,35 +41,41 @@ class P2P:
         if self.prev is None:
             return None
         x = self._empty()
-        dist.recv(x, src=self.prev, group=self.group)  # activations from the previous stage
+        with phase("forward"):  # the schedule runs outside modules: say which pass this is
+            dist.recv(x, src=self.prev, group=self.group)  # activations from the previous stage
         return x.requires_grad_()
 
     def send_forward(self, y: torch.Tensor) -> None:
         if self.next is not None:
-            dist.send(y.detach().contiguous(), dst=self.next, group=self.group)
+            with phase("forward"):
+                dist.send(y.detach().contiguous(), dst=self.next, group=self.group)
 
     def recv_backward(self) -> torch.Tensor | None:
         if self.next is None:
             return None
         g = self._empty()
-        dist.recv(g, src=self.next, group=self.group)  # gradient of our output
+        with phase("backward"):
+            dist.recv(g, src=self.next, group=self.group)  # gradient of our output
         return g
 
     def send_backward(self, g: torch.Tensor | None) -> None:
         if self.prev is not None:
             assert g is not None
-            dist.send(g.contiguous(), dst=self.prev, group=self.group)
+            with phase("backward"):
+                dist.send(g.contiguous(), dst=self.prev, group=self.group)
 
     def send_forward_recv_backward(self, y: torch.Tensor) -> torch.Tensor | None:
         if self.next is None:
             return None
         g = self._empty()
-        self._batch(
-            [
-                dist.P2POp(dist.isend, y.detach().contiguous(), self.next, self.group),
-                dist.P2POp(dist.irecv, g, self.next, self.group),
-            ]
-        )
+        # One phase for the pair: the stage waits here for the gradient (backward).
+        with phase("backward"):
+            self._batch(
+                [
+                    dist.P2POp(dist.isend, y.detach().contiguous(), self.next, self.group),
+                    dist.P2POp(dist.irecv, g, self.next, self.group),
+                ]
+            )
         return g
 
     def send_backward_recv_forward(self, g: torch.Tensor | None) -> torch.Tensor | None:
@@ -76,12 +83,14 @@ class P2P:
             return None
         assert g is not None
         x = self._empty()
-        self._batch(
-            [
-                dist.P2POp(dist.isend, g.contiguous(), self.prev, self.group),
-                dist.P2POp(dist.irecv, x, self.prev, self.group),
-            ]
-        )
+        # One phase for the pair: the stage waits here for the next activation.
+        with phase("forward"):
+            self._batch(
+                [
+                    dist.P2POp(dist.isend, g.contiguous(), self.prev, self.group),
+                    dist.P2POp(dist.irecv, x, self.prev, self.group),
+                ]
+            )
         return x.requires_grad_()
 
 

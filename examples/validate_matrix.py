@@ -32,6 +32,7 @@ CASES: list[tuple[str, str, int, dict[str, int], dict[str, Any]]] = [
     ("zero3", "zero3", 2, {}, {"microbatches": 2}),
     ("tp", "tp", 2, {}, {}),
     ("tp-sp", "tp", 2, {}, {"sequence_parallel": True}),
+    ("tp-sp-bf16", "tp", 2, {}, {"sequence_parallel": True, "dtype": "bf16"}),
     ("pp-1f1b", "pp", 2, {}, {"microbatches": 4, "schedule": "1f1b"}),
     ("pp-gpipe", "pp", 2, {}, {"microbatches": 4, "schedule": "gpipe"}),
     ("zero3-3", "zero3", 3, {}, {}),  # dims not divisible by 3: FSDP pads its shards

@@ -37,6 +37,7 @@ class _Collect(HTMLParser):
         super().__init__()
         self.sections: list[str] = []
         self.images: list[str] = []
+        self.links: list[str] = []
         self.stack: list[str] = []
         self.tables = 0
 
@@ -46,6 +47,8 @@ class _Collect(HTMLParser):
             self.sections.append(a.get("id") or "")
         if tag == "img":
             self.images.append(a.get("src") or "")
+        if tag == "a":
+            self.links.append(a.get("href") or "")
         if tag == "table":
             self.tables += 1
         if tag not in ("img", "meta", "br"):
@@ -70,6 +73,7 @@ def test_html_is_self_contained_with_every_section(tiny: Path, tmp_path: Path) -
     parser.close()
     assert parser.stack == []
     assert parser.sections == list(SECTIONS)
+    assert parser.links == [f"#{key}" for key in SECTIONS]  # the table of contents
     assert parser.tables == len(SECTIONS)
     assert len(parser.images) == 6  # ops, steps, sizes, histogram, skew, utilization
     assert all(src.startswith("data:image/png;base64,") for src in parser.images)
@@ -85,8 +89,18 @@ def test_markdown_has_tables_and_embedded_plots(tiny: Path, tmp_path: Path) -> N
     md = out.read_text()
     assert md.startswith("# commlens report: tiny_run")
     assert md.count("\n## ") == len(SECTIONS)
-    assert md.count("](data:image/png;base64,") == 6
+    images = re.findall(r"!\[[^]]*\]\((report_files/[a-z-0-9]+\.png)\)", md)
+    assert len(images) == 6
+    for image in images:  # PNG files beside the Markdown, linked relatively
+        assert (tmp_path / image).read_bytes().startswith(b"\x89PNG")
     assert "| all_reduce | 0 | 0-3 | dp | 4 | 16 | 16,777,216 |" in md
+
+
+def test_markdown_on_stdout_embeds_the_plots(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tiny), "--format", "md"]) == 0
+    assert capsys.readouterr().out.count("](data:image/png;base64,") == 6
 
 
 def test_json_keeps_the_issue_2_contract(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:

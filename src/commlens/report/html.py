@@ -50,6 +50,13 @@ class HtmlRenderer(Renderer):
         parts += [f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in doc.facts]
         parts += [f'<li class="warning">warning: {escape(w)}</li>' for w in doc.warnings]
         parts.append("</ul>")
+        links = "".join(
+            f'<li><a href="#{escape(s.key)}">{escape(s.title)}</a></li>'
+            for s in doc.sections
+            if s.title
+        )
+        if len(doc.sections) > 1:
+            parts.append(f"<nav><ol>{links}</ol></nav>")
         for section in doc.sections:
             parts.append(f'<section id="{escape(section.key)}"><h2>{escape(section.title)}</h2>')
             parts.append(table_html(section))

@@ -1,8 +1,14 @@
-"""Markdown renderer: pipe tables, plots embedded as base64 PNG data URIs."""
+"""Markdown renderer: pipe tables and the plots.
+
+Written to a file, the plots go as PNG files into ``<name>_files/`` beside it
+and are linked relatively (GitHub and most viewers show them); on stdout they
+are embedded as base64 data URIs, so the output stands alone.
+"""
 
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 from commlens.report import plots
 from commlens.report.base import Renderer
@@ -28,8 +34,9 @@ class MarkdownRenderer(Renderer):
     name = "md"
     extension = ".md"
 
-    def __init__(self, with_plots: bool = True) -> None:
+    def __init__(self, with_plots: bool = True, asset_dir: Path | None = None) -> None:
         self.with_plots = with_plots
+        self.asset_dir = asset_dir
 
     def render(self, doc: Document) -> str:
         out = [f"# {doc.title}", ""]
@@ -43,7 +50,14 @@ class MarkdownRenderer(Renderer):
             if section.note:
                 out += ["", section.note]
             if self.with_plots:
-                for title, make in section.plots:
-                    data = base64.b64encode(plots.png(make())).decode()
-                    out += ["", f"![{title}](data:image/png;base64,{data})"]
+                for i, (title, make) in enumerate(section.plots):
+                    out += ["", f"![{title}]({self._image(plots.png(make()), section.key, i)})"]
         return "\n".join(out) + "\n"
+
+    def _image(self, png: bytes, key: str, index: int) -> str:
+        if self.asset_dir is None:
+            return "data:image/png;base64," + base64.b64encode(png).decode()
+        self.asset_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{key}-{index}.png" if index else f"{key}.png"
+        (self.asset_dir / name).write_bytes(png)
+        return f"{self.asset_dir.name}/{name}"

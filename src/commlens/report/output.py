@@ -14,10 +14,16 @@ from commlens.report.document import Document
 def emit(doc: Document, output: str | None, fmt: str | None, *, width: int | None = None) -> str:
     """Render ``doc`` in ``fmt`` (or the format ``output``'s suffix names) and write it.
 
-    Returns the format used. A file is written whole or not at all.
+    Returns the format used. A file is written whole or not at all (Markdown's
+    plots go into ``<stem>_files/`` beside it first).
     """
     name = format_for(output, fmt)
     renderer = get_renderer(name, width=width)
+    if output and output != "-" and hasattr(renderer, "asset_dir"):  # Markdown's plots
+        target = Path(output)
+        if not target.parent.is_dir():
+            raise UsageError(f"{output}: directory {target.parent} does not exist")
+        renderer.asset_dir = target.with_name(target.stem + "_files")
     content = renderer.render(doc)
     if not output or output == "-":
         if isinstance(content, bytes):

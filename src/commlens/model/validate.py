@@ -204,8 +204,8 @@ def compare(
         else:
             if pc != mc:
                 reasons.append(f"{mc} calls captured, {pc} predicted")
-            err = abs(mb - pb) / pb if pb else (0.0 if mb == 0 else float("inf"))
-            if err > tolerance:
+            err = (mb - pb) / pb if pb else (0.0 if mb == 0 else float("inf"))
+            if abs(err) > tolerance:
                 reasons.append(f"{mb:,} bytes captured, {pb:,} predicted ({err:+.2%})")
         yield Check(rank, step, key[0], key[1], pc, mc, pb, mb, not reasons, "; ".join(reasons))
 

@@ -74,10 +74,11 @@ class NicSampler:
 
     def start(self) -> None:
         # A node's tx is what its bridge-side peer receives, and vice versa.
+        now = time.time_ns()
         self._base = [
             (_read_counter(i, "rx_bytes"), _read_counter(i, "tx_bytes")) for i in self.ifaces
         ]
-        self._sample()
+        self._rows = [(now, node, iface, 0, 0) for node, iface in enumerate(self.ifaces)]
         self._thread.start()
 
     def stop(self) -> Path:

@@ -9,8 +9,7 @@ import pyarrow as pa
 from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
 from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
-from commlens.report import plots
-from commlens.report.document import Column, Document, Section
+from commlens.report.document import Column, Document, Section, plot
 
 C = Column
 OP_COLUMNS = (
@@ -198,7 +197,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             "Communication by op and process group",
             op_t,
             OP_COLUMNS,
-            plots=[("Share of communication time by op", lambda: plots.comm_share_by_op(op_t))],
+            plots=[("Share of communication time by op", plot("comm_share_by_op", op_t))],
         ),
         Section(
             "steps",
@@ -208,7 +207,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             max_rows=50,
             note="comm = union of op intervals (overlaps counted once); exposed = time "
             "the caller was blocked; overlapped = comm - exposed.",
-            plots=[("Time breakdown per step", lambda: plots.step_breakdown(step_t))],
+            plots=[("Time breakdown per step", plot("step_breakdown", step_t))],
         ),
         Section("ranks", "Ranks (over all steps)", rank_t, RANK_COLUMNS, max_rows=64),
         Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
@@ -227,7 +226,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             max_rows=40,
             note="wire ring = S x (n-1)/n factors of REFERENCE 2; "
             "wire B = Study B's convention (without (n-1)/n).",
-            plots=[("busbw vs message size", lambda: plots.busbw_vs_size(size_t))],
+            plots=[("busbw vs message size", plot("busbw_vs_size", size_t))],
         ),
         Section(
             "histogram",
@@ -235,7 +234,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             hist_t,
             HIST_COLUMNS,
             max_rows=40,
-            plots=[("Message sizes", lambda: plots.size_histogram(hist_t))],
+            plots=[("Message sizes", plot("size_histogram", hist_t))],
         ),
         Section(
             "skew",
@@ -243,7 +242,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             skew_t,
             SKEW_COLUMNS,
             note=cross_note,
-            plots=[("Waiting vs transfer", lambda: plots.skew_vs_transfer(skew_t))],
+            plots=[("Waiting vs transfer", plot("skew_vs_transfer", skew_t))],
         ),
         Section(
             "stragglers",
@@ -260,7 +259,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             UTIL_COLUMNS,
             note="events: wire bytes (ring) spread over each op's duration"
             + ("; nic: NIC byte counters (frames incl. headers)" if nic_t is not None else ""),
-            plots=[("Utilization over time", lambda: plots.utilization(util_t, nic_t))],
+            plots=[("Utilization over time", plot("utilization", util_t, nic_t))],
         ),
     ]
     if tput_sum.num_rows:

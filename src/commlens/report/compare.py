@@ -9,9 +9,8 @@ import pyarrow as pa
 
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels
 from commlens.analysis.source import RunView
-from commlens.report import plots
 from commlens.report.document import Column as C
-from commlens.report.document import Document, Section
+from commlens.report.document import Document, Figure, Section
 
 SUMMARY_COLUMNS = (
     C("run", "run"),
@@ -37,7 +36,9 @@ OP_COLUMNS = (
 )
 
 
-def _step_plot(summary: pa.Table) -> plots.Figure:
+def _step_plot(summary: pa.Table) -> Figure:
+    from commlens.report import plots
+
     labels = summary.column("run").to_pylist()
     series = {
         name: [float(v) for v in summary.column(key).to_pylist()]
@@ -46,7 +47,9 @@ def _step_plot(summary: pa.Table) -> plots.Figure:
     return plots.grouped_bars(labels, series, "Typical step per run", "time (s)")
 
 
-def _op_plot(ops: pa.Table, labels: Sequence[str]) -> plots.Figure:
+def _op_plot(ops: pa.Table, labels: Sequence[str]) -> Figure:
+    from commlens.report import plots
+
     times: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for row in ops.to_pylist():
         times[row["run"]][row["op"]] += float(row["time_s"] or 0.0)

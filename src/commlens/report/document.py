@@ -57,6 +57,18 @@ class Document:
         raise KeyError(key)
 
 
+def plot(name: str, *tables: Any) -> Callable[[], Figure]:
+    """A deferred call of ``commlens.report.plots.<name>(*tables)`` (matplotlib is
+    imported only when a renderer draws it)."""
+
+    def make() -> Figure:
+        from commlens.report import plots
+
+        return getattr(plots, name)(*tables)
+
+    return make
+
+
 def format_ranks(ranks: Sequence[int] | None) -> str:
     """[0, 1, 2, 3, 6] -> '0-3,6'."""
     if not ranks:

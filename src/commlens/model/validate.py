@@ -24,14 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import UsageError
 from commlens.model.calls import aggregate, sort_key
 from commlens.model.exact import rank_calls
 from commlens.model.job import Job, job_from_workload
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Key = tuple[str, str]
 

@@ -140,16 +140,7 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
         facts.append(("torch", str(m["torch_version"])))
     workload = m.get("workload")
     if isinstance(workload, dict) and workload:
-        facts.append(
-            (
-                "workload",
-                ", ".join(
-                    f"{k}={v}"
-                    for k, v in sorted(workload.items())
-                    if not isinstance(v, (dict, list))
-                ),
-            )
-        )
+        facts.append(("workload", _workload_line(workload)))
     if run.missing_ranks:
         facts.append(
             (
@@ -159,6 +150,33 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
             )
         )
     return facts
+
+
+# Workload fields worth a glance, in this order (the JSON has them all).
+_WORKLOAD_KEYS = (
+    "model",
+    "preset",
+    "scheme",
+    "dp",
+    "tp",
+    "pp",
+    "seq_len",
+    "micro_batch",
+    "microbatches",
+    "global_batch",
+    "dtype",
+    "steps",
+)
+
+
+def _workload_line(workload: dict[str, Any]) -> str:
+    dims = workload.get("dims")
+    if isinstance(dims, dict):  # the parallel layout, flattened in
+        workload = {**workload, **{k: v for k, v in dims.items() if k not in workload}}
+    shown = [k for k in _WORKLOAD_KEYS if k in workload and not isinstance(workload[k], dict)]
+    if not shown:
+        shown = sorted(k for k, v in workload.items() if not isinstance(v, (dict, list)))
+    return ", ".join(f"{k}={workload[k]}" for k in shown)
 
 
 def _records(table: pa.Table) -> list[dict[str, Any]]:

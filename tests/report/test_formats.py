@@ -199,3 +199,13 @@ def test_report_with_missing_and_truncated_ranks(
     assert data["missing_ranks"] == [1, 3]
     assert data["skew"] == [] and data["stragglers"] == []
     assert {o["ranks"] for o in data["ops"]} <= {1, 2}
+
+
+def test_json_renderer_nan_and_layout() -> None:
+    from commlens.report.document import Document
+    from commlens.report.json import JsonRenderer
+
+    doc = Document("t", [], [], data={"a": [1.0, float("nan")], "b": {"c": float("inf")}})
+    text = JsonRenderer().render(doc)
+    assert json.loads(text) == {"a": [1.0, None], "b": {"c": None}}
+    assert text.count("\n") == 4  # one line per top-level key

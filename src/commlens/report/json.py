@@ -1,4 +1,9 @@
-"""JSON renderer: ``Document.data`` (the report's machine-readable contract)."""
+"""JSON renderer: ``Document.data`` (the report's machine-readable contract).
+
+One top-level key per line, each value in compact JSON (the C encoder: a
+report of a large run has hundreds of thousands of values). NaN and
+infinities become null.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +25,20 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, default=str)
+    except ValueError:  # a NaN or infinity somewhere: only then walk the value
+        return json.dumps(_clean(value), allow_nan=False, default=str)
+
+
 class JsonRenderer(Renderer):
     name = "json"
     extension = ".json"
 
     def render(self, doc: Document) -> str:
-        return json.dumps(_clean(doc.data), indent=1, default=str) + "\n"
+        data = doc.data
+        if not isinstance(data, dict) or not data:
+            return _dumps(data) + "\n"
+        lines = [f" {json.dumps(str(k))}: {_dumps(v)}" for k, v in data.items()]
+        return "{\n" + ",\n".join(lines) + "\n}\n"

@@ -302,6 +302,9 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         "skew_by_step": _records(skew_step_t),
         "stragglers": _records(straggler_t),
         "utilization": _records(util_sum),
+        "utilization_series": _records(util_t),
+        "nic_utilization": _records(nic_t) if nic_t is not None else [],
+        "phase_ops": _records(breakdown.op_phase_table(run)),
         "throughput": _records(tput_t),
     }
     return Document(

@@ -20,6 +20,9 @@ from commlens.netem import parse_rate
 from commlens.sweep import findings, open_catalog
 from commlens.sweep.demo import SLOW_LINK, emulation_available
 
+# the demo is a few minutes of real training; on a loaded 2-core machine, more
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from commlens.errors import UsageError
 from commlens.launch import RankPlacement
 from commlens.netem import iproute
 from commlens.netem.rate import format_rate, parse_rate
@@ -116,9 +117,9 @@ class EmulatedCluster:
         self.run_id = next(i for i in iter(lambda: secrets.token_hex(3), None) if i not in present)
         self._subnet = _pick_subnet(self.run_id)
         hosts = list(self._subnet.hosts())
-        self.addrs = [str(hosts[k]) for k in range(self.nodes)]
         if self.nodes > len(hosts):
-            raise ValueError(f"at most {len(hosts)} nodes")
+            raise UsageError(f"--nodes {self.nodes}: an emulated cluster has at most {len(hosts)}")
+        self.addrs = [str(hosts[k]) for k in range(self.nodes)]
         record_owner(self.run_id, os.getpid())
         self._reaper = subprocess.Popen(
             [sys.executable, "-m", "commlens.netem.reaper", self.run_id],

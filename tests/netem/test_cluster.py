@@ -99,9 +99,10 @@ def _start_sleepers(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, list[
 
 @pytest.mark.root
 @needs_netns
-def test_sigint_of_the_launcher_removes_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_or_sigterm_of_the_launcher_removes_everything(tmp_path: Path, sig: int) -> None:
     launcher, run_id, pids = _start_sleepers(tmp_path)
-    launcher.send_signal(signal.SIGINT)
+    launcher.send_signal(sig)
     assert launcher.wait(timeout=30) == 130
     assert run_id not in iproute.run_ids_present()
     assert not any(_alive(pid) for pid in pids)
@@ -176,3 +177,15 @@ def test_without_root_a_link_is_one_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(UsageError):
         launch_emulated(["true"], 2, 2, "1gbit")
     assert leftovers() == before
+
+
+@pytest.mark.root
+@needs_netns
+def test_sigterm_while_the_cluster_is_up_still_tears_it_down() -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with EmulatedCluster(2) as cluster:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal interrupts this
+    assert cluster.run_id not in iproute.run_ids_present()
+    assert signal.getsignal(signal.SIGTERM) == handler

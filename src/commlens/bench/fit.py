@@ -9,9 +9,15 @@ on relative error (weights 1/t), so small and large sizes count alike. The profi
 model's ring time of each op reproduces the fitted line. ``r2`` (on ``t``)
 and ``max_rel_err`` tell the fit quality; the loader ignores them.
 
+To calibrate the link between nodes, run one rank per node (``--nproc K
+--nodes K --link RATE``): with several ranks per node the measured op also
+contains the loopback part, which the model's hierarchical fabric charges to
+the intra-node profile.
+
 ``sendrecv`` (a ring shift: every rank sends and receives S at once, as in
-nccl-tests) is written as ``send`` and ``recv``; on gloo a shift between two
-ranks runs at about half the one-way rate, and the fit keeps that.
+nccl-tests) is written as ``send`` and ``recv``; on gloo a shift between just
+two ranks (each the other's only peer) runs at about half the one-way rate,
+also in a bare loop, and the fit keeps that; with 4 ranks it reaches the link.
 """
 
 from __future__ import annotations

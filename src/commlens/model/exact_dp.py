@@ -6,6 +6,8 @@
   loop accumulates micro-batches under ``no_sync``). Step 0 has one bucket;
   the rebuilt ones are 25 MiB from the first on, since the workloads pass
   ``bucket_cap_mb=25`` explicitly (which turns off PyTorch's 1 MiB first bucket).
+  Step 0 also holds DDP's start-up sync: one coalesced broadcast of every
+  parameter from dp rank 0 (``dist._broadcast_coalesced``).
 - ``pp`` and ``3d`` with stages — the explicit ``GradSync`` after the
   pipeline's backward: gradients in reverse registration order, a bucket
   closed as soon as it holds 25 MiB (no small first bucket), same every step.
@@ -174,6 +176,10 @@ def dp_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
     if d.pp > 1:
         return grad_sync_calls(job, rank, group)
     calls = ddp_calls(job, rank, group, rebuilt=step > 0, syncs=1)
+    if step == 0:
+        # DDP's constructor broadcasts every parameter from dp rank 0 (one coalesced call)
+        total = sum(math.prod(shape) for _, shape in rank_params(job, rank)) * job.dtype_bytes
+        calls.append(Call("broadcast", "dp", group, total, 1, "other", "DDP start-up sync"))
     if job.scheme == "zero1":
         calls += zero1_broadcasts(job, rank, group)
     return calls

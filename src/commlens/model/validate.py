@@ -11,11 +11,11 @@ Which steps are held:
 - steps 1 … steps−1 (the run's ``steps``, or the highest step with events):
   steady steps, against the steady prediction; warm-up steps communicate the
   same as later ones, so they are held too.
-- step 0 is held only with ``include_step0`` (off by default): it also holds
-  one-off set-up traffic (DDP's parameter broadcast at construction, group
-  creation barriers), and DDP all-reduces every gradient in one bucket
-  before it rebuilds its buckets from the order gradients became ready
-  (the step-0 prediction models that bucket).
+- step 0 is held only with ``include_step0`` (off by default), against the
+  step-0 prediction: DDP all-reduces every gradient in one bucket before it
+  rebuilds its buckets from the order gradients became ready, and its
+  constructor broadcasts the parameters; other one-off set-up traffic a
+  script may add (barriers, object collectives) would show as unexpected.
 - events after the last optimizer step (``step == steps``: end-of-run
   barriers, result gathers) are not held.
 """
@@ -248,7 +248,10 @@ def validate_events(
             got = measured.get((rank, step), {})
             result.checks.extend(compare(rank, step, cache[step > 0], got, tolerance))
     if not include_step0:
-        result.notes.append("step 0 not held (set-up traffic, DDP buckets before rebuild)")
+        result.notes.append(
+            "step 0 not held (set-up traffic, DDP's one bucket before its rebuild); "
+            "--include-step0 holds it too"
+        )
     return result
 
 

@@ -41,6 +41,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--report", metavar="FILE", help="write the sweep report there at the end (.html, .md, ...)"
     )
+    p.add_argument(
+        "--figures",
+        metavar="DIR",
+        type=Path,
+        help="write the report's plots there as PNG files (NAME-SECTION.png) at the end",
+    )
     p.set_defaults(func=run)
 
 
@@ -124,4 +130,9 @@ def run(args: argparse.Namespace) -> int:
 
         render_sweep(out, None, args.report)
         console.print(f"report: {args.report}")
+    if args.figures:
+        from commlens.sweep.report import save_figures
+
+        for file in save_figures(out, args.figures, prefix=f"{spec.settings.name}-"):
+            console.print(f"figure: {file}")
     return 0 if outcome.ok else 1

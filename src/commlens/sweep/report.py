@@ -184,7 +184,8 @@ def _volume_sections(con: Any) -> list[Section]:
                 "Wire bytes per rank per step, ring convention. ZeRO-3 adds a parameter "
                 "all-gather in forward and again in backward: 1.5× DP. ZeRO-1 here is PyTorch's "
                 "ZeroRedundancyOptimizer: DDP's all-reduce plus a broadcast of every parameter, "
-                "2× DP; ZeRO-2 (fully_shard without resharding) matches DP.",
+                "2× DP; ZeRO-2 (fully_shard keeping the parameters after forward: one "
+                "all-gather and a reduce-scatter) matches DP.",
                 plot=("ratio to DP", figures.ratio),
             )
         )

@@ -1,16 +1,21 @@
 """One pass over every rank's events, in numpy: what SQL window functions make slow.
 
-For each rank (one query, only the columns needed) this computes:
+Each rank's events are read once (only the needed columns, strings
+dictionary-encoded, straight from its Parquet file) and give:
 
 - per step: the union of the op intervals ``[t_issue, t_end]`` (overlapping
   async ops count once) and of the blocked intervals ``[t_end − t_wait,
-  t_end]``, op count, bytes, summed durations, first issue and last end;
+  t_end]``, op count, bytes, summed durations, first issue and last end
+  (:mod:`commlens.analysis.timeline`);
+- the per-rank group aggregates behind the op, size, phase and module tables
+  (:mod:`commlens.analysis.rankagg`), and each group's size and ranks;
 - wire bytes per time bin (ring convention), spread evenly over each op;
-- for cross-rank matching, each collective's key (group, op, k-th call).
+- for cross-rank matching, each collective's key (group, op, k-th call),
+  matched by :mod:`commlens.analysis.skew`.
 
-Unions use sorted intervals and a running maximum of the ends: interval i adds
-``max(0, M_i − max(s_i, M_{i−1}))``, where M is the running maximum.
-Results are cached on the :class:`RunView` (see :func:`ensure_pass`).
+Memory stays at one rank's columns plus the small results (and, for
+matching, a few numbers per collective call). Results are cached on the
+:class:`RunView` (see :func:`ensure_pass`).
 """
 
 from __future__ import annotations
@@ -161,10 +166,10 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
                 MatchPart(
                     rank=rank,
                     pair=pair,
-                    k=_kth(pair),
+                    k=_kth(pair).astype(np.int32),
                     triple=_triple_codes(triples, op[keep], pg[keep], role[keep]),
                     seq=seq[keep],
-                    step=step[keep].astype(np.int64),
+                    step=step[keep].astype(np.int32),
                     size=gsize[keep],
                     t_issue=s[keep],
                     t_end=e[keep],

@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels
 from commlens.analysis.source import RunView
+from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
-from commlens.report.document import Document, Figure, Section
 
 SUMMARY_COLUMNS = (
     C("run", "run"),
@@ -58,6 +58,24 @@ def _op_plot(ops: pa.Table, labels: Sequence[str]) -> Figure:
     return plots.grouped_bars(names, series, "Time per op and run (summed over ranks)", "time (s)")
 
 
+def _side_by_side(ops: pa.Table, labels: Sequence[str]) -> tuple[pa.Table, list[Column]]:
+    """The long per-op table pivoted: one row per (op, role), columns per run."""
+    keys = sorted({(r["op"], r["role"]) for r in ops.to_pylist()})
+    cells = {(r["op"], r["role"], r["run"]): r for r in ops.to_pylist()}
+    data: dict[str, list[object]] = {"op": [k[0] for k in keys], "role": [k[1] for k in keys]}
+    columns = [C("op", "op"), C("role", "role")]
+    for i, label in enumerate(labels):
+        fields = [("bytes", "bytes", "bytes"), ("time_s", "time (s)", "s")]
+        if i:
+            fields.append(("speedup", "speedup", "x"))
+        for field, title, fmt in fields:
+            key = f"{field}@{label}"
+            data[key] = [cells.get((op, role, label), {}).get(field) for op, role in keys]
+            columns.append(C(key, f"{title} {label}", fmt))
+    table = pa.table({k: pa.array(v) if v else pa.array([], pa.float64()) for k, v in data.items()})
+    return table, columns
+
+
 def build_compare(runs: Sequence[RunView]) -> Document:
     summary = compare_summary(runs)
     ops = compare_ops(runs)
@@ -66,6 +84,7 @@ def build_compare(runs: Sequence[RunView]) -> Document:
     warnings = [
         f"{label}: {w}" for label, run in zip(labels, runs, strict=True) for w in run.warnings
     ]
+    wide, wide_columns = _side_by_side(ops, labels)
     sections = [
         Section(
             "summary",
@@ -77,9 +96,9 @@ def build_compare(runs: Sequence[RunView]) -> Document:
         ),
         Section(
             "ops",
-            "Per op: volume and time per run",
-            ops,
-            OP_COLUMNS,
+            "Per op and role: volume and time, run by run (summed over ranks)",
+            wide,
+            wide_columns,
             plots=[("Time per op and run", lambda: _op_plot(ops, labels))],
         ),
     ]

@@ -22,6 +22,10 @@ def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "Runs (speedup relative to a)" in out
     assert out.count("1.00x") >= 2
+    # per op, one column group per run, side by side
+    assert "time (s) a" in out and "speedup tiny_run" in out
+    row = next(line for line in out.splitlines() if line.startswith("all_reduce   dp"))
+    assert row.split()[2:] == ["16,777,216", "0.026800", "16,777,216", "0.026800", "1.00x"]
     html = tmp_path / "c.html"
     assert main(["compare", str(a), str(DATA / "tiny_run"), "-o", str(html)]) == 0
     assert html.read_text().count("data:image/png;base64,") == 2

@@ -132,7 +132,7 @@ def test_cli_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_study_files_expand() -> None:
     a = expand(load_spec(ROOT / "examples" / "study-a.toml"))
     assert len(a) == 27
-    assert {p.link_label for p in a} == {"500mbit", "2gbit", "unshaped"}
+    assert {p.link_label for p in a} == {"200mbit", "1gbit", "unshaped"}
     assert all(p.nodes == 2 and p.nproc == 4 for p in a)
     skipped = [p for p in a if p.skip_reason]
     assert {(p.model, p.scheme) for p in skipped} == {("t5-tiny", "pp")}

@@ -72,6 +72,7 @@ def column_name(network: str) -> str:
 _POINT_METRICS = (
     "step_s",
     "step_mean_s",
+    "step_min_s",
     "comm_s",
     "comm_share",
     "exposed_share",

@@ -2,7 +2,8 @@
 
 All figures are over the measured steps (after warm-up), per step:
 
-- ``step_s``: median over steps of the slowest rank's step time;
+- ``step_s``: median over steps of the slowest rank's step time; ``step_min_s``
+  the best of them (the least disturbed by other work on a shared machine);
 - ``comm_share`` / ``exposed_share``: mean over ranks and steps (analysis.steps);
 - per (op, role): calls and bytes (nccl-tests S) per rank (the busiest rank),
   wire bytes per rank under the ring convention and Study B's, and the time
@@ -55,6 +56,7 @@ def step_metrics(manifest: dict[str, Any]) -> dict[str, float]:
         "steps": float(len(measured)),
         "step_s": _median([float(m["time_s"]) for m in measured]),
         "step_mean_s": statistics.fmean([float(m["time_s"]) for m in measured]) if measured else 0,
+        "step_min_s": min((float(m["time_s"]) for m in measured), default=0.0),
         "tokens_per_s": _median([float(m["tokens_per_s"]) for m in measured]),
         "tflops_per_rank": _median([float(m["tflops"]) for m in measured]),
     }

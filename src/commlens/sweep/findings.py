@@ -54,12 +54,17 @@ def points_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
 
 
 def link_speedup(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Per job run over ≥ 2 links: step on the slowest and fastest link, and the speedup."""
+    """Per job run over ≥ 2 links: step on the slowest and fastest link, and the speedup.
+
+    Steps are each point's best measured step (``step_min_s``): on a shared machine
+    other work only ever adds time, so the best step is the steadiest estimate.
+    """
     _with_rates(con)
     return con.sql(
         f"""
         WITH ok AS (
-            SELECT p.*, r.rate FROM points p JOIN link_rates r USING (link)
+            SELECT p.* REPLACE (coalesce(p.step_min_s, p.step_s) AS step_s), r.rate
+            FROM points p JOIN link_rates r USING (link)
             WHERE p.status = 'ok' AND r.rate IS NOT NULL
         ), ranked AS (
             SELECT *, row_number() OVER (PARTITION BY {_JOB} ORDER BY rate) AS lo,

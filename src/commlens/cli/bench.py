@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: folder {Path(path).parent} does not exist")
     fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
     err = Console(stderr=True)
+    if cfg.link and cfg.nodes == 1:
+        err.print("note: with --nodes 1 every rank talks over loopback; --link shapes nothing")
     report = _run_with_progress(cfg, err)
     if args.output:
         Path(args.output).write_text(_render(report, args.format), encoding="utf-8")

@@ -16,7 +16,7 @@ from commlens.netem.cluster import EmulatedCluster
 from commlens.netem.launch import EmulatedLaunchResult, launch_emulated
 from commlens.netem.nic import NIC_FILE, NicSampler, link_utilization, read_nic
 from commlens.netem.rate import format_rate, parse_rate
-from commlens.netem.state import forget_owner, owner_alive
+from commlens.netem.state import forget_owner, owner_alive, state_dir
 
 __all__ = [
     "NIC_FILE",
@@ -45,4 +45,7 @@ def cleanup(*, force: bool = False) -> list[str]:
             continue
         removed += iproute.remove_run(run_id)
         forget_owner(run_id)
+    for record in state_dir().glob("*.pid"):  # owners gone, nothing left: stale records
+        if not owner_alive(record.stem) and record.stem not in iproute.run_ids_present():
+            record.unlink(missing_ok=True)
     return removed

@@ -142,15 +142,21 @@ def run_point(point: Point, spec: SweepSpec, pdir: Path) -> tuple[str, str]:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Interrupt the point's run (it tears its ranks and links down), then kill it."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=INTERRUPT_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """Interrupt the point's run (it tears its ranks and links down), then kill it.
+
+    SIGINT first (Ctrl-C), SIGTERM if it ignores that (a background job does),
+    SIGKILL last; its emulated nodes then go with its reaper."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=INTERRUPT_GRACE_S / 2)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.kill()
+    proc.wait()
 
 
 def measure(point: Point, spec: SweepSpec, pdir: Path) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -11,14 +10,15 @@ import torch.distributed as dist
 
 import commlens.capture as capture_pkg  # noqa: F401  (the package, not the function)
 from commlens.capture.patching import is_patched
+from commlens.netem.iproute import run_ids_present
 
 
 def _netns() -> set[str]:
+    """Ids of emulated runs whose namespaces or interfaces exist right now."""
     try:
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
+        return run_ids_present()
+    except Exception:  # no iproute2 here: nothing can be left behind either
         return set()
-    return {line.split()[0] for line in out.stdout.splitlines() if line.startswith("cl")}
 
 
 @pytest.fixture(autouse=True)
@@ -38,4 +38,4 @@ def _no_leftovers() -> Iterator[None]:
     assert not alive, "the test left a process group alive"
     if os.geteuid() == 0:
         left = _netns() - before
-        assert not left, f"the test left network namespaces behind: {sorted(left)}"
+        assert not left, f"the test left emulated networks behind: {sorted(left)}"

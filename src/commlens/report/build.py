@@ -10,6 +10,7 @@ from commlens.analysis import breakdown, ops, skew, steps, throughput, utilizati
 from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
 from commlens.report.document import Column, Document, Section, plot
+from commlens.report.highlights import highlights
 
 C = Column
 OP_COLUMNS = (
@@ -307,7 +308,10 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         "phase_ops": _records(breakdown.op_phase_table(run)),
         "throughput": _records(tput_t),
     }
+    lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
+    data["highlights"] = lines
     return Document(
+        highlights=lines,
         title=f"commlens report: {run.name}",
         facts=run_facts(run),
         sections=sections,

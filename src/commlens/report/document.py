@@ -49,6 +49,8 @@ class Document:
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     csv_table: pa.Table | None = None
+    highlights: list[str] = field(default_factory=list)
+    """A few sentences shown before the tables."""
 
     def section(self, key: str) -> Section:
         for section in self.sections:

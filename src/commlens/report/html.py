@@ -18,6 +18,7 @@ th { background: #f4f4f4; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .note { color: #555; font-size: 0.9em; }
 .warning { color: #a40; }
+.highlights { background: #f6f8fa; padding: 0.6em 2em; border-left: 4px solid #2c7; }
 img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 """
 
@@ -50,6 +51,9 @@ class HtmlRenderer(Renderer):
         parts += [f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in doc.facts]
         parts += [f'<li class="warning">warning: {escape(w)}</li>' for w in doc.warnings]
         parts.append("</ul>")
+        if doc.highlights:
+            items = "".join(f"<li>{escape(line)}</li>" for line in doc.highlights)
+            parts.append(f'<ul class="highlights">{items}</ul>')
         links = "".join(
             f'<li><a href="#{escape(s.key)}">{escape(s.title)}</a></li>'
             for s in doc.sections

@@ -42,6 +42,8 @@ class MarkdownRenderer(Renderer):
         out = [f"# {doc.title}", ""]
         out += [f"- **{label}**: {value}" for label, value in doc.facts]
         out += [f"- **warning**: {line}" for line in doc.warnings]
+        if doc.highlights:
+            out += ["", *[f"> {line}  " for line in doc.highlights]]
         for section in doc.sections:
             out += ["", f"## {section.title}", ""]
             out += table_md(section)

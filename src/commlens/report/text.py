@@ -51,6 +51,10 @@ class TextRenderer(Renderer):
             console.print(f"  {label}: {value}")
         for line in doc.warnings:
             console.print(f"  warning: {line}")
+        if doc.highlights:
+            console.print()
+            for line in doc.highlights:
+                console.print(f"* {line}", soft_wrap=True)
         for i, (section, table) in enumerate(zip(doc.sections, tables, strict=True)):
             if doc.title or i:
                 console.print()

@@ -1,0 +1,55 @@
+"""The few sentences a report opens with: where the step goes, and who waits."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def highlights(
+    ops: pa.Table, ranks: pa.Table, phases: pa.Table, skew: pa.Table, stragglers: pa.Table
+) -> list[str]:
+    """Plain-language answers from the analysis tables (empty parts are skipped)."""
+    lines: list[str] = []
+    step_s = sum(ranks.column("step_s").to_pylist()) if ranks.num_rows else 0.0
+    if step_s > 0:
+        comm = sum(ranks.column("comm_s").to_pylist())
+        exposed = sum(ranks.column("exposed_s").to_pylist())
+        lines.append(
+            f"communication covers {_pct(comm / step_s)} of step time over all "
+            f"ranks; {_pct(exposed / step_s)} is exposed (the caller blocked)"
+        )
+    total = sum(ops.column("time_s").to_pylist()) if ops.num_rows else 0.0
+    if total > 0:
+        top = ops.slice(0, 1).to_pylist()[0]
+        role = f", {top['role']}" if top["role"] else ""
+        lines.append(
+            f"top op: {top['op']} on group {top['pg_name']} ({top['group_size']} ranks"
+            f"{role}), {_pct(top['time_s'] / total)} of the time inside comm calls"
+        )
+    if phases.num_rows and total > 0:
+        top_phase = phases.slice(0, 1).to_pylist()[0]
+        lines.append(
+            f"top phase: {top_phase['phase']}, {_pct(top_phase['time_share'])} of the "
+            "time inside comm calls"
+        )
+    coll = sum(skew.column("time_s").to_pylist()) if skew.num_rows else 0.0
+    if coll > 0:
+        wait = sum(skew.column("wait_s").to_pylist())
+        line = (
+            f"collectives spend {_pct(wait / coll)} of their time waiting for the "
+            "last rank to arrive"
+        )
+        if stragglers.num_rows:
+            first = stragglers.slice(0, 1).to_pylist()[0]
+            if first["last_count"] > 0:
+                line += (
+                    f"; the costliest straggler is rank {first['rank']} (last to arrive "
+                    f"{first['last_count']} times; others waited {first['blame_s']:.6f} s "
+                    "for it)"
+                )
+        lines.append(line)
+    return lines

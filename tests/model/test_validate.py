@@ -66,7 +66,7 @@ JOBS = [
 def test_exact_events_pass(job: Job) -> None:
     result = validate_events(job, synthetic_events(job, 3), steps=3)
     assert result.ok, result.failures[:3]
-    assert result.steps == [1, 2]
+    assert result.steps == [0, 1, 2]
     assert result.ranks == list(range(job.dims.world_size))
 
 
@@ -124,12 +124,17 @@ def test_byte_totals_not_per_call_sizes_are_held() -> None:
     assert validate_events(job, synthetic_events(job, 2, spread=True), steps=2).ok
 
 
-def test_step0_is_held_only_on_request() -> None:
+def test_step0_is_held_unless_skipped() -> None:
     job = JOBS[0]
     events = synthetic_events(job, 2)
-    assert validate_events(job, events, steps=2, include_step0=True).steps == [0, 1]
-    with pytest.raises(UsageError, match="at least 2"):
-        validate_events(job, events.filter(pc.equal(events["step"], 0)), steps=1)
+    assert validate_events(job, events, steps=2).steps == [0, 1]
+    assert validate_events(job, events, steps=2, skip_step0=True).steps == [1]
+    # DDP's step 0: one bucket and the start-up broadcast, unlike later steps
+    step0 = events.filter(pc.equal(events["step"], 0))
+    ops0 = sorted(step0["op"].to_pylist())
+    assert ops0.count("broadcast") == 2 and ops0.count("all_reduce") == 2
+    with pytest.raises(UsageError, match="nothing to hold"):
+        validate_events(job, step0, steps=1, skip_step0=True)
     with pytest.raises(UsageError, match="no communication events"):
         validate_events(job, events.slice(0, 0), steps=2)
 

@@ -43,7 +43,7 @@ def test_run_then_validate_zero3_with_padded_shards(
     capsys.readouterr()
     assert main(["validate", str(out), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["ok"] and result["steps"] == [1] and result["ranks"] == [0, 1, 2]
+    assert result["ok"] and result["steps"] == [0, 1] and result["ranks"] == [0, 1, 2]
     ops = {(o["op"], o["role"]): o for o in result["ops"]}
     assert set(ops) == {("all_gather", "dp"), ("reduce_scatter", "dp")}
     # forward + backward gathers of every unit, twice as many as the reduce-scatters

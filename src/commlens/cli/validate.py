@@ -19,14 +19,18 @@ def register(subparsers: Any) -> None:
         help="compare a run's captured calls and bytes with the model; exit 1 on a gap",
         description="Reads the run's model and layout from its manifest, predicts every "
         "rank's calls per step, and holds each (op, role) per rank and step: call counts "
-        "exact, bytes (sum of nccl-tests S) within the tolerance. Step 0 (set-up, DDP "
-        "buckets before their rebuild) is not held unless asked.",
+        "exact, bytes (sum of nccl-tests S) within the tolerance. Every step is held, step 0 "
+        "against its own prediction (DDP's start-up broadcast, one bucket before the rebuild).",
     )
     p.add_argument("run", help="run directory (written by `commlens run`)")
     p.add_argument(
         "--tolerance", type=float, default=0.01, help="relative byte tolerance (default 0.01 = 1%%)"
     )
-    p.add_argument("--include-step0", action="store_true", help="also hold step 0")
+    p.add_argument(
+        "--skip-step0",
+        action="store_true",
+        help="do not hold step 0 (DDP's start-up broadcast and one-bucket backward are modelled)",
+    )
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.set_defaults(func=run)
 
@@ -85,7 +89,7 @@ def render_text(result: Validation, console: Console) -> None:
 def run(args: argparse.Namespace) -> int:
     from commlens.trace.reader import load_run
 
-    result = validate_run(load_run(args.run), args.tolerance, args.include_step0)
+    result = validate_run(load_run(args.run), args.tolerance, args.skip_step0)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -6,16 +6,15 @@ captured events are grouped by (rank, step, op, role). Call counts must match
 exactly and the byte total (sum of ``size_bytes`` = nccl-tests S) must be
 within the relative tolerance; an (op, role) seen on one side only fails.
 
-Which steps are held:
+Which steps are held (every step is checked on its own, per rank):
 
-- steps 1 … steps−1 (the run's ``steps``, or the highest step with events):
-  steady steps, against the steady prediction; warm-up steps communicate the
-  same as later ones, so they are held too.
-- step 0 is held only with ``include_step0`` (off by default), against the
-  step-0 prediction: DDP all-reduces every gradient in one bucket before it
-  rebuilds its buckets from the order gradients became ready, and its
-  constructor broadcasts the parameters; other one-off set-up traffic a
-  script may add (barriers, object collectives) would show as unexpected.
+- steps 1 … steps−1 (the run's ``steps``, or the highest step with events),
+  against the steady prediction; warm-up steps communicate the same as later
+  ones, so they are held too.
+- step 0, against the step-0 prediction: DDP all-reduces every gradient in
+  one bucket before it rebuilds its buckets from the order gradients became
+  ready, and its constructor broadcasts the parameters. ``skip_step0``
+  leaves it out (for runs whose step 0 holds set-up traffic of their own).
 - events after the last optimizer step (``step == steps``: end-of-run
   barriers, result gathers) are not held.
 """
@@ -217,7 +216,7 @@ def validate_events(
     *,
     steps: int | None = None,
     tolerance: float = 0.01,
-    include_step0: bool = False,
+    skip_step0: bool = False,
 ) -> Validation:
     """Hold ``events`` (the capture's columns) against ``job``'s prediction."""
     if tolerance < 0:
@@ -226,14 +225,14 @@ def validate_events(
     if not measured:
         raise UsageError("the run has no communication events to validate")
     last = steps if steps is not None else max(s for _, s in measured)
-    first = 0 if include_step0 else 1
+    first = 1 if skip_step0 else 0
     held = list(range(first, last))
     ranks = sorted({r for r, _ in measured})
     result = Validation(job=job, tolerance=tolerance, steps=held, ranks=ranks)
     if not held:
         raise UsageError(
-            f"the run has {last} step(s); validation needs at least 2 (step 0 is set-up)"
-            " or --include-step0"
+            f"the run has {last} step(s) with communication; nothing to hold"
+            + (" without step 0" if skip_step0 else "")
         )
     for rank in ranks:
         if rank >= job.dims.world_size:
@@ -247,11 +246,8 @@ def validate_events(
                 cache[step > 0] = {(v.op, v.role): (v.calls, v.bytes) for v in vols}
             got = measured.get((rank, step), {})
             result.checks.extend(compare(rank, step, cache[step > 0], got, tolerance))
-    if not include_step0:
-        result.notes.append(
-            "step 0 not held (set-up traffic, DDP's one bucket before its rebuild); "
-            "--include-step0 holds it too"
-        )
+    if skip_step0:
+        result.notes.append("step 0 not held (--skip-step0)")
     return result
 
 
@@ -268,7 +264,7 @@ def workload_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def validate_run(run: Any, tolerance: float = 0.01, include_step0: bool = False) -> Validation:
+def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) -> Validation:
     """Hold a loaded run (``commlens.load_run``) against the model."""
     manifest = run.manifest
     workload = workload_of(manifest)
@@ -284,7 +280,7 @@ def validate_run(run: Any, tolerance: float = 0.01, include_step0: bool = False)
         run.events,
         steps=int(steps) if steps else None,
         tolerance=tolerance,
-        include_step0=include_step0,
+        skip_step0=skip_step0,
     )
     for rank in getattr(run, "missing_ranks", []):
         result.notes.append(f"rank {rank}: events missing or truncated, not held")

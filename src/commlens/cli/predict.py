@@ -18,7 +18,7 @@ from commlens.model.profiles import get_profile, get_profiles
 from commlens.spec.models import SCHEMES, ModelConfig, get_preset
 from commlens.spec.parallel import ParallelDims
 
-SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn_hidden", "vocab")
+SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_positions")
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +39,12 @@ def register(subparsers: Any) -> None:
             default=None,
             help=f"override the preset's {flag}",
         )
-    p.add_argument("--scheme", required=True, choices=SCHEMES)
+    p.add_argument(
+        "--scheme",
+        required=True,
+        choices=SCHEMES,
+        help="dp (DDP), zero1 (DDP + ZeroRedundancyOptimizer), zero2/zero3 (FSDP2), tp, pp, 3d",
+    )
     p.add_argument("--dp", type=int, default=1, help="data-parallel degree (default 1)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
@@ -51,9 +56,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
     p.add_argument("--microbatches", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="training dtype")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
-    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule")
     p.add_argument("--recompute", action="store_true", help="activation recomputation")
     p.add_argument(
         "--net",
@@ -74,7 +79,7 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_TFLOPS,
         help=f"achieved model TFLOP/s per rank (default {DEFAULT_TFLOPS:g})",
     )
-    p.add_argument("--format", default="text", choices=("text", "json"))
+    p.add_argument("--format", default="text", choices=("text", "json"), help="output format")
     p.set_defaults(func=run)
 
 

@@ -106,3 +106,27 @@ def test_report_of_a_real_gloo_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert {s["step"] for s in data["steps"]} == {0, 1}
     assert main(["report", str(out)]) == 0
     assert "Communication by op and process group" in capsys.readouterr().out
+
+
+def test_step_range(capsys: pytest.CaptureFixture[str]) -> None:
+    from commlens.cli.report import parse_steps
+
+    assert parse_steps("1:") == (1, None)
+    assert parse_steps(":3") == (None, 3)
+    assert parse_steps("2") == (2, 3)
+    assert parse_steps("1:4") == (1, 4)
+    run = str(DATA / "tiny_run")
+    assert main(["report", run, "--format", "json", "--steps", "1:"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    dp = next(o for o in data["ops"] if o["op"] == "all_reduce" and o["role"] == "dp")
+    assert dp["count"] == 8  # 2 buckets x 4 ranks, step 1 only
+    assert [s["step"] for s in data["steps"]] == [1]
+    assert {t["step"] for t in data["throughput"]} == {1}
+    assert all(s["instances"] == 6 for s in data["stragglers"])
+    assert main(["compare", run, run, "--steps", ":1", "--format", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["steps"] for r in runs] == [1, 1]
+    for bad in ("x", "3:1", "1:b"):
+        with pytest.raises(SystemExit):
+            main(["report", run, "--steps", bad])
+    assert "not a step range" in capsys.readouterr().err

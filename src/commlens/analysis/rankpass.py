@@ -136,12 +136,12 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         t = run.read_rank(rank, _COLUMNS)
         if not t.num_rows:
             continue
-        seq = t.column("seq").to_numpy()
-        order = None  # rows as read -> seq order
-        if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
-            order = np.argsort(seq, kind="stable")
+        order = _rows_in_seq_order(t, run.steps)  # file rows kept, in seq order
+        if order is not None:
+            if not order.size:
+                continue
             t = t.take(pa.array(order))
-            seq = t.column("seq").to_numpy()
+        seq = t.column("seq").to_numpy()
         codes = {k: c.encode(t.column(k)) for k, c in names.items()}
         op, pg, role = codes["op"], codes["pg_name"], codes["role"]
         gsize = pc.fill_null(t.column("group_size"), 1).to_numpy()
@@ -189,6 +189,26 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         agg=pa.concat_tables(agg_parts) if agg_parts else _empty_agg(),
         groups=info.table(),
     )
+
+
+def _rows_in_seq_order(
+    t: pa.Table, steps: tuple[int | None, int | None] | None
+) -> np.ndarray | None:
+    """File rows to keep (those in ``steps``), in seq order; None: all, as they are."""
+    seq = t.column("seq").to_numpy()
+    order = None
+    if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
+        order = np.argsort(seq, kind="stable")
+    if steps is not None:
+        step = pc.fill_null(t.column("step"), 0).to_numpy()
+        keep = np.ones(step.size, bool)
+        if steps[0] is not None:
+            keep &= step >= steps[0]
+        if steps[1] is not None:
+            keep &= step < steps[1]
+        if not keep.all():
+            order = np.flatnonzero(keep) if order is None else order[keep[order]]
+    return order
 
 
 def _pg_ranks_reader(

@@ -51,6 +51,8 @@ class RunView:
     """rank -> (offset_ns, drift, t_ref_ns) to move raw times onto rank 0's clock."""
     aligned: bool = False
     """True when ``sources`` tables already hold aligned times (a loaded Run)."""
+    steps: tuple[int | None, int | None] | None = None
+    """Only steps first <= step < stop are seen (None: all); see :func:`open_run`."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Results computed once per run (see ``analysis.rankpass``, ``analysis.ops``)."""
 
@@ -120,7 +122,7 @@ class RunView:
 
     def time_span(self) -> tuple[int, int] | None:
         """(first issue, last end) over all events, from Parquet statistics when possible."""
-        span = self._span_from_statistics()
+        span = self._span_from_statistics() if self.steps is None else None
         if span is not None:
             return span
         row = self.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
@@ -150,15 +152,48 @@ class RunView:
         self.con.close()
 
 
-def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) -> RunView:
-    """A :class:`RunView` of a run directory (scanned lazily) or of a loaded Run."""
+StepRange = tuple[int | None, int | None]
+
+
+def step_filter(steps: StepRange | None, column: str = "step") -> str:
+    """SQL condition for ``steps`` = (first, stop): first <= step < stop; None is open."""
+    if steps is None:
+        return "TRUE"
+    parts = []
+    if steps[0] is not None:
+        parts.append(f"{column} >= {int(steps[0])}")
+    if steps[1] is not None:
+        parts.append(f"{column} < {int(steps[1])}")
+    return " AND ".join(parts) or "TRUE"
+
+
+def open_run(
+    source: str | Path | Run,
+    *,
+    quiet: bool = True,
+    threads: int = 0,
+    steps: StepRange | None = None,
+) -> RunView:
+    """A :class:`RunView` of a run directory (scanned lazily) or of a loaded Run.
+
+    ``steps`` = (first, stop) keeps only the events and step windows with
+    first <= step < stop (either end may be None), e.g. (1, None) to leave out
+    a warm-up step.
+    """
     con = duckdb.connect()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
+    where = step_filter(steps)
     if isinstance(source, Run):
-        con.register("events", source.events)  # already on rank 0's clock
+        con.register("all_events", source.events)  # already on rank 0's clock
+        con.execute(f"CREATE VIEW events AS SELECT * FROM all_events WHERE {where}")
         view = RunView(
-            source.path, source.manifest, con, list(source.warnings), list(source.missing_ranks)
+            source.path,
+            source.manifest,
+            con,
+            list(source.warnings),
+            list(source.missing_ranks),
+            steps=steps,
         )
         _create_steps(view)
         _create_ranks(view, set(source.ranks))
@@ -167,13 +202,11 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
     manifest, files, parts = scan(run_dir)
     warnings: list[str] = []
     sources: list[str] = []
-    read: set[int] = set()
     sources_by_rank: dict[int, Path | pa.Table] = {}
     for rank, file in files.items():
         if check_rank_file(file, rank, warnings):
             sources_by_rank[rank] = file
             sources.append(f"SELECT * FROM read_parquet('{_quote(file)}')")
-            read.add(rank)
     for rank in parts:
         table = read_parts(run_dir / f".rank-{rank:05d}.parts")
         con.register(f"parts_{rank}", table)
@@ -182,7 +215,6 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
         warnings.append(
             f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
         )
-        read.add(rank)
     empty = EVENT_SCHEMA.empty_table()
     con.register("empty_events", empty)
     sources.append("SELECT * FROM empty_events")
@@ -197,16 +229,23 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
         + _aligned("e.t_end_ns")
         + " AS t_end_ns"
         + ") FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank"
+        + f" WHERE {step_filter(steps, 'e.step')}"
     )
     expected = expected_ranks(manifest) | set(files) | set(parts)
-    rows = con.execute("SELECT DISTINCT rank FROM raw_events").fetchall() if read else []
-    with_events = {int(row[0]) for row in rows}
+    with_events = {r for r, src in sources_by_rank.items() if _has_rows(src)}
     missing = sorted(expected - with_events - ranks_without_events(manifest))
     for rank in missing:
         if rank not in files and rank not in parts:
             warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
     view = RunView(
-        run_dir, manifest, con, warnings, missing, sources=sources_by_rank, clocks=clocks(manifest)
+        run_dir,
+        manifest,
+        con,
+        warnings,
+        missing,
+        sources=sources_by_rank,
+        clocks=clocks(manifest),
+        steps=steps,
     )
     _create_steps(view)
     _create_ranks(view, with_events)
@@ -214,6 +253,12 @@ def open_run(source: str | Path | Run, *, quiet: bool = True, threads: int = 0) 
         for line in warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
     return view
+
+
+def _has_rows(src: Path | pa.Table) -> bool:
+    if isinstance(src, Path):
+        return pq.ParquetFile(src).metadata.num_rows > 0
+    return src.num_rows > 0
 
 
 def _quote(path: Path) -> str:
@@ -257,7 +302,8 @@ def _create_steps(view: RunView) -> None:
         + _aligned("s.t_end_ns")
         + " AS t_end_ns, "
         "(s.t_end_ns - s.t_start_ns) / 1e9 AS duration_s "
-        "FROM raw_steps s LEFT JOIN clocks c ON s.rank = c.rank"
+        "FROM raw_steps s LEFT JOIN clocks c ON s.rank = c.rank "
+        f"WHERE {step_filter(view.steps, 's.step')}"
     )
 
 

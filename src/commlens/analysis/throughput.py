@@ -58,6 +58,11 @@ def throughput_table(run: RunView) -> pa.Table:
         if flops_const is None and _num(workload.get("flops_per_step")) is not None:
             flops_const = float(workload["flops_per_step"]) / world
         step_ids = sorted({s for (r, s) in step_s if r == rank} | set(records))
+        if run.steps is not None:  # the same step range as the events
+            first, stop = run.steps
+            step_ids = [
+                s for s in step_ids if (first is None or s >= first) and (stop is None or s < stop)
+            ]
         for step in step_ids:
             rec = records.get(step, {})
             seconds = step_s.get((rank, step)) or _num(rec.get("time_s"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from commlens.analysis.source import RunView, open_run
+from commlens.cli.report import add_steps_option
 from commlens.errors import UsageError
 from commlens.report.base import FORMATS
 from commlens.report.compare import build_compare
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     parser.add_argument("--width", type=int, default=None, help="text width in columns")
+    add_steps_option(parser)
     parser.set_defaults(func=run_compare)
 
 
@@ -36,7 +38,7 @@ def run_compare(args: argparse.Namespace) -> int:
     views: list[RunView] = []
     try:
         for path in args.runs:
-            views.append(open_run(path, quiet=False))
+            views.append(open_run(path, quiet=False, steps=args.steps))
         doc = build_compare(views)
     finally:
         for view in views:

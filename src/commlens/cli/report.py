@@ -28,7 +28,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     parser.add_argument("--width", type=int, default=None, help="text width in columns")
+    add_steps_option(parser)
     parser.set_defaults(func=run_report)
+
+
+def add_steps_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--steps",
+        type=parse_steps,
+        default=None,
+        metavar="A:B",
+        help="only steps A..B-1, like a Python slice: '1:' leaves out step 0 (warm-up), "
+        "':10' the first ten, '3' step 3 alone",
+    )
+
+
+def parse_steps(text: str) -> tuple[int | None, int | None]:
+    """'A:B', 'A:', ':B' or 'A' -> (first, stop) with first <= step < stop."""
+    try:
+        if ":" not in text:
+            first = int(text)
+            return first, first + 1
+        a, b = text.split(":", 1)
+        steps = (int(a) if a.strip() else None, int(b) if b.strip() else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a step range: use A:B, A:, :B or A (integers)"
+        ) from None
+    if steps[0] is not None and steps[1] is not None and steps[1] <= steps[0]:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no step: B must be greater than A")
+    return steps
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -39,7 +68,7 @@ def run_report(args: argparse.Namespace) -> int:
 
         render_sweep(args.run, args.format, args.output, width=args.width)
         return 0
-    view = open_run(args.run, quiet=False)
+    view = open_run(args.run, quiet=False, steps=args.steps)
     try:
         doc = build_report(view)
     finally:

@@ -145,3 +145,16 @@ def test_bad_fabric_settings_are_user_errors() -> None:
     with pytest.raises(UsageError, match="algorithm"):
         Fabric(inter=INTER, intra=INTRA, algorithm="magic")
     assert math.isfinite(Fabric(inter=INTER, intra=INTRA).time("all_reduce", S, (0, 1, 2)))
+
+
+def test_nics_per_node_share_the_flows() -> None:
+    one = Fabric(inter=INTER, intra=INTRA, gpus_per_node=4)
+    four = Fabric(inter=INTER, intra=INTRA, gpus_per_node=4, nics_per_node=4)
+    two = Fabric(inter=INTER, intra=INTRA, gpus_per_node=4, nics_per_node=2)
+    pair = (0, 4)
+    assert one.time("send", S, pair, flows=4) == pytest.approx(A + 4 * S * B)
+    assert two.time("send", S, pair, flows=4) == pytest.approx(A + 2 * S * B)
+    assert four.time("send", S, pair, flows=4) == pytest.approx(A + S * B)
+    assert four.time("send", S, pair, flows=3) == pytest.approx(A + S * B)
+    with pytest.raises(UsageError, match="nics-per-node"):
+        Fabric(inter=INTER, intra=INTRA, nics_per_node=0)

@@ -71,6 +71,12 @@ def register(subparsers: Any) -> None:
         default=1,
         help="ranks per node (default 1: every rank on its own node)",
     )
+    p.add_argument(
+        "--nics-per-node",
+        type=int,
+        default=1,
+        help="inter-node links per node, shared by the ranks that send across (default 1)",
+    )
     p.add_argument("--intra", default="nvlink", help="profile of links inside a node")
     p.add_argument("--algo", default="ring", choices=ALGORITHMS, help="collective algorithm")
     p.add_argument(
@@ -237,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         algorithm=args.algo,
         tflops=args.tflops,
+        nics_per_node=args.nics_per_node,
     )
     if args.format == "json":
         print(json.dumps(pred.to_dict(), indent=2))

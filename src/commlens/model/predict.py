@@ -112,6 +112,7 @@ def predict(
     gpus_per_node: int = 1,
     algorithm: str = "ring",
     tflops: float = DEFAULT_TFLOPS,
+    nics_per_node: int = 1,
 ) -> Prediction:
     """Predict ``job``'s steady step; time it on each inter-node profile in ``networks``.
 
@@ -127,10 +128,17 @@ def predict(
     intra = intra or get_profile("nvlink")
     estimates = []
     for net in networks:
-        fabric = Fabric(inter=net, intra=intra, gpus_per_node=gpus_per_node, algorithm=algorithm)
+        fabric = Fabric(
+            inter=net,
+            intra=intra,
+            gpus_per_node=gpus_per_node,
+            algorithm=algorithm,
+            nics_per_node=nics_per_node,
+        )
         estimates.append(estimate(job, per_rank, shown, fabric, tflops))
     settings = {
         "gpus_per_node": gpus_per_node,
+        "nics_per_node": nics_per_node,
         "intra": intra.name,
         "algorithm": algorithm,
         "tflops": tflops,

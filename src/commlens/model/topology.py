@@ -13,10 +13,11 @@ group with one member per node on the inter-node profile, and a group with
 - all-to-all, gather, scatter: direct exchange, the off-node share (n−g)/n
   of S over the inter link plus the on-node share (g−1)/n over the intra link
 
-Each node has one inter-node link (as with one NIC per node, or one shaped
-uplink per emulated node). Every group of a role works at the same time, so
-the inter-node β is multiplied by ``flows``: how many ranks of the busiest
-node send across nodes at once for that role (:func:`link_flows`).
+Each node has ``nics_per_node`` inter-node links (default one, as with one
+shaped uplink per emulated node; a DGX-class node has one per GPU). Every
+group of a role works at the same time, so the inter-node β is multiplied by
+⌈flows / nics_per_node⌉, ``flows`` being how many ranks of the busiest node
+send across nodes at once for that role (:func:`link_flows`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Fabric:
     """Ranks per node; 1 puts every rank on its own node."""
     algorithm: str = "ring"
     """Collective algorithm: ring, tree, direct or auto (fastest per call)."""
+    nics_per_node: int = 1
+    """Inter-node links per node; concurrent flows share them evenly."""
     _shape_cache: dict[tuple[int, ...], tuple[int, int]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -49,6 +52,8 @@ class Fabric:
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
             raise UsageError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}")
+        if self.nics_per_node < 1:
+            raise UsageError(f"--nics-per-node must be at least 1, got {self.nics_per_node}")
         if self.algorithm not in ALGORITHMS:
             raise UsageError(
                 f"unknown algorithm {self.algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
@@ -72,7 +77,8 @@ class Fabric:
 
     def _inter(self, op: str, size: float, n: int, flows: int) -> float:
         p = self.inter
-        return flat_time(op, size, n, p.alpha(op), p.beta(op) * max(1, flows), self.algorithm)
+        share = max(1, -(-flows // self.nics_per_node))
+        return flat_time(op, size, n, p.alpha(op), p.beta(op) * share, self.algorithm)
 
     def time(self, op: str, size_bytes: float, group: tuple[int, ...], flows: int = 1) -> float:
         """Seconds for one call of ``op`` on ``group`` (for send/recv: the two ends)."""

@@ -50,32 +50,26 @@ def speedup(table: pa.Table) -> Figure:
 
 
 def shares(table: pa.Table) -> Figure:
-    """Share of the step in the key op of each scheme, against the link rate."""
+    """Share of the step in the key op of each scheme, per link (slowest first)."""
     fig = _fig()
     ax = fig.add_subplot()
-    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in table.to_pylist():
-        rate = r["link_gbit_s"]
-        x = rate if rate is not None and math.isfinite(rate) else None
+    rows = table.to_pylist()
+    rates = {r["link"]: r["link_gbit_s"] for r in rows}
+    links = sorted(rates, key=lambda lk: rates[lk] if rates[lk] is not None else math.inf)
+    lines: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in rows:
         if r["scheme"] == "pp":
-            key, share = (
-                "pipeline recv + embedding all-reduce",
-                (r["pp_recv_share"] + r["embedding_allreduce_share"]),
-            )
+            key = "pipeline recv + embedding all-reduce"
+            share = r["pp_recv_share"] + r["embedding_allreduce_share"]
         else:
             key, share = "all-reduce", r["allreduce_share"]
-        lines[f"{r['model']} {r['scheme']} ({key})"].append((x if x else -1.0, share))
-    finite = [x for pts in lines.values() for x, _ in pts if x > 0]
-    top = max(finite) * 2 if finite else 10.0
-    for label, pts in lines.items():
-        pts = sorted((x if x > 0 else top, y) for x, y in pts)
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set(
-        title=f"Share of the step (unshaped plotted at {top:g} Gbit/s)",
-        xlabel="link (Gbit/s)",
-        ylabel="share of step (%)",
-    )
+        lines[f"{r['model']} {r['scheme']} ({key})"][r["link"]] = share
+    x = np.arange(len(links))
+    for label, by_link in lines.items():
+        ys = [100 * by_link[lk] if lk in by_link else np.nan for lk in links]
+        ax.plot(x, ys, marker="o", label=label)
+    ax.set_xticks(x, links)
+    ax.set(title="Share of the step in the scheme's key ops", xlabel="link", ylabel="% of step")
     ax.legend(fontsize="x-small", ncol=2)
     return fig
 
@@ -104,22 +98,14 @@ def predicted(table: pa.Table) -> Figure:
     fig = _fig()
     ax = fig.add_subplot()
     rows = table.to_pylist()
-    groups = list(dict.fromkeys(f"{r['model']} {r['layout']}" for r in rows))
+
+    def group(r: dict[str, object]) -> str:
+        return f"{r['point_scheme']}\n{r['model']} {r['layout']}"
+
+    groups = list(dict.fromkeys(group(r) for r in rows))
     nets = list(dict.fromkeys(r["network"] for r in rows))
-    series = {
-        n: [
-            next(
-                (
-                    r["speedup"]
-                    for r in rows
-                    if f"{r['model']} {r['layout']}" == g and r["network"] == n
-                ),
-                0.0,
-            )
-            for g in groups
-        ]
-        for n in nets
-    }
+    speed = {(group(r), r["network"]): r["speedup"] for r in rows}
+    series = {n: [speed.get((g, n), 0.0) for g in groups] for n in nets}
     _grouped_bars(ax, groups, series)
     ax.tick_params(axis="x", labelsize="x-small")
     ax.set(title="Predicted speedup at the studies' scale", ylabel=f"speedup over {nets[0]}")

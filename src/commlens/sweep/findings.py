@@ -60,10 +60,12 @@ def link_speedup(con: duckdb.DuckDBPyConnection) -> pa.Table:
     other work only ever adds time, so the best step is the steadiest estimate.
     """
     _with_rates(con)
+    cols = {r[0] for r in con.execute("DESCRIBE points").fetchall()}
+    best = "coalesce(p.step_min_s, p.step_s)" if "step_min_s" in cols else "p.step_s"
     return con.sql(
         f"""
         WITH ok AS (
-            SELECT p.* REPLACE (coalesce(p.step_min_s, p.step_s) AS step_s), r.rate
+            SELECT p.* REPLACE ({best} AS step_s), r.rate
             FROM points p JOIN link_rates r USING (link)
             WHERE p.status = 'ok' AND r.rate IS NOT NULL
         ), ranked AS (

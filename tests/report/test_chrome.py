@@ -65,3 +65,11 @@ def test_chrome_trace_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(DATA / "tiny_run")]) == 0
     trace = json.loads(capsys.readouterr().out)
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 52
+
+
+def test_chrome_trace_of_one_step(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(DATA / "tiny_run"), "--steps", "1"]) == 0
+    events = json.loads(capsys.readouterr().out)["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert len(ops) == 26 and {e["args"]["Step"] for e in ops} == {1}
+    assert Counter(e["ph"] for e in events if e.get("cat") == "step") == {"b": 4, "e": 4}

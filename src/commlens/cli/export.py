@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from commlens.analysis.source import open_run
+from commlens.cli.report import add_steps_option
 from commlens.errors import UsageError
 from commlens.report.chrome import write_chrome_trace
 
@@ -24,11 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--format", choices=("chrome",), default="chrome", help="export format (default: chrome)"
     )
     parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    add_steps_option(parser)
     parser.set_defaults(func=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
-    view = open_run(args.run, quiet=False)
+    view = open_run(args.run, quiet=False, steps=args.steps)
     try:
         if args.output == "-":
             write_chrome_trace(view, sys.stdout)

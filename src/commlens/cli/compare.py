@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from commlens.analysis.source import RunView, open_run
 from commlens.cli.report import add_steps_option
 from commlens.errors import UsageError
 from commlens.report.base import FORMATS
-from commlens.report.compare import build_compare
-from commlens.report.output import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from commlens.analysis.source import RunView, open_run
+    from commlens.report.compare import build_compare
+    from commlens.report.output import emit
+
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two runs")
     views: list[RunView] = []

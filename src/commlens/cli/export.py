@@ -7,10 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from commlens.analysis.source import open_run
 from commlens.cli.report import add_steps_option
 from commlens.errors import UsageError
-from commlens.report.chrome import write_chrome_trace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from commlens.analysis.source import open_run
+    from commlens.report.chrome import write_chrome_trace
+
     view = open_run(args.run, quiet=False, steps=args.steps)
     try:
         if args.output == "-":

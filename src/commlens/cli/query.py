@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-import duckdb
-import pyarrow as pa
-
-from commlens.analysis.source import open_run
 from commlens.errors import UsageError
-from commlens.report.document import Column, Document, Section
-from commlens.report.output import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,15 +24,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_query)
 
 
-def _fmt(dtype: pa.DataType) -> str:
-    if pa.types.is_integer(dtype):
-        return "num"
-    if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
-        return "num"
-    return "str"
+def _fmt(dtype: Any) -> str:
+    import pyarrow as pa
+
+    numeric = pa.types.is_integer(dtype) or pa.types.is_floating(dtype)
+    return "num" if numeric or pa.types.is_decimal(dtype) else "str"
 
 
 def run_query(args: argparse.Namespace) -> int:
+    import duckdb
+    import pyarrow as pa
+
+    from commlens.analysis.source import open_run
+    from commlens.report.document import Column, Document, Section
+    from commlens.report.output import emit
+
     view = open_run(args.run, quiet=False)
     try:
         try:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from commlens.analysis.source import open_run
 from commlens.report.base import FORMATS
-from commlens.report.build import build_report
-from commlens.report.output import emit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,6 +58,9 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from commlens.analysis.source import open_run
+    from commlens.report.build import build_report
+    from commlens.report.output import emit
     from commlens.sweep.catalog import is_sweep_dir
 
     if is_sweep_dir(args.run):  # a `commlens sweep` directory: tables and plots across the grid

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commlens.errors import UsageError
-from commlens.report.document import Document
+
+if TYPE_CHECKING:  # the CLI imports FORMATS at start-up: keep this module light
+    from commlens.report.document import Document
 
 
 class Renderer:

@@ -6,6 +6,7 @@ loaded :class:`commlens.Run`), then call the table functions.
 
 from commlens.analysis.bandwidth import algbw_GBps, bus_factor, busbw_GBps, wire_factor
 from commlens.analysis.breakdown import module_table, op_phase_table, phase_table
+from commlens.analysis.compare import compare_ops, compare_summary
 from commlens.analysis.ops import op_size_table, op_table, size_histogram
 from commlens.analysis.skew import matched_events, skew_by_step, skew_table, straggler_table
 from commlens.analysis.source import RunView, open_run
@@ -18,6 +19,8 @@ __all__ = [
     "algbw_GBps",
     "bus_factor",
     "busbw_GBps",
+    "compare_ops",
+    "compare_summary",
     "event_utilization",
     "matched_events",
     "module_table",

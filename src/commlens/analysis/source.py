@@ -4,11 +4,16 @@
 too big for ten million events. ``open_run`` instead checks each rank file's
 footer and schema (the same rules as the reader: foreign or corrupt files are
 a one-line :class:`RunFormatError`, truncated or missing ranks a warning) and
-lets DuckDB scan the Parquet files directly. Views:
+lets DuckDB scan the Parquet files directly. Views on ``RunView.con``:
 
 - ``events``: every event, ``t_issue_ns``/``t_end_ns`` on rank 0's clock;
 - ``steps``: ``rank, step, t_start_ns, t_end_ns, duration_s``, aligned too;
 - ``ranks``: ``rank, status, host, events``.
+
+``RunView.read_rank`` reads one rank's columns straight from its file with
+pyarrow (strings dictionary-encoded), for the numpy pass of
+:mod:`commlens.analysis.rankpass`. A step range given to :func:`open_run`
+applies to all of these.
 """
 
 from __future__ import annotations

@@ -142,6 +142,14 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
     workload = m.get("workload")
     if isinstance(workload, dict) and workload:
         facts.append(("workload", _workload_line(workload)))
+    if run.steps is not None:
+        first, stop = run.steps
+        facts.append(
+            (
+                "steps",
+                f"{'' if first is None else first}:{'' if stop is None else stop} (only these)",
+            )
+        )
     if run.missing_ranks:
         facts.append(
             (
@@ -291,6 +299,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         "run": run.manifest,
         "ops": [{k: row[k] for k in OP_KEYS} for row in _records(op_t)],
         "missing_ranks": run.missing_ranks,
+        "step_range": list(run.steps) if run.steps is not None else None,
         "warnings": run.warnings,
         "sizes": _records(size_t),
         "steps": _records(step_t),

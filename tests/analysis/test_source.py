@@ -128,3 +128,13 @@ def test_rank_file_out_of_seq_order_with_small_row_groups(tiny: Path) -> None:
     after = open_run(tiny)
     assert ensure_pass(after).groups.to_pylist() == want_groups
     assert matched_events(after).to_pylist() == want
+
+
+def test_analyses_take_a_path_a_loaded_run_or_a_view(tiny: Path) -> None:
+    view = open_run(tiny)
+    want = op_table(view).to_pylist()
+    for source in (tiny, str(tiny), load_run(tiny, quiet=True)):
+        got = op_table(source).to_pylist()
+        assert [(r["op"], r["pg_name"], r["count"]) for r in got] == [
+            (r["op"], r["pg_name"], r["count"]) for r in want
+        ]

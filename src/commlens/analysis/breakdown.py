@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from commlens.analysis.ops import register_aggregates
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 
 
 def _by(run: RunView, key: str, extra: str = "") -> pa.Table:
@@ -21,16 +21,19 @@ def _by(run: RunView, key: str, extra: str = "") -> pa.Table:
     )
 
 
+@accepts_run
 def phase_table(run: RunView) -> pa.Table:
     """Per phase: calls, bytes, time inside calls, blocked time, share of comm time."""
     return _by(run, "phase")
 
 
+@accepts_run
 def module_table(run: RunView) -> pa.Table:
     """Per issuing module (empty: outside any module), with the phases it issued in."""
     return _by(run, "module", "string_agg(DISTINCT phase, ',' ORDER BY phase) AS phases,")
 
 
+@accepts_run
 def op_phase_table(run: RunView) -> pa.Table:
     """Per (phase, op): the cross tabulation behind the per-phase shares."""
     return _by(run, "phase, op")

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from commlens.analysis.bandwidth import factor_sql
 from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 
 # Lower bound of the log2 bucket holding size_bytes (0 for empty messages).
 BUCKET_SQL = (
@@ -47,6 +47,7 @@ _BW = f"""
 """
 
 
+@accepts_run
 def op_table(run: RunView) -> pa.Table:
     """One row per (op, process group, role), largest total time first."""
     register_aggregates(run)
@@ -63,6 +64,7 @@ def op_table(run: RunView) -> pa.Table:
     )
 
 
+@accepts_run
 def op_size_table(run: RunView) -> pa.Table:
     """One row per (op, group, role, log2 size bucket): the tidy CSV table."""
     register_aggregates(run)
@@ -97,6 +99,7 @@ def op_size_table(run: RunView) -> pa.Table:
     )
 
 
+@accepts_run
 def size_histogram(run: RunView) -> pa.Table:
     """Message sizes in log2 buckets per op, by call count and by volume."""
     register_aggregates(run)

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from commlens.analysis.codes import dense_codes
 from commlens.analysis.rankpass import P2P_OPS, MatchPart, ensure_pass
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 
 __all__ = ["P2P_OPS", "matched_events", "skew_by_step", "skew_table", "straggler_table"]
 
@@ -138,6 +138,7 @@ def _matched(run: RunView) -> Matched:
     return result
 
 
+@accepts_run
 def matched_events(run: RunView) -> pa.Table:
     """Every matched event with its instance's first/last arrival, wait and transfer
     (one row per event: meant for small runs and tests)."""
@@ -187,6 +188,7 @@ def matched_events(run: RunView) -> pa.Table:
     )
 
 
+@accepts_run
 def skew_table(run: RunView) -> pa.Table:
     """Per (op, group, role): instances, skew statistics, wait vs transfer time."""
     mt = _matched(run)
@@ -235,6 +237,7 @@ def skew_table(run: RunView) -> pa.Table:
     )
 
 
+@accepts_run
 def straggler_table(run: RunView) -> pa.Table:
     """Ranks ranked as stragglers: who arrives last, and how long others wait for it.
 
@@ -274,6 +277,7 @@ def straggler_table(run: RunView) -> pa.Table:
     )
 
 
+@accepts_run
 def skew_by_step(run: RunView) -> pa.Table:
     """Per step, summed over ranks: time waiting for the last peer vs transferring."""
     ps = _matched(run).per_step

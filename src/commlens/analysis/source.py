@@ -18,10 +18,12 @@ applies to all of these.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 import numpy as np
@@ -158,6 +160,20 @@ class RunView:
 
 
 StepRange = tuple[int | None, int | None]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def accepts_run(
+    fn: Callable[Concatenate[RunView, _P], _T],
+) -> Callable[Concatenate[RunView | Run | str | Path, _P], _T]:
+    """Let an analysis take a :class:`RunView`, a loaded :class:`Run` or a run directory."""
+
+    @functools.wraps(fn)
+    def wrapper(run: RunView | Run | str | Path, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return fn(run if isinstance(run, RunView) else open_run(run), *args, **kwargs)
+
+    return wrapper
 
 
 def step_filter(steps: StepRange | None, column: str = "step") -> str:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 
 
+@accepts_run
 def step_table(run: RunView) -> pa.Table:
     """One row per (rank, step)."""
     run.con.register("step_ops", ensure_pass(run).steps)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 
 _COLUMNS = ("rank", "step", "warmup", "step_s", "tokens_per_s", "tflops", "loss")
 
@@ -38,6 +38,7 @@ def _per_step_records(meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
+@accepts_run
 def throughput_table(run: RunView) -> pa.Table:
     """One row per (rank, step) with tokens/s, TFLOP/s and loss where known."""
     manifest = run.manifest

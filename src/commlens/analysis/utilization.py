@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RunView, accepts_run
 from commlens.netem.nic import NIC_FILE, read_nic
 
 
@@ -22,6 +22,7 @@ def _origin_ns(run: RunView) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+@accepts_run
 def event_utilization(run: RunView, bins: int = 100) -> pa.Table:
     """Per rank and time bin: ``t_s`` (bin start), ``bin_s``, ``wire_bytes``, ``gbit_s``."""
     util = ensure_pass(run, util_bins=bins).util
@@ -29,6 +30,7 @@ def event_utilization(run: RunView, bins: int = 100) -> pa.Table:
     return util
 
 
+@accepts_run
 def nic_utilization(run: RunView) -> pa.Table | None:
     """Per node and sampling interval: ``t_s`` (interval end), tx/rx Gbit/s; None without
     a NIC counters file."""
@@ -70,6 +72,7 @@ def nic_utilization(run: RunView) -> pa.Table | None:
     )
 
 
+@accepts_run
 def utilization_summary(run: RunView, bins: int = 100) -> pa.Table:
     """Per rank (events) and per node (NIC): mean and peak Gbit/s."""
     ev = event_utilization(run, bins)

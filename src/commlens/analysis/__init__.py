@@ -1,7 +1,12 @@
 """Analyses: pure functions from a run to Arrow tables (no printing, no plotting).
 
-Open a run with :func:`open_run` (a directory, scanned lazily by DuckDB, or a
-loaded :class:`commlens.Run`), then call the table functions.
+Each table function takes a run directory, a loaded :class:`commlens.Run` or
+a :class:`RunView`. To compute several tables of one run, open it once with
+:func:`open_run` and pass the view: the events are then read once (one numpy
+pass per rank, :mod:`commlens.analysis.rankpass`) and the results cached.
+
+    view = open_run("runs/x")
+    op_table(view), step_table(view), skew_table(view)
 """
 
 from commlens.analysis.bandwidth import algbw_GBps, bus_factor, busbw_GBps, wire_factor

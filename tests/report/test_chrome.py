@@ -59,6 +59,17 @@ def test_chrome_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert names == {r: f"rank {r}" for r in range(4)}
     threads = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
     assert (0, "DDP gradient buckets") in threads
+    # the two DDP buckets overlap: the second goes on its own track; no track has
+    # overlapping complete events, and every track used is named
+    assert (0, "DDP gradient buckets (2)") in threads
+    tracks: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in ops:
+        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    named = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    assert set(tracks) <= named
+    for spans in tracks.values():
+        spans.sort()
+        assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:], strict=False))
 
 
 def test_chrome_trace_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,10 @@
-"""Chrome trace (Perfetto) export: one process per rank, one thread per capture path.
+"""Chrome trace (Perfetto) export: one process per rank, tracks per capture path.
 
 Each op is one complete event (``ph: "X"``, ``ts``/``dur`` in µs from the
 run's first op) with its fields under the PyTorch profiler's argument names
-("Collective name", "In msg nelems", ...; REFERENCE §5). Steps are async
+("Collective name", "In msg nelems", ...; REFERENCE §5). Ops that overlap in
+time on one capture path (async ops, DDP buckets) go on extra tracks, since
+complete events of one track must nest. Steps are async
 spans (``ph: "b"``/``"e"``, category ``step``) on each rank. Events stream
 from DuckDB in batches, so a large run is never held in memory as JSON.
 """
@@ -121,10 +123,48 @@ def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, An
         }
         yield {**span, "ph": "b", "ts": round((s["t_start_ns"] - t0) / 1e3, 3)}
         yield {**span, "ph": "e", "ts": round((s["t_end_ns"] - t0) / 1e3, 3)}
+    lanes = _Lanes()
     reader = run.con.sql(_QUERY).to_arrow_reader(batch_rows)
     for batch in reader:
         for e in batch.to_pylist():
-            yield _op_event(e, t0)
+            event = _op_event(e, t0)
+            tid, new_name = lanes.place(e["rank"], event["tid"], e["t_issue_ns"], e["t_end_ns"])
+            if new_name:
+                yield {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": e["rank"],
+                    "tid": tid,
+                    "args": {"name": new_name},
+                }
+            event["tid"] = tid
+            yield event
+
+
+class _Lanes:
+    """Extra tracks so that ops overlapping in time (async, buckets, batched p2p)
+    never share one: complete events on a track must nest, and these do not."""
+
+    def __init__(self) -> None:
+        self.ends: dict[tuple[int, int], list[int]] = {}
+
+    def place(self, rank: int, tid: int, start: int, end: int) -> tuple[int, str]:
+        """(track id, name if the track is new) for an op on ``tid`` of ``rank``."""
+        ends = self.ends.setdefault((rank, tid), [])
+        for lane, last_end in enumerate(ends):
+            if start >= last_end:
+                ends[lane] = max(end, start)
+                return _lane_tid(tid, lane), ""
+        ends.append(max(end, start))
+        lane = len(ends) - 1
+        if lane == 0:
+            return tid, ""  # the base track is named with the others up front
+        name = next(n for t, n in _THREADS.values() if t == tid) if tid != _OTHER[0] else _OTHER[1]
+        return _lane_tid(tid, lane), f"{name} ({lane + 1})"
+
+
+def _lane_tid(tid: int, lane: int) -> int:
+    return tid if lane == 0 else 100 * (tid + 1) + lane
 
 
 def write_chrome_trace(run: RunView, out: IO[str]) -> int:

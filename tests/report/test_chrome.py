@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_chrome_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert set(tracks) <= named
     for spans in tracks.values():
         spans.sort()
-        assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:], strict=False))
+        assert all(b[0] >= a[1] - 1e-3 for a, b in itertools.pairwise(spans))
 
 
 def test_chrome_trace_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Communication signatures of each scheme, from captured runs (REFERENCE.md §2).
+"""Communication signatures of each scheme, from captured runs (conventions §2).
 
 One spawn of two ranks trains gpt-tiny (L = 2, h = 64, V = 512; b = 2,
 s = 16, fp32) under each scheme with capture on, as ``commlens run``'s

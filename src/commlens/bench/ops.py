@@ -1,6 +1,6 @@
 """The benchmarked operations, with nccl-tests sizes and bus-bandwidth factors.
 
-``S`` (``size_bytes``) follows REFERENCE.md §3: the buffer for all-reduce,
+``S`` (``size_bytes``) follows conventions §3: the buffer for all-reduce,
 broadcast and send/recv; the gathered (total) buffer for all-gather and
 reduce-scatter; the whole send buffer for all-to-all. Element counts are
 rounded down so that every rank gets an equal share.
@@ -44,7 +44,7 @@ DTYPE_ALIASES = {
 }
 
 
-# torch ≥ 2.10 names; the older aliases warn (REFERENCE.md §6).
+# torch ≥ 2.10 names; the older aliases warn (conventions §6).
 all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 

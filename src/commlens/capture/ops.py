@@ -2,7 +2,7 @@
 
 One extractor per function turns the caller's arguments into a :class:`Call`:
 canonical op, group, element count, dtype, bytes in and out, the nccl-tests
-size S (REFERENCE §3) and the peer or root. Extractors only read the
+size S (conventions §3) and the peer or root. Extractors only read the
 arguments; they never touch tensor data.
 """
 

@@ -135,7 +135,7 @@ PRESETS: dict[str, ModelConfig] = {
         _gpt("gpt-tiny", 2, 64, 4, vocab=512, max_positions=128),
         _bert("bert-tiny", 2, 64, 4, vocab=512, max_positions=128),
         _t5("t5-tiny", 2, 64, 4, 256, vocab=512, max_positions=128),
-        # The GPT-NeoX ladder of Study B (REFERENCE.md §1).
+        # The GPT-NeoX ladder of Study B (conventions §1).
         _gpt("gpt-19m", 6, 512, 8),
         _gpt("gpt-49m", 10, 640, 10),
         _gpt("gpt-125m", 12, 768, 12),
@@ -388,7 +388,7 @@ def flops_per_step(
 ) -> float:
     """Model FLOPs of one step of one model replica (all its tp × pp ranks together).
 
-    REFERENCE.md §2 (GPT-NeoX convention), with B = micro_batch·microbatches:
+    conventions §2 (GPT-NeoX convention), with B = micro_batch·microbatches:
     ``24·c·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``, c = 4 with recomputation,
     else 3. Written per token as c·(Σ_layers (2·W_layer + 4·s·h·attentions)
     + 1.5·V·h), which is that formula for GPT (W = 12h²) and extends it to

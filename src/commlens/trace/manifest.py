@@ -24,7 +24,7 @@ from commlens.trace.schema import FORMAT_VERSION
 MANIFEST = "run.json"
 FORMAT_NAME = "commlens-run"
 
-# Environment variables that decide the transport (REFERENCE §5).
+# Environment variables that decide the transport (conventions §5).
 TRANSPORT_ENV = (
     "NCCL_IB_DISABLE",
     "NCCL_SOCKET_IFNAME",

@@ -2,7 +2,7 @@
 
 Per step and rank it records the wall time, the loss (on the last pipeline
 stage: the mean over this data-parallel rank's micro-batches), tokens/s of
-the whole job and model TFLOP/s per rank (REFERENCE §2 formula).
+the whole job and model TFLOP/s per rank (conventions §2 formula).
 """
 
 from __future__ import annotations

@@ -97,5 +97,5 @@ class GPT(nn.Module):
 
     @staticmethod
     def flops(cfg: ModelConfig, seq_len: int, batch: int, recompute: bool = False) -> float:
-        """Training FLOPs for ``batch`` sequences (REFERENCE §2)."""
+        """Training FLOPs for ``batch`` sequences (conventions §2)."""
         return flops_per_step(cfg, seq_len, batch, 1, recompute)

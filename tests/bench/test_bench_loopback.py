@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from commlens.bench.ops import OPS, busbw_factor
+from commlens.bench.names import OPS
+from commlens.bench.ops import busbw_factor
 from commlens.bench.output import COLUMNS, to_csv, to_json, to_table
 from commlens.bench.runner import BenchConfig, run_bench
 from commlens.cli import bench as bench_cli

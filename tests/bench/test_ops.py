@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commlens.bench.ops import OPS, busbw_factor, element_count, make_case
+from commlens.bench.names import OPS
+from commlens.bench.ops import busbw_factor, element_count, make_case
 from commlens.launch import free_port
 
 

@@ -8,6 +8,18 @@ rows into a network profile for :mod:`commlens.model`.
 
 from __future__ import annotations
 
-from commlens.bench.runner import BenchConfig, BenchReport, run_bench
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from commlens.bench.runner import BenchConfig, BenchReport, run_bench
 
 __all__ = ["BenchConfig", "BenchReport", "run_bench"]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: the runner imports torch.
+    if name in __all__:
+        from commlens.bench import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'commlens.bench' has no attribute {name!r}")

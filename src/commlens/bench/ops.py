@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 # Ops whose S is split into n equal shares (the count must be a multiple of n).
 _SPLIT = {"all_gather", "reduce_scatter", "all_to_all"}
 

@@ -11,12 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commlens.bench.ops import DTYPE_ALIASES, DTYPES, OPS
+from commlens.bench.names import BACKENDS, OPS
+from commlens.bench.ops import DTYPE_ALIASES, DTYPES
 from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-
-BACKENDS = ("auto", "gloo", "nccl")
 
 
 @dataclass
@@ -24,7 +23,7 @@ class BenchConfig:
     """What to benchmark and where."""
 
     ops: list[str] = field(default_factory=lambda: ["all_reduce"])
-    """Ops to run, from :data:`commlens.bench.ops.OPS`."""
+    """Ops to run, from :data:`commlens.bench.names.OPS`."""
     sizes: list[int] = field(default_factory=lambda: [1 << 20])
     """Message sizes S in bytes (nccl-tests convention)."""
     nproc: int = 2

@@ -6,17 +6,17 @@ import argparse
 import io
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from commlens.bench.fit import fit_report, profile_dict, write_profile
-from commlens.bench.ops import OPS
-from commlens.bench.output import to_csv, to_json, to_table
-from commlens.bench.runner import BACKENDS, BenchConfig, BenchReport, run_bench
+from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.sizes import format_size, parse_size, parse_sizes
 from commlens.errors import UsageError
+
+if TYPE_CHECKING:
+    from commlens.bench.runner import BenchConfig, BenchReport
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +49,8 @@ def register(subparsers: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> BenchConfig:
+    from commlens.bench.runner import BenchConfig  # torch loads only when a bench runs
+
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     if ops == ["all"]:
         ops = list(OPS)
@@ -66,6 +68,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 
 
 def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
+    from commlens.bench.runner import run_bench
+
     with Progress(
         TextColumn("[bold]bench[/bold] {task.description}"),
         BarColumn(),
@@ -103,10 +107,12 @@ def run(args: argparse.Namespace) -> int:
         out = Console()
         if not out.is_terminal:
             out = Console(width=160)
-        out.print(to_table(report))
+        out.print(_table(report))
     else:
         sys.stdout.write(_render(report, args.format))
     if fit_path is not None:
+        from commlens.bench.fit import fit_report, profile_dict, write_profile
+
         fits = fit_report(report, min_size=fit_min)
         write_profile(fit_path, profile_dict(report, fits, args.fit_name or fit_path.stem))
         for f in fits:
@@ -123,11 +129,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(report: BenchReport) -> Any:
+    from commlens.bench.output import to_table
+
+    return to_table(report)
+
+
 def _render(report: BenchReport, fmt: str) -> str:
+    from commlens.bench.output import to_csv, to_json
+
     if fmt == "csv":
         return to_csv(report)
     if fmt == "json":
         return to_json(report)
     buf = io.StringIO()
-    Console(file=buf, width=160, no_color=True).print(to_table(report))
+    Console(file=buf, width=160, no_color=True).print(_table(report))
     return buf.getvalue()

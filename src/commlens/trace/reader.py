@@ -68,13 +68,15 @@ class Run:
         return self.duckdb().table("events")
 
     def steps_table(self) -> pa.Table:
+        """Step windows of every rank, on rank 0's clock like the events."""
         rows: dict[str, list[Any]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
         for key, meta in self.manifest.get("ranks", {}).items():
+            shift = clock_shift(meta.get("clock") or {})
             for step in meta.get("steps", []):
                 rows["rank"].append(int(key))
                 rows["step"].append(int(step["step"]))
-                rows["t_start_ns"].append(int(step["t_start_ns"]))
-                rows["t_end_ns"].append(int(step["t_end_ns"]))
+                rows["t_start_ns"].append(shift(int(step["t_start_ns"])))
+                rows["t_end_ns"].append(shift(int(step["t_end_ns"])))
         return pa.table(
             {
                 "rank": pa.array(rows["rank"], pa.int32()),
@@ -239,6 +241,16 @@ def _ranks_without_events(manifest: dict[str, Any]) -> set[int]:
         for k, meta in manifest.get("ranks", {}).items()
         if meta.get("status") == "ok" and int(meta.get("events", 0)) == 0
     }
+
+
+def clock_shift(clock: dict[str, Any]) -> Any:
+    """The map of one rank's time t onto rank 0's clock: t + offset + drift·(t − t_ref)."""
+    if "offset_ns" not in clock:
+        return lambda t: t
+    offset = int(clock["offset_ns"])
+    drift = float(clock.get("drift", 0.0))
+    t_ref = int(clock.get("t_ref_ns", 0))
+    return lambda t: t + offset + round(drift * (t - t_ref))
 
 
 def _align(events: pa.Table, manifest: dict[str, Any]) -> pa.Table:

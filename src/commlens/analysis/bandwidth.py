@@ -1,4 +1,4 @@
-"""nccl-tests bandwidth conventions (REFERENCE §3) and wire volume (§2).
+"""nccl-tests bandwidth conventions (conventions §3) and wire volume (§2).
 
 algbw = S / t; busbw = algbw × factor, where the factor depends on the op and
 on ``n``, the size of the op's *own* process group (never the world size).
@@ -43,7 +43,7 @@ def bus_factor(op: str, n: int) -> float:
 
 
 def wire_factor(op: str, n: int, convention: str = "ring") -> float:
-    """Bytes one rank puts on the wire per byte of S (REFERENCE §2).
+    """Bytes one rank puts on the wire per byte of S (conventions §2).
 
     ``ring``: all-reduce 2(n−1)/n, all-gather / reduce-scatter / all-to-all
     (n−1)/n, broadcast / send / recv 1. ``study_b``: the same without the

@@ -10,7 +10,7 @@ Sources, first found wins per value:
 2. per-step amounts (``tokens``, ``flops``) divided by the step's wall time;
 3. per-step constants: ``meta.tokens_per_step`` / ``meta.flops_per_step`` of
    the rank, else ``workload.tokens_per_step`` / ``workload.flops_per_step``
-   of the run divided over its ranks (REFERENCE §2 model FLOPs).
+   of the run divided over its ranks (conventions §2 model FLOPs).
 """
 
 from __future__ import annotations

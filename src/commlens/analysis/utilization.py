@@ -1,6 +1,6 @@
 """Link utilization over time, in Gbit/s (1e9 bit/s).
 
-From the events: each op's wire bytes (ring convention, REFERENCE §2) spread
+From the events: each op's wire bytes (ring convention, conventions §2) spread
 evenly over ``[t_issue, t_end]`` and binned per rank. From NIC counters: when
 the run directory holds ``nic.parquet`` (written by ``commlens.netem``), the
 byte-counter deltas per node and sampling interval. Times are seconds from

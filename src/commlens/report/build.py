@@ -113,7 +113,7 @@ THROUGHPUT_COLUMNS = (
     C("last_loss", "last loss", "float"),
 )
 
-# Keys of each "ops" entry in the JSON report (the contract of issue 2, extended).
+# Keys of each "ops" entry in the JSON report (a stable contract: keys are only ever added).
 OP_KEYS = (
     "op",
     "pg_name",
@@ -251,7 +251,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             size_t,
             SIZE_COLUMNS,
             max_rows=40,
-            note="wire ring = S x (n-1)/n factors of REFERENCE 2; "
+            note="wire ring = S x (n-1)/n factors of conventions §2; "
             "wire B = Study B's convention (without (n-1)/n).",
             plots=[("busbw vs message size", plot("busbw_vs_size", size_t))],
         ),

@@ -2,7 +2,7 @@
 
 Each op is one complete event (``ph: "X"``, ``ts``/``dur`` in µs from the
 run's first op) with its fields under the PyTorch profiler's argument names
-("Collective name", "In msg nelems", ...; REFERENCE §5). Ops that overlap in
+("Collective name", "In msg nelems", ...; conventions §5). Ops that overlap in
 time on one capture path (async ops, DDP buckets) go on extra tracks, since
 complete events of one track must nest. Steps are async
 spans (``ph: "b"``/``"e"``, category ``step``) on each rank. Events stream

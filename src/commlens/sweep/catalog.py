@@ -15,7 +15,8 @@ Catalog tables (one row per point in ``points``; the others keyed by ``id``):
   wire bytes per rank per step, peak/mean link Gbit/s, validate_ok and its
   summary, ``volume`` (JSON: wire bytes per rank per step by "op/role"), and
   ``pred_step_s_<network>`` per predicted profile;
-- ``ops``: per (point, op, role) calls, bytes, wire bytes and time share;
+- ``ops``: per (point, op, role) calls, bytes, wire bytes, time per step and
+  its share of the mean step;
 - ``sizes``: per (point, op, log2 size bucket) message counts and bytes;
 - ``predictions``: per (point, scale, network) the model's step and comm time.
 """
@@ -125,6 +126,10 @@ def build_tables(records: list[dict[str, Any]], networks: list[str]) -> dict[str
         result = rec.get("result") or {}
         for name in long:
             long[name] += [{"id": rec["id"], **row} for row in result.get(name, [])]
+        mean = (result.get("metrics") or {}).get("step_mean_s")
+        for row in long["ops"]:
+            if row["id"] == rec["id"] and mean and row.get("time_per_step_s") is not None:
+                row["share_of_step"] = row["time_per_step_s"] / mean
         for row in rec.get("scale_predictions", []):
             long["predictions"].append({"id": rec["id"], **row})
     tables = {"points": _typed(_from_rows(points))}

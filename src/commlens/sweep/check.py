@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from commlens.errors import CommlensError
+from commlens.errors import CommlensError, UsageError
 from commlens.model.job import Job, job_from_workload
 from commlens.model.predict import DEFAULT_TFLOPS, predict
 from commlens.model.profiles import NetworkProfile, get_profile
@@ -134,8 +135,20 @@ def scaled_job(point: dict[str, Any], scale: Any) -> Job | None:
 
 
 def predict_scale(point: dict[str, Any], scale: Any) -> list[dict[str, Any]]:
-    """Predictions of the point's scheme at the studies' scale ([] without a mapping)."""
-    job = scaled_job(point, scale)
+    """Predictions of the point's scheme at the studies' scale ([] without a mapping).
+
+    A model without pipeline stages (T5) takes the pipeline degree as data
+    parallelism instead (e.g. Megatron's tp 4 × pp 2 becomes tp 4 × dp 2).
+    """
+    try:
+        job = scaled_job(point, scale)
+    except UsageError:
+        degrees = dict(scale.schemes.get(point["scheme"], {}))
+        if int(degrees.get("pp", 1)) <= 1:
+            raise
+        degrees["dp"] = int(degrees.get("dp", 1)) * int(degrees.pop("pp"))
+        folded = dataclasses.replace(scale, schemes={**scale.schemes, point["scheme"]: degrees})
+        job = scaled_job(point, folded)
     if job is None:
         return []
     profiles = [get_profile(n) for n in scale.networks]

@@ -7,7 +7,7 @@ All figures are over the measured steps (after warm-up), per step:
 - ``comm_share`` / ``exposed_share``: mean over ranks and steps (analysis.steps);
 - per (op, role): calls and bytes (nccl-tests S) per rank (the busiest rank),
   wire bytes per rank under the ring convention and Study B's, and the time
-  share of the step, mean over the ranks that issue the op;
+  share of the (mean) step, mean over the ranks that issue the op;
 - ``peak_link_gbit_s``: the highest NIC sample (tx of any node) of an emulated
   run, else None.
 """
@@ -147,7 +147,8 @@ def collect(
         metrics["comm_share"] = sum(r["comm_share"] for r in per_step) / k
         metrics["exposed_share"] = sum(r["exposed_share"] for r in per_step) / k
         n_steps = steps_total - first
-        ops = _op_rows(view, first, steps_total - 1, n_steps, sm["step_s"])
+        # shares over the mean step: op times are means over the same steps
+        ops = _op_rows(view, first, steps_total - 1, n_steps, sm["step_mean_s"])
         metrics["bytes_per_rank_step"] = sum(o["bytes_per_rank_step"] for o in ops)
         metrics["bytes_per_step"] = sum(o["bytes_per_step"] for o in ops)
         metrics["wire_bytes_per_rank_step"] = sum(o["wire_bytes_per_rank_step"] for o in ops)

@@ -1,7 +1,9 @@
 """Run a sweep: each point a `commlens run` in its own directory, resumable.
 
 A point is finished when its ``point.json`` says ``ok`` (measured) or
-``skipped`` (impossible, with the reason); a new start skips those and runs
+``skipped`` (impossible, with the reason); a new start skips those (only the
+model's predictions at the studies' scale are recomputed, from the file's
+current ``[scale]``) and runs
 the rest again, failed points included (a failure may be transient; its
 error stays in the catalog until the point succeeds). A point's run
 directory without ``point.json`` is what an interrupted start left: it is
@@ -202,6 +204,8 @@ def run_sweep(spec: SweepSpec, out: Path, listener: Listener | None = None) -> S
     for p in points:
         rec = read_point(out, p.id)
         if rec is not None and rec["status"] in ("ok", "skipped"):
+            if rec["status"] == "ok":  # the model is cheap: follow the file's [scale]
+                rec["scale_predictions"] = _scale_rows(p, spec)
             records[p.id] = rec
         else:
             records[p.id] = _record(p, "pending", (rec or {}).get("error", ""))

@@ -114,20 +114,27 @@ def predicted(table: pa.Table) -> Figure:
 
 
 def volume_ops(table: pa.Table) -> Figure:
-    """Wire bytes per rank per step, stacked by op and role, per point."""
+    """Wire bytes per rank per step, stacked by op and role, per job (the volume of a
+    job does not depend on the link: the largest over its networks is shown)."""
     fig = _fig()
     ax = fig.add_subplot()
     rows = table.to_pylist()
-    points = list(dict.fromkeys(f"{r['scheme']} s={r['seq_len']}" for r in rows))
+    several = len({r["model"] for r in rows}) > 1
+
+    def job(r: dict[str, object]) -> str:
+        name = f"{r['scheme']} s={r['seq_len']}"
+        return f"{r['model']} {name}" if several else name
+
+    jobs = list(dict.fromkeys(job(r) for r in rows))
     keys = list(dict.fromkeys(f"{r['op']}/{r['role'] or '-'}" for r in rows))
-    bottom = np.zeros(len(points))
+    vol: dict[tuple[str, str], float] = defaultdict(float)
+    for r in rows:
+        k = (job(r), f"{r['op']}/{r['role'] or '-'}")
+        vol[k] = max(vol[k], float(r["wire_bytes_per_rank_step"]))
+    bottom = np.zeros(len(jobs))
     for key in keys:
-        totals: dict[str, float] = defaultdict(float)
-        for r in rows:
-            if f"{r['op']}/{r['role'] or '-'}" == key:
-                totals[f"{r['scheme']} s={r['seq_len']}"] += r["wire_bytes_per_rank_step"]
-        vals = np.array([totals[p] for p in points]) / 1e6
-        ax.bar(points, vals, bottom=bottom, label=key)
+        vals = np.array([vol[(j, key)] for j in jobs]) / 1e6
+        ax.bar(jobs, vals, bottom=bottom, label=key)
         bottom += vals
     ax.tick_params(axis="x", labelsize="x-small", rotation=60)
     ax.set(title="Volume per op and role (per rank per step)", ylabel="wire MB (ring)")

@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     for row in speed:
         console.print(
             f"{row['scheme']}: {row['speedup']:.2f}x faster on the {row['fastest_link']} link "
-            f"than on {row['slowest_link']} ({row['slowest_step_s']:.4f} s → "
-            f"{row['fastest_step_s']:.4f} s per step)"
+            f"than on {row['slowest_link']} (best step {row['slowest_step_s']:.4f} s → "
+            f"{row['fastest_step_s']:.4f} s)"
         )
     html = out / "report.html"
     render_sweep(sweep_dir, "html", str(html))

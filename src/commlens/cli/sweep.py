@@ -42,6 +42,11 @@ def register(subparsers: Any) -> None:
         "--report", metavar="FILE", help="write the sweep report there at the end (.html, .md, ...)"
     )
     p.add_argument(
+        "--recollect",
+        action="store_true",
+        help="measure finished points again from their runs (no training) before the catalog",
+    )
+    p.add_argument(
         "--figures",
         metavar="DIR",
         type=Path,
@@ -72,7 +77,7 @@ def _status_line(rec: dict[str, Any]) -> str:
     )
 
 
-def execute(spec: SweepSpec, out: Path, console: Console) -> SweepOutcome:
+def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = False) -> SweepOutcome:
     """Run the sweep under a progress bar naming the point being run."""
     columns = (
         SpinnerColumn(),
@@ -95,7 +100,7 @@ def execute(spec: SweepSpec, out: Path, console: Console) -> SweepOutcome:
 
         points = expand(spec)
         progress.update(task, total=len(points))
-        outcome = run_sweep(spec, out, listener)
+        outcome = run_sweep(spec, out, listener, recollect)
         progress.update(task, completed=len(points))
     return outcome
 
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / spec.settings.name
     old = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        outcome = execute(spec, out, console)
+        outcome = execute(spec, out, console, args.recollect)
     finally:
         signal.signal(signal.SIGTERM, old)
     n = len(outcome.points)

@@ -16,7 +16,8 @@ Catalog tables (one row per point in ``points``; the others keyed by ``id``):
   summary, ``volume`` (JSON: wire bytes per rank per step by "op/role"), and
   ``pred_step_s_<network>`` per predicted profile;
 - ``ops``: per (point, op, role) calls, bytes, wire bytes, time per step and
-  its share of the mean step;
+  its share of the mean step, and for collectives the share in transfer (after
+  the last peer arrived; the rest is waiting for it);
 - ``sizes``: per (point, op, log2 size bucket) message counts and bytes;
 - ``predictions``: per (point, scale, network) the model's step and comm time.
 """
@@ -128,8 +129,11 @@ def build_tables(records: list[dict[str, Any]], networks: list[str]) -> dict[str
             long[name] += [{"id": rec["id"], **row} for row in result.get(name, [])]
         mean = (result.get("metrics") or {}).get("step_mean_s")
         for row in long["ops"]:
+            row.setdefault("transfer_share", None)
             if row["id"] == rec["id"] and mean and row.get("time_per_step_s") is not None:
                 row["share_of_step"] = row["time_per_step_s"] / mean
+                transfer = row.get("transfer_per_step_s")
+                row["transfer_share"] = transfer / mean if transfer is not None else None
         for row in rec.get("scale_predictions", []):
             long["predictions"].append({"id": rec["id"], **row})
     tables = {"points": _typed(_from_rows(points))}
@@ -166,6 +170,7 @@ _EMPTY = {
             "bytes_per_rank_step": pa.array([], pa.float64()),
             "wire_bytes_per_rank_step": pa.array([], pa.float64()),
             "share_of_step": pa.array([], pa.float64()),
+            "transfer_share": pa.array([], pa.float64()),
         }
     ),
     "sizes": pa.table(

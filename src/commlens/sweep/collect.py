@@ -7,7 +7,8 @@ All figures are over the measured steps (after warm-up), per step:
 - ``comm_share`` / ``exposed_share``: mean over ranks and steps (analysis.steps);
 - per (op, role): calls and bytes (nccl-tests S) per rank (the busiest rank),
   wire bytes per rank under the ring convention and Study B's, and the time
-  share of the (mean) step, mean over the ranks that issue the op;
+  share of the (mean) step, mean over the ranks that issue the op, split for
+  collectives into transfer and waiting for the last peer to arrive;
 - ``peak_link_gbit_s``: the highest NIC sample (tx of any node) of an emulated
   run, else None.
 """
@@ -104,6 +105,32 @@ def _op_rows(view: Any, first: int, last: int, steps: int, step_s: float) -> lis
     return out
 
 
+def _add_transfer(view: Any, ops: list[dict[str, Any]], first: int, last: int, n: int) -> None:
+    """Split each collective's time into transfer and wait for the last peer
+    (analysis.skew), mean over the ranks that issue it; p2p ops are not matched."""
+    from commlens.analysis import matched_events
+
+    try:
+        matched = matched_events(view).to_pylist()
+    except Exception:  # no matchable collective: leave the split out
+        return
+    totals: dict[tuple[str, str], list[float]] = {}
+    ranks: dict[tuple[str, str], set[int]] = {}
+    for e in matched:
+        if first <= e["step"] <= last:
+            key = (e["op"], e["role"] or "")
+            acc = totals.setdefault(key, [0.0, 0.0])
+            acc[0] += float(e["transfer_s"])
+            acc[1] += float(e["wait_last_s"])
+            ranks.setdefault(key, set()).add(int(e["rank"]))
+    for row in ops:
+        key = (row["op"], row["role"])
+        if key in totals:
+            k = max(len(ranks[key]), 1) * max(n, 1)
+            row["transfer_per_step_s"] = totals[key][0] / k
+            row["wait_per_step_s"] = totals[key][1] / k
+
+
 def _size_rows(view: Any, first: int, last: int) -> list[dict[str, Any]]:
     return [
         {
@@ -149,6 +176,7 @@ def collect(
         n_steps = steps_total - first
         # shares over the mean step: op times are means over the same steps
         ops = _op_rows(view, first, steps_total - 1, n_steps, sm["step_mean_s"])
+        _add_transfer(view, ops, first, steps_total - 1, n_steps)
         metrics["bytes_per_rank_step"] = sum(o["bytes_per_rank_step"] for o in ops)
         metrics["bytes_per_step"] = sum(o["bytes_per_step"] for o in ops)
         metrics["wire_bytes_per_rank_step"] = sum(o["wire_bytes_per_rank_step"] for o in ops)

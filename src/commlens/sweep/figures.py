@@ -57,19 +57,29 @@ def shares(table: pa.Table) -> Figure:
     rates = {r["link"]: r["link_gbit_s"] for r in rows}
     links = sorted(rates, key=lambda lk: rates[lk] if rates[lk] is not None else math.inf)
     lines: dict[str, dict[str, float]] = defaultdict(dict)
+    transfer: dict[str, dict[str, float]] = defaultdict(dict)
     for r in rows:
         if r["scheme"] == "pp":
             key = "pipeline recv + embedding all-reduce"
             share = r["pp_recv_share"] + r["embedding_allreduce_share"]
         else:
             key, share = "all-reduce", r["allreduce_share"]
+            transfer[f"{r['model']} {r['scheme']}"][r["link"]] = r["allreduce_transfer_share"]
         lines[f"{r['model']} {r['scheme']} ({key})"][r["link"]] = share
     x = np.arange(len(links))
     for label, by_link in lines.items():
         ys = [100 * by_link[lk] if lk in by_link else np.nan for lk in links]
-        ax.plot(x, ys, marker="o", label=label)
+        (line,) = ax.plot(x, ys, marker="o", label=label)
+        part = transfer.get(label.split(" (")[0])
+        if part and any(v for v in part.values()):
+            ts = [100 * part[lk] if part.get(lk) is not None else np.nan for lk in links]
+            ax.plot(x, ts, ls="--", marker=".", color=line.get_color())
     ax.set_xticks(x, links)
-    ax.set(title="Share of the step in the scheme's key ops", xlabel="link", ylabel="% of step")
+    ax.set(
+        title="Share of the step in the scheme's key ops (dashed: all-reduce transfer)",
+        xlabel="link",
+        ylabel="% of step",
+    )
     ax.legend(fontsize="x-small", ncol=2)
     return fig
 

@@ -87,7 +87,8 @@ def link_speedup(con: duckdb.DuckDBPyConnection) -> pa.Table:
 
 def shares_by_link(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Per point on emulated links: comm share and the shares Study A singles out:
-    the all-reduce of the scheme's own group (dp or tp), the pipeline receive and
+    the all-reduce of the scheme's own group (dp or tp) and the part of it spent
+    in transfer once every rank arrived, the pipeline receive and
     the embedding all-reduce between first and last stage (all_reduce in the pp group)."""
     _with_rates(con)
     return con.sql(
@@ -96,6 +97,9 @@ def shares_by_link(con: duckdb.DuckDBPyConnection) -> pa.Table:
             SELECT id,
                    sum(CASE WHEN op = 'all_reduce' AND role IN ('dp', 'tp')
                             THEN share_of_step ELSE 0 END) AS allreduce_share,
+                   sum(CASE WHEN op = 'all_reduce' AND role IN ('dp', 'tp')
+                            THEN coalesce(transfer_share, 0) ELSE 0 END)
+                       AS allreduce_transfer_share,
                    sum(CASE WHEN op = 'recv' AND role = 'pp' THEN share_of_step ELSE 0 END)
                        AS pp_recv_share,
                    sum(CASE WHEN op = 'all_reduce' AND role = 'pp' THEN share_of_step ELSE 0 END)
@@ -104,6 +108,7 @@ def shares_by_link(con: duckdb.DuckDBPyConnection) -> pa.Table:
         )
         SELECT p.model, p.scheme, p.dp || '×' || p.tp || '×' || p.pp AS layout, p.link,
                r.rate / 1e9 AS link_gbit_s, p.step_s, p.comm_share, s.allreduce_share,
+               s.allreduce_transfer_share,
                s.pp_recv_share, s.embedding_allreduce_share
         FROM points p JOIN link_rates r USING (link) JOIN share s USING (id)
         WHERE p.status = 'ok' AND r.rate IS NOT NULL

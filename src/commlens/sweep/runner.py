@@ -195,8 +195,13 @@ def _scale_rows(point: Point, spec: SweepSpec) -> list[dict[str, Any]]:
         return []
 
 
-def run_sweep(spec: SweepSpec, out: Path, listener: Listener | None = None) -> SweepOutcome:
-    """Run every unfinished point of ``spec`` into ``out``; rewrite the catalog as it goes."""
+def run_sweep(
+    spec: SweepSpec, out: Path, listener: Listener | None = None, recollect: bool = False
+) -> SweepOutcome:
+    """Run every unfinished point of ``spec`` into ``out``; rewrite the catalog as it goes.
+
+    With ``recollect``, finished points are measured again from their runs (after an
+    analysis change) instead of being taken from their ``point.json``."""
     points = prepare(spec, out)
     outcome = SweepOutcome(out, points)
     networks = list(spec.settings.networks)
@@ -214,6 +219,9 @@ def run_sweep(spec: SweepSpec, out: Path, listener: Listener | None = None) -> S
             pdir = point_dir(out, point.id)
             if records[point.id]["status"] in ("ok", "skipped"):
                 outcome.reused.append(point.id)
+                if recollect and records[point.id]["status"] == "ok":
+                    records[point.id]["result"] = measure(point, spec, pdir)
+                    write_json(pdir / POINT_FILE, records[point.id])
                 continue
             pdir.mkdir(parents=True, exist_ok=True)
             if point.skip_reason:

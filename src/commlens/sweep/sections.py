@@ -86,11 +86,14 @@ def sweep_sections(con: Any) -> list[Section]:
                     ("step_s", "step (s)", "s"),
                     ("comm_share", "comm (% of step)", "pct"),
                     ("allreduce_share", "dp/tp all-reduce (%)", "pct"),
+                    ("allreduce_transfer_share", "of it in transfer (%)", "pct"),
                     ("pp_recv_share", "pipeline recv (%)", "pct"),
                     ("embedding_allreduce_share", "embedding all-reduce (%)", "pct"),
                 ],
-                "Shares are time inside the calls over the step, mean over the ranks that "
-                "issue them; a pipeline receive includes waiting for the other stage.",
+                "Shares are time inside the calls over the mean step, mean over the ranks "
+                "that issue them. A collective's time is waiting for the last rank to arrive "
+                "(compute skew, other work on the machine) plus transfer once all are there; "
+                "a pipeline receive includes waiting for the other stage.",
                 ("shares per link", figures.shares),
             )
         )

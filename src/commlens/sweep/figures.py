@@ -51,7 +51,7 @@ def speedup(table: pa.Table) -> Figure:
 
 def shares(table: pa.Table) -> Figure:
     """Share of the step in the key op of each scheme, per link (slowest first)."""
-    fig = _fig()
+    fig = Figure(figsize=(7.0, 4.6), layout="constrained")
     ax = fig.add_subplot()
     rows = table.to_pylist()
     rates = {r["link"]: r["link_gbit_s"] for r in rows}
@@ -80,7 +80,7 @@ def shares(table: pa.Table) -> Figure:
         xlabel="link",
         ylabel="% of step",
     )
-    ax.legend(fontsize="x-small", ncol=2)
+    fig.legend(fontsize="x-small", ncol=3, loc="outside lower center")
     return fig
 
 

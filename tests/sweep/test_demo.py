@@ -1,7 +1,7 @@
 """`commlens demo` (what `make demo` runs), as the installed command would run it.
 
 As root the demo is Study A in small: gpt-tiny on 2 emulated nodes × 2 ranks
-under DP, TP and PP over a 200 Mbit/s and an unshaped link, so its catalog
+under DP, TP and PP over a 100 Mbit/s and an unshaped link, so its catalog
 must show Study A's findings: DP gains more from the faster link than TP and
 PP, and DP's all-reduce takes a larger share of the step on the slow link.
 """

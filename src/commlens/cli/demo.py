@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
         "demo",
         help="run the default demo: a 4-rank GPT under DP, TP and PP, slow vs fast link",
         description="Train gpt-tiny on 4 ranks under DP, TP and PP (as root: on 2 emulated "
-        "nodes over a 200 Mbit/s and an unshaped link; otherwise on loopback), print how "
+        "nodes over a 100 Mbit/s and an unshaped link; otherwise on loopback), print how "
         "they compare and write an HTML report. A few minutes on 2 cores; starting again "
         "reuses the finished points.",
     )

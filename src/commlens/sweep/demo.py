@@ -1,7 +1,7 @@
 """The default demo: a 4-rank GPT under DP, TP and PP, on a slow and a fast link.
 
 As root (network namespaces available): 2 emulated nodes × 2 ranks, over a
-200 Mbit/s link and an unshaped one, which shows Study A's finding in a few
+100 Mbit/s link and an unshaped one, which shows Study A's finding in a few
 minutes: data parallelism gains much more from the faster link than model
 parallelism. Without root: the same three schemes on loopback, said so.
 """
@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 from commlens.sweep.spec import SweepSpec, parse_spec
 
-SLOW_LINK = "200mbit"
+SLOW_LINK = "100mbit"
 
 _COMMON = """
 [sweep]
 name = "demo"
 title = "{title}"
 nproc = 4
-steps = 8
-warmup_steps = 1
+steps = 15
+warmup_steps = 2
 seq_len = 32
 micro_batch = 1
 networks = ["tcp-10g", "rdma-100g"]

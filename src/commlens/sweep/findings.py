@@ -40,10 +40,13 @@ def _with_rates(con: duckdb.DuckDBPyConnection) -> None:
 
 def points_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Every point with its headline figures, in grid order."""
+    cols = {r[0] for r in con.execute("DESCRIBE points").fetchall()}
+    best = "step_min_s" if "step_min_s" in cols else "step_s"
     return con.sql(
-        """
+        f"""
         SELECT id, status, model, scheme, dp || '×' || tp || '×' || pp AS layout, seq_len,
-               micro_batch, microbatches, network, step_s, comm_share, exposed_share,
+               micro_batch, microbatches, network, step_s,
+               {best} AS step_min_s, comm_share, exposed_share,
                tokens_per_s, peak_link_gbit_s,
                CASE WHEN validate_ok IS NULL THEN '-' WHEN validate_ok THEN 'ok'
                     ELSE 'MISMATCH' END AS validated,

@@ -72,4 +72,4 @@ def test_demo_shows_study_a(demo: dict[str, Any]) -> None:
     util = {r["link"]: r["peak_gbit_s"] for r in findings.link_utilization(con).to_pylist()}
     rate = parse_rate(SLOW_LINK) / 1e9
     assert 0.1 * rate < util[SLOW_LINK] <= 1.1 * rate, util  # tbf holds the rate
-    assert "speedup" in demo["proc"].stdout or "faster on the" in demo["proc"].stdout
+    assert f"dp: speedup {speed['dp']:.2f}x from the {SLOW_LINK} link" in demo["proc"].stdout

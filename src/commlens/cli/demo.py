@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
         con.close()
     for row in speed:
         console.print(
-            f"{row['scheme']}: {row['speedup']:.2f}x faster on the {row['fastest_link']} link "
-            f"than on {row['slowest_link']} (best step {row['slowest_step_s']:.4f} s → "
+            f"{row['scheme']}: speedup {row['speedup']:.2f}x from the {row['slowest_link']} link "
+            f"to the {row['fastest_link']} one (best step {row['slowest_step_s']:.4f} s → "
             f"{row['fastest_step_s']:.4f} s)"
         )
     html = out / "report.html"

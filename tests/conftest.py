@@ -11,6 +11,24 @@ import torch.distributed as dist
 import commlens.capture as capture_pkg  # noqa: F401  (the package, not the function)
 from commlens.capture.patching import is_patched
 from commlens.netem.iproute import run_ids_present
+from commlens.netem.state import owner_pid
+
+
+def _ours(run_id: str) -> bool:
+    """An emulated run this test session made: its owner is gone, us, or our child.
+
+    Another session's live run on the same machine is not a leftover of ours.
+    """
+    pid = owner_pid(run_id)
+    me = os.getpid()
+    while pid and pid > 1:
+        if pid == me:
+            return True
+        try:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return owner_pid(run_id) is None
 
 
 def _netns() -> set[str]:
@@ -37,5 +55,5 @@ def _no_leftovers() -> Iterator[None]:
     assert not patched, "the test left torch.distributed patched"
     assert not alive, "the test left a process group alive"
     if os.geteuid() == 0:
-        left = _netns() - before
+        left = {run_id for run_id in _netns() - before if _ours(run_id)}
         assert not left, f"the test left emulated networks behind: {sorted(left)}"

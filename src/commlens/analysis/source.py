@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commlens.analysis.runfiles import (
+from commlens.trace.files import (
     check_rank_file,
     clock_table,
     clocks,

@@ -1,9 +1,10 @@
 """The files of a run directory, checked without reading the events.
 
-The same rules as :mod:`commlens.trace.reader` (which loads everything): a
-foreign or corrupt file is a one-line :class:`RunFormatError` naming it; a
-truncated or missing rank file is a warning and the rank is left out; a rank
-that died before joining its parts is read from its flushed parts.
+One set of rules for every reader (:func:`commlens.load_run`, which loads
+everything, and the analyses' lazy views): a foreign or corrupt file is a
+one-line :class:`RunFormatError` naming it; a truncated or missing rank file
+is a warning and the rank is left out; a rank that died before joining its
+parts is read from its flushed parts.
 """
 
 from __future__ import annotations

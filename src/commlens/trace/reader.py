@@ -9,7 +9,6 @@ drift (see ``commlens.capture.clock``).
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from commlens.errors import RunFormatError
-from commlens.trace.manifest import FORMAT_NAME, MANIFEST, collect_rank_meta, read_json
-from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY, SCHEMA_KEY
+from commlens.trace.files import (
+    check_rank_file,
+    expected_ranks,
+    ranks_without_events,
+    read_parts,
+    scan,
+)
+from commlens.trace.schema import EVENT_SCHEMA
 from commlens.trace.writer import parts_dir
-
-_RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
 
 
 @dataclass
@@ -119,29 +121,22 @@ class Run:
 def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True) -> Run:
     """Load the run in ``path``; warnings go to stderr unless ``quiet``."""
     run_dir = Path(path)
-    if not run_dir.is_dir():
-        raise RunFormatError(f"{run_dir}: no such run directory")
-    manifest_path = run_dir / MANIFEST
-    manifest: dict[str, Any] = {}
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        if manifest.get("format") != FORMAT_NAME:
-            raise RunFormatError(f"{manifest_path}: not a commlens run manifest")
-    manifest["ranks"] = {**manifest.get("ranks", {}), **collect_rank_meta(run_dir)}
-    files = _rank_files(run_dir)
-    if not manifest_path.exists() and not files and not manifest["ranks"]:
-        raise RunFormatError(f"{run_dir}: not a commlens run (no run.json or rank-*.parquet)")
-
+    manifest, files, part_ranks = scan(run_dir)
     warnings: list[str] = []
     tables: list[pa.Table] = []
     seen: set[int] = set()
     for rank, file in files.items():
-        table = _read_rank_file(file, rank, warnings)
         seen.add(rank)
-        if table is not None:
-            tables.append(table)
-    for rank in _ranks_with_parts_only(run_dir, files):
-        table = _read_parts(run_dir, rank)
+        if not check_rank_file(file, rank, warnings):
+            continue
+        try:
+            table = pq.ParquetFile(file).read(columns=EVENT_SCHEMA.names)
+        except Exception as exc:
+            warnings.append(f"{file.name} is damaged ({exc}): rank {rank} skipped")
+            continue
+        tables.append(table.cast(EVENT_SCHEMA))
+    for rank in part_ranks:
+        table = read_parts(parts_dir(run_dir, rank))
         seen.add(rank)
         warnings.append(
             f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
@@ -150,8 +145,8 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
     events = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
     events = events.replace_schema_metadata(EVENT_SCHEMA.metadata)
     read_ranks = set(pc.unique(events.column("rank")).to_pylist()) if events.num_rows else set()
-    expected = _expected_ranks(manifest)
-    missing = sorted((expected | seen) - read_ranks - _ranks_without_events(manifest))
+    expected = expected_ranks(manifest)
+    missing = sorted((expected | seen) - read_ranks - ranks_without_events(manifest))
     for rank in missing:
         if rank not in seen:
             warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
@@ -163,84 +158,6 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
         for line in warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
     return Run(run_dir, manifest, events, warnings, missing)
-
-
-def _rank_files(run_dir: Path) -> dict[int, Path]:
-    files: dict[int, Path] = {}
-    for file in sorted(run_dir.iterdir()):
-        match = _RANK_FILE.match(file.name)
-        if match:
-            files[int(match.group(1))] = file
-    return files
-
-
-def _read_rank_file(file: Path, rank: int, warnings: list[str]) -> pa.Table | None:
-    with open(file, "rb") as fh:
-        head = fh.read(4)
-        fh.seek(0, 2)
-        size = fh.tell()
-        fh.seek(max(0, size - 4))
-        tail = fh.read(4)
-    if head != b"PAR1":
-        raise RunFormatError(f"{file}: not a Parquet file, so not a commlens events file")
-    if tail != b"PAR1":
-        warnings.append(f"{file.name} is truncated ({size} bytes, no footer): rank {rank} skipped")
-        return None
-    try:
-        parquet = pq.ParquetFile(file)
-        schema = parquet.schema_arrow
-    except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise RunFormatError(f"{file}: corrupt Parquet file ({exc})") from None
-    metadata = schema.metadata or {}
-    if SCHEMA_KEY not in metadata:
-        raise RunFormatError(f"{file}: not a commlens events file (foreign Parquet schema)")
-    if metadata.get(RANK_KEY) not in (None, str(rank).encode()):
-        raise RunFormatError(f"{file}: holds rank {metadata[RANK_KEY].decode()}, not {rank}")
-    missing = [name for name in EVENT_SCHEMA.names if name not in schema.names]
-    if missing:
-        raise RunFormatError(f"{file}: missing columns {', '.join(missing)}")
-    try:
-        table = parquet.read(columns=EVENT_SCHEMA.names)
-    except Exception as exc:
-        warnings.append(f"{file.name} is damaged ({exc}): rank {rank} skipped")
-        return None
-    return table.cast(EVENT_SCHEMA)
-
-
-def _ranks_with_parts_only(run_dir: Path, files: dict[int, Path]) -> list[int]:
-    ranks = []
-    for part_dir in run_dir.glob(".rank-*.parts"):
-        rank = int(part_dir.name[len(".rank-") : -len(".parts")])
-        if rank not in files:
-            ranks.append(rank)
-    return sorted(ranks)
-
-
-def _read_parts(run_dir: Path, rank: int) -> pa.Table:
-    tables = []
-    for part in sorted(parts_dir(run_dir, rank).glob("part-*.parquet")):
-        try:
-            tables.append(pq.read_table(part).select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA))
-        except Exception:  # a part being written when the rank died
-            continue
-    return pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
-
-
-def _expected_ranks(manifest: dict[str, Any]) -> set[int]:
-    size = manifest.get("world_size")
-    ranks = {int(k) for k in manifest.get("ranks", {})}
-    if isinstance(size, int):
-        ranks |= set(range(size))
-    return ranks
-
-
-def _ranks_without_events(manifest: dict[str, Any]) -> set[int]:
-    """Ranks that finished cleanly having issued no communication at all."""
-    return {
-        int(k)
-        for k, meta in manifest.get("ranks", {}).items()
-        if meta.get("status") == "ok" and int(meta.get("events", 0)) == 0
-    }
 
 
 def clock_shift(clock: dict[str, Any]) -> Any:

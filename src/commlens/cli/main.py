@@ -23,9 +23,12 @@ SUBCOMMANDS: tuple[str, ...] = (
     "compare",
     "export",
     "query",
-    "predict", "validate", "net",
+    "predict",
+    "validate",
+    "net",
     "bench",
-    "sweep", "demo",
+    "sweep",
+    "demo",
 )
 
 

@@ -59,11 +59,13 @@ def test_cli_exit_code_and_summary_of_a_sweep_with_a_failure(
 ) -> None:
     spec = tmp_path / "t.toml"
     spec.write_text(GRID)
-    assert main(["sweep", str(spec), "--out", str(tmp_path / "s")]) == 1
+    html = tmp_path / "r.html"
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "s"), "--report", str(html)]) == 1
     out = capsys.readouterr().out
     assert "failed" in out and "timed out after 1 s" in out
     assert "2 points · 0 run now · 0 already done · 1 skipped · 1 failed" in out
-    assert "catalog:" in out
+    assert "catalog:" in out and f"report: {html}" in out
+    assert "timed out after 1 s" in html.read_text()
 
 
 def test_one_sweep_at_a_time_per_directory(tmp_path: Path) -> None:

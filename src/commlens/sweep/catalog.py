@@ -169,6 +169,7 @@ _EMPTY = {
             "calls_per_rank_step": pa.array([], pa.float64()),
             "bytes_per_rank_step": pa.array([], pa.float64()),
             "wire_bytes_per_rank_step": pa.array([], pa.float64()),
+            "time_per_step_s": pa.array([], pa.float64()),
             "share_of_step": pa.array([], pa.float64()),
             "transfer_share": pa.array([], pa.float64()),
         }
@@ -186,6 +187,10 @@ _EMPTY = {
         {
             "id": pa.array([], pa.string()),
             "scale": pa.array([], pa.string()),
+            "model": pa.array([], pa.string()),
+            "dp": pa.array([], pa.int64()),
+            "tp": pa.array([], pa.int64()),
+            "pp": pa.array([], pa.int64()),
             "network": pa.array([], pa.string()),
             "step_s": pa.array([], pa.float64()),
             "comm_share": pa.array([], pa.float64()),

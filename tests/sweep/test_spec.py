@@ -140,3 +140,20 @@ def test_the_study_files_expand() -> None:
     assert len(b) == 18 and not any(p.skip_reason for p in b)
     assert {p.seq_len for p in b} == {32, 64, 128}
     assert {p.scheme for p in b} == {"dp", "zero1", "zero2", "zero3", "tp", "pp"}
+
+
+def test_demo_plan_emulated_or_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from commlens.sweep.demo import SLOW_LINK, demo_plan, emulation_available
+
+    emulated = expand(demo_plan(True).spec)
+    assert [(p.scheme, p.link_label) for p in emulated] == [
+        (s, link) for s in ("dp", "tp", "pp") for link in (SLOW_LINK, "unshaped")
+    ]
+    assert all(p.nodes == 2 and p.nproc == 4 and not p.skip_reason for p in emulated)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert emulation_available() == (False, "not root")
+    plan = demo_plan()
+    assert not plan.emulated and plan.reason.startswith("loopback only (not root)")
+    loop = expand(plan.spec)
+    assert [p.network for p in loop] == ["loopback"] * 3
+    assert [p.layout for p in loop] == [(4, 1, 1), (1, 4, 1), (2, 1, 2)]

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
         "predict",
         help="predict per-step communication volume and time on network profiles",
         description="Analytical model of one training step: every collective per rank "
-        "(exact for commlens's workloads, with REFERENCE §2's textbook volume beside it) "
+        "(exact for commlens's workloads, with conventions §2's textbook volume beside it) "
         "and its time on each network profile.",
     )
     p.add_argument(

@@ -2,7 +2,7 @@
 
 - :class:`Job` — model + scheme + :class:`~commlens.spec.ParallelDims` + shapes.
 - :func:`predict` — per-rank calls per step (exact for commlens's workloads,
-  with REFERENCE.md §2's textbook volumes beside them) and step time on
+  with conventions §2's textbook volumes beside them) and step time on
   network profiles.
 - :func:`validate_run` — hold a captured run against the prediction.
 - :func:`get_profile` / :func:`builtin_profiles` — network profiles (TOML).

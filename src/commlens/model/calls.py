@@ -2,11 +2,11 @@
 
 Three byte figures per call, all per rank:
 
-- ``bytes``: the nccl-tests message size S (REFERENCE.md §3), what the
+- ``bytes``: the nccl-tests message size S (conventions §3), what the
   capture records in ``size_bytes``;
 - ``wire_bytes``: bytes a ring moves on this rank's link, 2S(n−1)/n for an
   all-reduce, S(n−1)/n for all-gather / reduce-scatter / all-to-all, S for
-  broadcast / reduce / send / recv (REFERENCE.md §2);
+  broadcast / reduce / send / recv (conventions §2);
 - ``wire_bytes_b``: Study B's convention, the same without (n−1)/n.
 """
 

@@ -1,6 +1,6 @@
 """Alpha-beta cost models of collective algorithms on one flat link type.
 
-``S`` is the nccl-tests message size of the op (REFERENCE.md §3: the buffer
+``S`` is the nccl-tests message size of the op (conventions §3: the buffer
 for all-reduce/broadcast/reduce/send/recv, the gathered buffer for
 all-gather/reduce-scatter/gather/scatter, the whole send buffer for
 all-to-all), ``n`` the group size, ``α`` seconds per message, ``β`` seconds
@@ -87,7 +87,7 @@ def flat_time(
 
 
 def wire_factor(op: str, n: int) -> float:
-    """Bytes on the wire per rank per byte of S, ring convention (REFERENCE §2/§3)."""
+    """Bytes on the wire per rank per byte of S, ring convention (conventions §2, §3)."""
     if op in ("send", "recv", "broadcast", "reduce"):
         return 1.0
     if op == "barrier" or n <= 1:

@@ -35,7 +35,7 @@ class Prediction:
     per_rank: dict[int, list[Call]]
     """Steady-state calls of each modelled rank (one per pipeline stage)."""
     textbook: list[Call]
-    """REFERENCE §2 calls of the shown rank."""
+    """conventions §2 calls of the shown rank."""
     networks: list[NetworkEstimate] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
 

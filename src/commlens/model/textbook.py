@@ -1,4 +1,4 @@
-"""The textbook volumes of REFERENCE.md §2, per rank per step.
+"""The textbook volumes of conventions §2, per rank per step.
 
 These are the closed forms of the studies, shown beside the exact
 prediction of what commlens's own workloads issue:
@@ -33,7 +33,7 @@ def shard_params(job: Job, rank: int) -> int:
 
 
 def textbook_calls(job: Job, rank: int) -> list[Call]:
-    """REFERENCE §2 volumes of ``rank`` in one step, as calls."""
+    """conventions §2 volumes of ``rank`` in one step, as calls."""
     d, cfg = job.dims, job.model
     beta = job.dtype_bytes
     c = d.coords(rank)

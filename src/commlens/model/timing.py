@@ -5,7 +5,7 @@
   hierarchical, with the node link shared by the role's concurrent flows).
   The step's communication time is that of the slowest rank.
 - Compute of a rank: the model FLOPs of one replica-step
-  (REFERENCE.md §2) split over its tp × pp ranks, ÷ the given TFLOP/s, times
+  (conventions §2) split over its tp × pp ranks, ÷ the given TFLOP/s, times
   the pipeline bubble (k + p − 1)/k for p stages and k micro-batches.
 - Without overlap the step is compute + communication. With overlap the
   calls marked ``overlap`` hide behind the compute of their own phase:

@@ -77,6 +77,8 @@ class Recorder:
         self.t_start_ns = clock()
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[Any, Pending]] = {}
+        self._sites: dict[tuple[Any, ...], int] = {}
+        self._site_groups: list[Any] = []
 
     def forked(self) -> None:
         """A forked child records on its own, under its own rank, once it has one."""
@@ -86,6 +88,7 @@ class Recorder:
         self.pid = os.getpid()
         self._lock = threading.Lock()
         self._pending = {}
+        self._sites = {}
 
     # -- lifecycle ---------------------------------------------------------
     def ensure_open(self) -> EventWriter | None:
@@ -215,35 +218,32 @@ class Recorder:
     def _row_parts(
         self, call: Call, api: str, role_hint: str, frame: FrameType | None
     ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(head, tail) of a compact row; the times go between them when known."""
         info = self.groups.info(call.group)
         size = call.size_bytes * info.size if call.piece_times_group else call.size_bytes
         phase, module = current_phase_and_module(self.steps, frame)
         seq = self.seq
         self.seq += 1
-        head = (
-            self.rank,
-            seq,
-            call.op,
-            api,
-            info.name,
-            info.ranks,
-            info.size,
-            info.role or role_hint,
-            call.dtype,
-            call.count,
-            call.bytes_in,
-            call.bytes_out,
-            size,
-            call.peer,
-            call.is_async,
-        )
-        return head, (self.steps.step, phase, module)
+        # Cheap key first (the group by identity); the full site only on a miss.
+        key = (call.op, api, id(info), role_hint, call.dtype, phase, module)
+        site = self._sites.get(key)
+        if site is None:
+            assert self.writer is not None
+            site = self.writer.site(
+                (call.op, api, info.name, info.ranks, info.size, info.role or role_hint,
+                 call.dtype, phase, module)
+            )  # fmt: skip
+            self._sites[key] = site
+            self._site_groups.append(info)  # keeps id(info) from being reused
+        head = (site, seq, call.count, call.bytes_in, call.bytes_out, size, call.peer,
+                call.is_async)  # fmt: skip
+        return head, (self.steps.step,)
 
     def _append(
         self, head: tuple[Any, ...], tail: tuple[Any, ...], t0: int, t1: int, wait: int
     ) -> None:
         assert self.writer is not None
-        self.writer.append((*head, t0, t1, wait, (t1 - t0) / 1e9, *tail))
+        self.writer.append_compact((*head, t0, t1, wait, *tail))
 
     def _track(self, work: Any, pending: Pending) -> None:
         key = id(work)

@@ -17,10 +17,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RANK_KEY
+
+# What is constant per call site, and what the fast path stores per event.
+SITE_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
+COMPACT_FIELDS = (
+    "site",
+    "seq",
+    "count",
+    "bytes_in",
+    "bytes_out",
+    "size_bytes",
+    "peer",
+    "is_async",
+    "t_issue_ns",
+    "t_end_ns",
+    "t_wait_ns",
+    "step",
+)
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
@@ -50,6 +69,11 @@ class EventWriter:
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
         self._rows: list[tuple[Any, ...]] = []
+        # The capture's fast path: rows of COMPACT_FIELDS whose constant part
+        # (op, group, role, phase, module...) is one interned "site".
+        self._compact: list[tuple[Any, ...]] = []
+        self._sites: list[tuple[Any, ...]] = []
+        self._site_ids: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
         self._parts = parts_dir(self.run_dir, rank)
         self._parts.mkdir(parents=True, exist_ok=True)
@@ -65,6 +89,28 @@ class EventWriter:
             rows.append(row)
             self.n_events += 1
             if (
+                len(rows) + len(self._compact) >= self.flush_events
+                or time.monotonic() - self._last_flush >= self.flush_seconds
+            ):
+                self._flush_locked()
+
+    def site(self, key: tuple[Any, ...]) -> int:
+        """The id of a call site: a tuple of SITE_FIELDS values."""
+        sid = self._site_ids.get(key)
+        if sid is None:
+            with self._lock:
+                sid = self._site_ids.setdefault(key, len(self._sites))
+                if sid == len(self._sites):
+                    self._sites.append(key)
+        return sid
+
+    def append_compact(self, row: tuple[Any, ...]) -> None:
+        """Add one event as a tuple of COMPACT_FIELDS (``site`` from :meth:`site`)."""
+        with self._lock:
+            rows = self._compact
+            rows.append(row)
+            self.n_events += 1
+            if (
                 len(rows) >= self.flush_events
                 or time.monotonic() - self._last_flush >= self.flush_seconds
             ):
@@ -73,7 +119,7 @@ class EventWriter:
     @property
     def buffered(self) -> int:
         """Events held in memory, not yet flushed."""
-        return len(self._rows)
+        return len(self._rows) + len(self._compact)
 
     def flush(self) -> None:
         with self._lock:
@@ -81,22 +127,46 @@ class EventWriter:
 
     def _flush_locked(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._rows:
+        tables = []
+        if self._rows:
+            columns = list(zip(*self._rows, strict=True))
+            self._rows = []
+            tables.append(
+                pa.table(
+                    {
+                        name: pa.array(values, type=self.schema.field(name).type)
+                        for name, values in zip(EVENT_COLUMNS, columns, strict=True)
+                    },
+                    schema=self.schema,
+                )
+            )
+        if self._compact:
+            tables.append(self._expand(self._compact))
+            self._compact = []
+        if not tables:
             return
-        columns = list(zip(*self._rows, strict=True))
-        self._rows = []
-        table = pa.table(
-            {
-                name: pa.array(values, type=self.schema.field(name).type)
-                for name, values in zip(EVENT_COLUMNS, columns, strict=True)
-            },
-            schema=self.schema,
-        )
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         path = self._parts / f"part-{self._n_parts:06d}.parquet"
         tmp = path.with_suffix(".tmp")
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)
         self._n_parts += 1
+
+    def _expand(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        """Compact rows to a table of EVENT_COLUMNS: sites expand by one take()."""
+        columns = dict(zip(COMPACT_FIELDS, zip(*rows, strict=True), strict=True))
+        site_ids = pa.array(columns.pop("site"), pa.int32())
+        site_columns = zip(*self._sites, strict=True)
+        arrays: dict[str, Any] = {
+            "rank": pa.array(np.full(len(rows), self.rank, dtype=np.int32)),
+        }
+        for name, values in zip(SITE_FIELDS, site_columns, strict=True):
+            arrays[name] = pa.array(values, type=self.schema.field(name).type).take(site_ids)
+        for name, values in columns.items():
+            arrays[name] = pa.array(values, type=self.schema.field(name).type)
+        elapsed = pc.subtract(arrays["t_end_ns"], arrays["t_issue_ns"])
+        arrays["duration_s"] = pc.divide(elapsed.cast(pa.float64()), 1e9)
+        return pa.table([arrays[name] for name in EVENT_COLUMNS], schema=self.schema)
 
     def close(self) -> Path:
         """Flush, join the parts into the rank file and return its path."""

@@ -58,7 +58,8 @@ class Intercepted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         rec = RECORDER
-        if rec is None or rec.disabled or TLS.depth:
+        tls = TLS
+        if rec is None or rec.disabled or tls.depth:
             return self.orig(*args, **kwargs)
         try:
             call = self.extract(args, kwargs)
@@ -68,17 +69,17 @@ class Intercepted:
         except Exception as exc:
             rec.fail(exc)
             return self.orig(*args, **kwargs)
-        TLS.depth = 1
+        tls.depth = 1
         try:
             t0 = _time_ns()
             result = self.orig(*args, **kwargs)
             t1 = _time_ns()
         finally:
-            TLS.depth = 0
+            tls.depth = 0
         try:
             if call.after is not None:
                 call.after(call, result, args, kwargs)
-            rec.on_call(call, t0, t1, result, frame, TLS.api, TLS.role_hint, gpu)
+            rec.on_call(call, t0, t1, result, frame, tls.api, tls.role_hint, gpu)
         except Exception as exc:
             rec.fail(exc)
         return result
@@ -138,14 +139,16 @@ def _p2p_call(op: Any) -> Call:
 def _wait(orig: Callable[..., Any]) -> Callable[..., Any]:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         rec = RECORDER
-        pending = rec.before_wait(self) if rec is not None else None
+        # Blocking collectives wait inside the call: nothing is pending then.
+        if rec is None or not rec._pending:
+            return orig(self, *args, **kwargs)
+        pending = rec.before_wait(self)
         if pending is None:
             return orig(self, *args, **kwargs)
         t0 = _time_ns()
         try:
             return orig(self, *args, **kwargs)
         finally:
-            assert rec is not None
             rec.after_wait(self, pending, t0, _time_ns())
 
     wait.__wrapped__ = orig  # type: ignore[attr-defined]

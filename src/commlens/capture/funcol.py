@@ -33,8 +33,15 @@ def _nbytes(t: torch.Tensor) -> int:
     return int(t.numel()) * int(t.element_size())
 
 
+_GROUPS: dict[Any, Any] = {}
+
+
 def _group(name: Any) -> Any:
-    return c10d._resolve_process_group(name)
+    """The process group of a functional op's group name (resolved once per name)."""
+    group = _GROUPS.get(name)
+    if group is None:
+        group = _GROUPS[name] = c10d._resolve_process_group(name)
+    return group
 
 
 def _single(op: str, t: torch.Tensor, group_name: Any, size: int, out: int) -> Call:
@@ -180,6 +187,7 @@ class _FuncolState:
 
 
 def install(recorder: Recorder) -> _FuncolState:
+    _GROUPS.clear()  # names are reused by new process groups across captures
     state = _FuncolState(recorder)
     namespace = torch.ops._c10d_functional
     for name, extract in _EXTRACT.items():

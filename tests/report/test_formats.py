@@ -14,7 +14,7 @@ import pytest
 
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.report.base import format_for
+from commlens.report.formats import format_for
 
 DATA = Path(__file__).parent.parent / "data"
 SECTIONS = (

@@ -6,7 +6,7 @@ import argparse
 
 from commlens.cli.report import add_steps_option
 from commlens.errors import UsageError
-from commlens.report.base import FORMATS
+from commlens.report.formats import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from commlens.report.base import FORMATS
+from commlens.report.formats import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from commlens.report.units import format_bytes
+
 Figure = Any  # matplotlib.figure.Figure, imported lazily
 
 
@@ -86,16 +88,6 @@ def format_ranks(ranks: Sequence[int] | None) -> str:
         start = prev = value
     parts.append(f"{start}-{prev}" if prev > start else f"{start}")
     return ",".join(parts)
-
-
-def format_bytes(value: float) -> str:
-    """Bytes with a binary-prefix unit: 4096 -> '4.0 KiB'."""
-    amount = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(amount) < 1024 or unit == "TiB":
-            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{amount:.1f} TiB"
 
 
 def format_cell(value: Any, fmt: str) -> str:

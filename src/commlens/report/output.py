@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from commlens.errors import UsageError
-from commlens.report.base import format_for, get_renderer
 from commlens.report.document import Document
+from commlens.report.formats import format_for, get_renderer
 
 
 def emit(doc: Document, output: str | None, fmt: str | None, *, width: int | None = None) -> str:

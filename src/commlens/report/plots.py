@@ -15,7 +15,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from commlens.report.document import format_bytes
+from commlens.report.units import format_bytes
 
 _SIZE = (7.0, 3.2)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from matplotlib.figure import Figure
 
-from commlens.report.document import format_bytes
+from commlens.report.units import format_bytes
 
 _SIZE = (7.0, 3.4)
 

@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING, Any
 from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-from commlens.spec.models import PRESETS, SCHEMES, get_preset
-from commlens.workloads.config import DTYPES, SCHEDULES, WorkloadConfig, resolve_dims
+from commlens.spec.models import PRESETS, SCHEMES
+from commlens.workloads.config import (
+    DTYPES,
+    SCHEDULES,
+    WorkloadConfig,
+    workload_from_options,
+)
 from commlens.workloads.fit import check_fits
 
 if TYPE_CHECKING:
@@ -108,38 +113,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_command)
 
 
-def _backend(choice: str, nproc: int) -> str:
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if choice == "nccl" and gpus < nproc:
-        raise UsageError(f"--backend nccl needs a GPU per rank: {nproc} ranks, {gpus} GPUs")
-    if choice == "auto":
-        return "nccl" if gpus >= nproc else "gloo"
-    return choice
-
-
 def build_config(args: argparse.Namespace) -> WorkloadConfig:
     """The workload the arguments describe; a UsageError for any bad combination."""
-    model = get_preset(args.model)
-    dims = resolve_dims(args.scheme, args.nproc, args.dp, args.tp, args.pp)
-    return WorkloadConfig(
-        model=model,
-        scheme=args.scheme,
-        dims=dims,
-        seq_len=args.seq_len,
-        micro_batch=args.micro_batch,
-        microbatches=args.microbatches,
-        dtype=args.dtype,
-        recompute=args.recompute,
-        schedule=args.schedule,
-        sequence_parallel=args.sequence_parallel,
-        steps=args.steps,
-        warmup_steps=args.warmup_steps,
-        seed=args.seed,
-        lr=args.lr,
-        backend=_backend(args.backend, args.nproc),
-    )
+    return workload_from_options(args)
 
 
 def _prepare_out(out: Path | None, wcfg: WorkloadConfig, force: bool) -> Path:

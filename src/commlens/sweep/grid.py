@@ -130,8 +130,8 @@ class Point:
 
 def check_point(point: Point, steps: int = 4, warmup_steps: int = 1) -> Point:
     """The point with its layout resolved, or with ``skip_reason`` set."""
-    from commlens.cli.run import build_config
     from commlens.netem.rate import parse_rate
+    from commlens.workloads.config import workload_from_options
     from commlens.workloads.fit import check_fits
 
     try:
@@ -149,7 +149,7 @@ def check_point(point: Point, steps: int = 4, warmup_steps: int = 1) -> Point:
             lr=1e-3,
             backend="gloo",
         )
-        wcfg = build_config(ns)
+        wcfg = workload_from_options(ns)
         if wcfg.model.arch == "t5" and wcfg.dims.pp > 1:
             raise UsageError("T5 is not built for pipeline parallelism")
         check_fits(wcfg)

@@ -137,3 +137,38 @@ class WorkloadConfig:
         data["model"] = ModelConfig(**model) if isinstance(model, dict) else get_preset(model)
         data["dims"] = ParallelDims(**data.pop("dims"))
         return cls(**data)
+
+
+def _backend(choice: str, nproc: int) -> str:
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "nccl" and gpus < nproc:
+        raise UsageError(f"--backend nccl needs a GPU per rank: {nproc} ranks, {gpus} GPUs")
+    if choice == "auto":
+        return "nccl" if gpus >= nproc else "gloo"
+    return choice
+
+
+def workload_from_options(args: Any) -> WorkloadConfig:
+    """The workload that command-line style options describe (``commlens run``'s
+    flags, or a sweep point); a UsageError for any bad combination."""
+    model = get_preset(args.model)
+    dims = resolve_dims(args.scheme, args.nproc, args.dp, args.tp, args.pp)
+    return WorkloadConfig(
+        model=model,
+        scheme=args.scheme,
+        dims=dims,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch,
+        microbatches=args.microbatches,
+        dtype=args.dtype,
+        recompute=args.recompute,
+        schedule=args.schedule,
+        sequence_parallel=args.sequence_parallel,
+        steps=args.steps,
+        warmup_steps=args.warmup_steps,
+        seed=args.seed,
+        lr=args.lr,
+        backend=_backend(args.backend, args.nproc),
+    )

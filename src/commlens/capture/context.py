@@ -8,7 +8,6 @@ nothing runs per module call, only per communication op.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import weakref
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 from torch.nn.modules.module import Module
 
-from commlens.trace.schema import PHASES
+from commlens.spec.ops import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
 
@@ -154,10 +153,3 @@ def phase(name: str) -> Iterator[None]:
         yield
     finally:
         TLS.phase_hint = saved
-
-
-def caller_frame(depth: int) -> FrameType | None:
-    try:
-        return sys._getframe(depth + 1)
-    except ValueError:
-        return None

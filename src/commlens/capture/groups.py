@@ -109,10 +109,6 @@ class GroupRegistry:
         """A new default group exists (init_process_group): drop the cached one."""
         self._cache.pop(0, None)
 
-    def clear(self) -> None:
-        self._cache.clear()
-        self._roles.clear()
-
 
 def role_from_text(text: str) -> str:
     """The role named by a group description, or ''."""

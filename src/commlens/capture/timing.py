@@ -22,10 +22,6 @@ class CudaTimer:
     def __init__(self) -> None:
         self._open: deque[tuple[Any, Any, tuple[Any, ...], tuple[Any, ...], int]] = deque()
 
-    @staticmethod
-    def wanted(tensor: torch.Tensor | None) -> bool:
-        return tensor is not None and tensor.is_cuda
-
     def start(self) -> Any:
         event = torch.cuda.Event(enable_timing=True)
         event.record()

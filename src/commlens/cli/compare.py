@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from commlens.cli.report import add_steps_option
+from commlens.cli.report import add_output_options
 from commlens.errors import UsageError
-from commlens.report.formats import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,15 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and time, and the speedup of each run relative to the first.",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (two or more)")
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=None,
-        help="output format (default: from -o's suffix, else text)",
-    )
-    parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
-    parser.add_argument("--width", type=int, default=None, help="text width in columns")
-    add_steps_option(parser)
+    add_output_options(parser)
     parser.set_defaults(func=run_compare)
 
 

@@ -17,6 +17,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "run", help="run directory (run.json + rank-*.parquet), or a `commlens sweep` directory"
     )
+    add_output_options(parser)
+    parser.set_defaults(func=run_report)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """--format, -o, --width and --steps, shared by report and compare."""
     parser.add_argument(
         "--format",
         choices=FORMATS,
@@ -26,7 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     parser.add_argument("--width", type=int, default=None, help="text width in columns")
     add_steps_option(parser)
-    parser.set_defaults(func=run_report)
 
 
 def add_steps_option(parser: argparse.ArgumentParser) -> None:

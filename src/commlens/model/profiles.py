@@ -32,20 +32,9 @@ from pathlib import Path
 import tomllib
 
 from commlens.errors import UsageError
+from commlens.spec.ops import TENSOR_OPS
 
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "all_to_all",
-    "send",
-    "recv",
-    "barrier",
-)
+OPS = TENSOR_OPS  # the ops a profile may override
 SCOPES = ("intra", "inter", "both")
 
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from commlens.trace.files import (
     check_rank_file,
+    clocks,
     expected_ranks,
     ranks_without_events,
     read_parts,
@@ -72,13 +73,15 @@ class Run:
     def steps_table(self) -> pa.Table:
         """Step windows of every rank, on rank 0's clock like the events."""
         rows: dict[str, list[Any]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
+        offsets = clocks(self.manifest)
         for key, meta in self.manifest.get("ranks", {}).items():
-            shift = clock_shift(meta.get("clock") or {})
+            offset, drift, t_ref = offsets.get(int(key), (0, 0.0, 0))
             for step in meta.get("steps", []):
                 rows["rank"].append(int(key))
                 rows["step"].append(int(step["step"]))
-                rows["t_start_ns"].append(shift(int(step["t_start_ns"])))
-                rows["t_end_ns"].append(shift(int(step["t_end_ns"])))
+                for col in ("t_start_ns", "t_end_ns"):
+                    t = int(step[col])
+                    rows[col].append(t + offset + round(drift * (t - t_ref)))
         return pa.table(
             {
                 "rank": pa.array(rows["rank"], pa.int32()),
@@ -160,30 +163,14 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
     return Run(run_dir, manifest, events, warnings, missing)
 
 
-def clock_shift(clock: dict[str, Any]) -> Any:
-    """The map of one rank's time t onto rank 0's clock: t + offset + drift·(t − t_ref)."""
-    if "offset_ns" not in clock:
-        return lambda t: t
-    offset = int(clock["offset_ns"])
-    drift = float(clock.get("drift", 0.0))
-    t_ref = int(clock.get("t_ref_ns", 0))
-    return lambda t: t + offset + round(drift * (t - t_ref))
-
-
 def _align(events: pa.Table, manifest: dict[str, Any]) -> pa.Table:
     """Shift each rank's times onto rank 0's clock: t + offset + drift·(t − t0)."""
     ranks = events.column("rank").to_numpy()
     issue = events.column("t_issue_ns").to_numpy().copy()
     end = events.column("t_end_ns").to_numpy().copy()
     changed = False
-    for key, meta in manifest.get("ranks", {}).items():
-        clock = meta.get("clock") or {}
-        if "offset_ns" not in clock:
-            continue
-        offset = int(clock["offset_ns"])
-        drift = float(clock.get("drift", 0.0))
-        t0 = int(clock.get("t_ref_ns", 0))
-        mask = ranks == int(key)
+    for rank, (offset, drift, t0) in clocks(manifest).items():
+        mask = ranks == rank
         if not mask.any() or (offset == 0 and drift == 0.0):
             continue
         changed = True

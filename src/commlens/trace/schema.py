@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from commlens.spec.ops import OPS as OPS  # re-exported: canonical op names
+from commlens.spec.ops import PHASES as PHASES
+
 FORMAT_VERSION = 1
 SCHEMA_KEY = b"commlens.format"
 RANK_KEY = b"commlens.rank"
@@ -45,25 +48,3 @@ EVENT_SCHEMA = pa.schema(
     [pa.field(name, typ) for name, typ, _ in _COLUMNS],
     metadata={SCHEMA_KEY: str(FORMAT_VERSION).encode()},
 )
-
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "all_to_all",
-    "send",
-    "recv",
-    "barrier",
-    "all_gather_object",
-    "gather_object",
-    "scatter_object",
-    "broadcast_object",
-    "send_object",
-    "recv_object",
-)
-
-PHASES = ("forward", "backward", "optimizer", "other")

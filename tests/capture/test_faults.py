@@ -129,7 +129,8 @@ def test_writer_memory_is_bounded_by_row_groups(tmp_path: Path) -> None:
     for i in range(25_000):
         writer.append((0, i, *row[2:]))
         peak = max(peak, writer.buffered)
-    assert peak < 1000  # never more than one row group held in memory
+    # Never more than the batches the writer thread may have queued.
+    assert peak <= (EventWriter.max_pending + 1) * 1000
     final = writer.close()
     meta = pq.ParquetFile(final).metadata
     assert meta.num_rows == 25_000 and meta.num_row_groups == 25

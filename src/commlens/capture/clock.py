@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from commlens.capture.context import TLS
+from commlens.capture.context import thread_state
 
 
 def _device() -> torch.device:
@@ -41,7 +41,8 @@ def measure_offset(rounds: int = 6) -> tuple[int, int] | None:
         rounds = 2
     device = _device()
     buf = torch.zeros(1, dtype=torch.int64, device=device)
-    depth, TLS.depth = TLS.depth, 1  # keep the ping-pong out of the trace
+    thread = thread_state()
+    depth, thread.depth = thread.depth, 1  # keep the ping-pong out of the trace
     try:
         best: tuple[int, int] | None = None
         for peer in range(1, world):
@@ -63,7 +64,7 @@ def measure_offset(rounds: int = 6) -> tuple[int, int] | None:
                         best = (t2 - (t1 + t3) // 2, rtt)
         return (0, 0) if rank == 0 else best
     finally:
-        TLS.depth = depth
+        thread.depth = depth
 
 
 def all_ready(tag: str, timeout_s: float = 10.0) -> bool:

@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from threading import get_ident
 from types import FrameType
 from typing import Any
 
@@ -22,18 +23,35 @@ from torch.nn.modules.module import Module
 from commlens.spec.ops import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
+_graph_task_id = torch._C._current_graph_task_id
 
 
-class ThreadState(threading.local):
+class ThreadState:
     """Per-thread capture state: nesting depth and hints from the caller."""
 
-    depth: int = 0
-    api: str = "python"
-    role_hint: str = ""
-    phase_hint: str = ""
+    __slots__ = ("depth", "hint", "phase_hint")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.hint: tuple[str, str] = ("python", "")  # (api, role) the caller vouches for
+        self.phase_hint = ""
 
 
-TLS = ThreadState()
+# By thread id: a dict lookup and slot reads cost less per call than threading.local.
+STATES: dict[int, ThreadState] = {}
+
+
+def thread_state() -> ThreadState:
+    """This thread's state (made on first use)."""
+    ident = get_ident()
+    state = STATES.get(ident)
+    if state is None:
+        if len(STATES) > 4096:  # many short-lived threads: keep the living ones
+            alive = {t.ident for t in threading.enumerate()}
+            for dead in [i for i in STATES if i not in alive]:
+                del STATES[dead]
+        state = STATES[ident] = ThreadState()
+    return state
 
 
 class StepTracker:
@@ -98,20 +116,30 @@ class ModuleNames:
         self._by_root: weakref.WeakKeyDictionary[Module, dict[int, str]] = (
             weakref.WeakKeyDictionary()
         )
+        # (id(root), id(module)) -> (root ref, module ref, name): no weakref made per call.
+        self._seen: dict[tuple[int, int], tuple[weakref.ref[Module], weakref.ref[Module], str]] = {}
 
     def name(self, root: Module, module: Module) -> str:
+        hit = self._seen.get((id(root), id(module)))
+        if hit is not None and hit[0]() is root and hit[1]() is module:
+            return hit[2]
         names = self._by_root.get(root)
         if names is None or id(module) not in names:
             names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
             self._by_root[root] = names
-        name = names.get(id(module), "")
-        return name or type(root).__name__
+        name = names.get(id(module), "") or type(root).__name__
+        if len(self._seen) > 100_000:  # modules made and dropped in a loop
+            self._seen.clear()
+        self._seen[(id(root), id(module))] = (weakref.ref(root), weakref.ref(module), name)
+        return name
 
 
 MODULE_NAMES = ModuleNames()
 
 
-def current_phase_and_module(steps: StepTracker, start: FrameType | None) -> tuple[str, str]:
+def current_phase_and_module(
+    steps: StepTracker, start: FrameType | None, phase_hint: str
+) -> tuple[str, str]:
     """(phase, module) of the code that issued the op, ``start`` being its frame."""
     inner: Module | None = None
     root: Module | None = None
@@ -124,18 +152,22 @@ def current_phase_and_module(steps: StepTracker, start: FrameType | None) -> tup
                     inner = mod
                 root = mod
         frame = frame.f_back
-    module = MODULE_NAMES.name(root, inner) if inner is not None and root is not None else ""
-    if TLS.phase_hint:
-        phase = TLS.phase_hint
-    elif steps.optimizer_depth > 0:
+    if phase_hint:
+        phase = phase_hint
+    elif steps.optimizer_depth:
         phase = "optimizer"
-    elif torch._C._current_graph_task_id() != -1:
+    elif _graph_task_id() != -1:
         phase = "backward"
-    elif inner is not None:
-        phase = "forward"
+    elif inner is None:
+        return phase_other
     else:
-        phase = "other"
-    return phase, module
+        phase = "forward"
+    if inner is None or root is None:
+        return phase, ""
+    return phase, MODULE_NAMES.name(root, inner)
+
+
+phase_other = ("other", "")
 
 
 @contextmanager
@@ -147,9 +179,10 @@ def phase(name: str) -> Iterator[None]:
     """
     if name not in PHASES:
         raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(PHASES)}")
-    saved = TLS.phase_hint
-    TLS.phase_hint = name
+    state = thread_state()
+    saved = state.phase_hint
+    state.phase_hint = name
     try:
         yield
     finally:
-        TLS.phase_hint = saved
+        state.phase_hint = saved

@@ -17,10 +17,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from commlens.capture import api
-from commlens.capture.context import TLS
+from commlens.capture.context import thread_state
 from commlens.capture.patching import patch
 
 _ATTR = "_commlens_user_hook"
+
+
+_DDP_HINT = ("ddp_hook", "dp")  # (api, role) of the ops a DDP bucket issues
 
 
 def _dispatcher(ddp: DDP) -> Any:
@@ -30,14 +33,15 @@ def _dispatcher(ddp: DDP) -> Any:
     def commlens_ddp_hook(state, bucket):  # type: ignore[no-untyped-def]
         module = ref()
         user = getattr(module, _ATTR, None) if module is not None else None
-        saved = TLS.api, TLS.role_hint
-        TLS.api, TLS.role_hint = "ddp_hook", "dp"
+        thread = thread_state()
+        saved = thread.hint
+        thread.hint = _DDP_HINT
         try:
             if user is not None:
                 return user[1](user[0], bucket)
             return default_hooks.allreduce_hook(state, bucket)
         finally:
-            TLS.api, TLS.role_hint = saved
+            thread.hint = saved
 
     return commlens_ddp_hook
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from commlens.capture import objects, ops
-from commlens.capture.ops import Call
+from commlens.capture.ops import After, Extractor
+
+_broadcast_object = objects.object_list_call("broadcast_object", "src", "group_src")
+_send_object = objects.object_list_call("send_object", "dst", "group_dst")
+_recv_object = objects.object_list_call("recv_object", "src", "group_src")
 
 # torch.distributed function name -> extractor
-EXTRACTORS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], Call]] = {
+EXTRACTORS: dict[str, Extractor] = {
     "all_reduce": ops.all_reduce,
     "all_reduce_coalesced": ops.all_reduce_coalesced,
     "all_gather": ops.all_gather,
@@ -37,7 +38,17 @@ EXTRACTORS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], Call]] = {
     "all_gather_object": objects.all_gather_object,
     "gather_object": objects.gather_object,
     "scatter_object_list": objects.scatter_object_list,
-    "broadcast_object_list": objects.object_list_call("broadcast_object", "src", "group_src"),
-    "send_object_list": objects.object_list_call("send_object", "dst", "group_dst"),
-    "recv_object_list": objects.object_list_call("recv_object", "src", "group_src"),
+    "broadcast_object_list": _broadcast_object[0],
+    "send_object_list": _send_object[0],
+    "recv_object_list": _recv_object[0],
+}
+
+# What is known only after the call returns.
+AFTER: dict[str, After] = {
+    "recv": ops.recv_source,
+    "all_gather_object": objects.all_gather_object_after,
+    "scatter_object_list": objects.scatter_object_after,
+    "broadcast_object_list": _broadcast_object[1],
+    "send_object_list": _send_object[1],
+    "recv_object_list": _recv_object[1],
 }

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed.distributed_c10d as c10d
 
-from commlens.capture.context import TLS
-from commlens.capture.ops import Call, dtype_name
+from commlens.capture.context import ThreadState, thread_state
+from commlens.capture.ops import Call
 from commlens.capture.patching import patch
 from commlens.capture.recorder import Pending
 
@@ -45,18 +45,7 @@ def _group(name: Any) -> Any:
 
 
 def _single(op: str, t: torch.Tensor, group_name: Any, size: int, out: int) -> Call:
-    return Call(
-        op,
-        _group(group_name),
-        int(t.numel()),
-        dtype_name(t.dtype),
-        _nbytes(t),
-        out,
-        size,
-        None,
-        True,
-        t,
-    )
+    return (op, _group(group_name), t.numel(), t.dtype, _nbytes(t), out, size, None, True, t)
 
 
 def _all_reduce(a: tuple[Any, ...]) -> Call:
@@ -80,31 +69,17 @@ def _all_to_all(a: tuple[Any, ...]) -> Call:
 
 
 def _broadcast(a: tuple[Any, ...]) -> Call:
-    n = _nbytes(a[0])
-    call = _single("broadcast", a[0], a[2], n, n)
-    call.peer = int(a[1])
-    return call
+    t, n = a[0], _nbytes(a[0])
+    return ("broadcast", _group(a[2]), t.numel(), t.dtype, n, n, n, int(a[1]), True, t)
 
 
 def _coalesced(op: str, group_at: int, size_at: int | None) -> Any:
     def extract(a: tuple[Any, ...]) -> Call:
         ts = list(a[0])
-        n = sum(_nbytes(t) for t in ts)
-        if op == "all_gather":
-            n *= int(a[size_at or 1])
-        call = Call(
-            op,
-            _group(a[group_at]),
-            sum(int(t.numel()) for t in ts),
-            dtype_name(ts[0].dtype),
-            sum(_nbytes(t) for t in ts),
-            n,
-            n,
-            None,
-            True,
-            ts[0],
-        )
-        return call
+        b_in = sum(_nbytes(t) for t in ts)
+        n = b_in * int(a[size_at or 1]) if op == "all_gather" else b_in
+        count = sum(t.numel() for t in ts)
+        return (op, _group(a[group_at]), count, ts[0].dtype, b_in, n, n, None, True, ts[0])
 
     return extract
 
@@ -135,7 +110,8 @@ class FunctionalOp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         rec = self._state.recorder
-        if rec is None or rec.disabled or TLS.depth or kwargs:
+        state = thread_state()
+        if rec is None or rec.disabled or state.depth or kwargs:
             return self._packet(*args, **kwargs)
         try:
             call = self._extract(args)
@@ -146,7 +122,7 @@ class FunctionalOp:
         t0 = _time_ns()
         out = self._packet(*args)
         try:
-            self._state.issued(rec, call, t0, out, frame)
+            self._state.issued(rec, call, t0, out, frame, state)
         except Exception as exc:
             rec.fail(exc)
         return out
@@ -157,11 +133,13 @@ class _FuncolState:
         self.recorder: Recorder | None = recorder
         self.pending: dict[int, tuple[Any, Pending]] = {}
 
-    def issued(self, rec: Recorder, call: Call, t0: int, out: Any, frame: Any) -> None:
+    def issued(
+        self, rec: Recorder, call: Call, t0: int, out: Any, frame: Any, state: ThreadState
+    ) -> None:
         if rec.writer is None and rec.ensure_open() is None:
             return
-        head, tail = rec._row_parts(call, "functional", TLS.role_hint or "", frame)
-        pending = Pending(head, tail, t0)
+        head = rec.head(call, ("functional", state.hint[1]), frame, state.phase_hint)
+        pending = Pending(head, rec.steps.step, t0)
         for tensor in out if isinstance(out, (list, tuple)) else [out]:
             self.pending[id(tensor)] = (tensor, pending)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +51,18 @@ class GroupRegistry:
         self._cache: dict[int, tuple[Any, GroupInfo]] = {}
         self._roles: dict[int, tuple[Any, str]] = {}
         self._meshes: list[weakref.ref[Any]] = []
+        # Called whenever a group's name or role may read differently now.
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def add_mesh(self, mesh: Any) -> None:
         """A DeviceMesh whose dimension names may name its groups' roles."""
         self._meshes.append(weakref.ref(mesh))
         self._cache.clear()
+        self._changed()
 
     def set_role(self, group: Any, role: str) -> None:
         if group is None or group is dist.group.WORLD:
@@ -62,6 +70,7 @@ class GroupRegistry:
         self._roles[id(group)] = (group, role)
         self._cache.pop(id(group), None)
         self._cache.pop(0, None)
+        self._changed()
 
     def info(self, group: Any) -> GroupInfo:
         if group is None:
@@ -108,6 +117,7 @@ class GroupRegistry:
     def forget_default(self) -> None:
         """A new default group exists (init_process_group): drop the cached one."""
         self._cache.pop(0, None)
+        self._changed()
 
 
 def role_from_text(text: str) -> str:

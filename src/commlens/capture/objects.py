@@ -1,7 +1,8 @@
 """What each object collective (pickled Python objects) moves.
 
 Sizes are the pickled sizes, known for the receiving side only after the
-call returns, so these extractors fill them in an ``after`` step.
+call returns, so most of these have an ``after`` step (see
+:data:`commlens.capture.ops.After`) that fills them in.
 """
 
 from __future__ import annotations
@@ -9,70 +10,64 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from commlens.capture.ops import Call, _arg, _root
+from commlens.capture.ops import After, Call, Extractor, _arg, _root
 
 
 def _pickled(objs: Any) -> int:
     return sum(len(pickle.dumps(o)) for o in objs) if objs else 0
 
 
-def _object_call(op: str, group: Any, peer: int | None) -> Call:
-    return Call(op, group, 0, "object", 0, 0, 0, peer, False)
+def _object_call(op: str, group: Any, peer: int | None, b_in: int = 0, size: int = 0) -> Call:
+    return (op, group, 0, "object", b_in, 0, size, peer, False, None)
+
+
+def _sized(call: Call, b_in: int, b_out: int, size: int) -> Call:
+    op, group, count, dtype, _, _, _, peer, is_async, tensor = call
+    return (op, group, count, dtype, b_in, b_out, size, peer, is_async, tensor)
 
 
 def all_gather_object(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    call = _object_call("all_gather_object", _arg(a, k, 2, "group"), None)
-    call.bytes_in = len(pickle.dumps(_arg(a, k, 1, "obj")))
+    b_in = len(pickle.dumps(_arg(a, k, 1, "obj")))
+    return _object_call("all_gather_object", _arg(a, k, 2, "group"), None, b_in)
 
-    def after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> None:
-        c.bytes_out = c.size_bytes = _pickled(_arg(a, k, 0, "object_list"))
 
-    call.after = after
-    return call
+def all_gather_object_after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+    n = _pickled(_arg(a, k, 0, "object_list"))
+    return _sized(c, c[4], n, n)
 
 
 def gather_object(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     group = _arg(a, k, 3, "group")
-    call = _object_call(
-        "gather_object", group, _root(group, _arg(a, k, 2, "dst"), k.get("group_dst"))
-    )
-    call.bytes_in = len(pickle.dumps(_arg(a, k, 0, "obj")))
-    call.size_bytes = call.bytes_in
-    return call
+    root = _root(group, _arg(a, k, 2, "dst"), k.get("group_dst"))
+    b_in = len(pickle.dumps(_arg(a, k, 0, "obj")))
+    return _object_call("gather_object", group, root, b_in, b_in)
 
 
 def scatter_object_list(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     group = _arg(a, k, 3, "group")
-    call = _object_call(
-        "scatter_object", group, _root(group, _arg(a, k, 2, "src"), k.get("group_src"))
-    )
-    call.bytes_in = _pickled(_arg(a, k, 1, "scatter_object_input_list"))
-
-    def after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> None:
-        c.bytes_out = _pickled(_arg(a, k, 0, "scatter_object_output_list"))
-        c.size_bytes = max(c.bytes_in, c.bytes_out)
-
-    call.after = after
-    return call
+    root = _root(group, _arg(a, k, 2, "src"), k.get("group_src"))
+    b_in = _pickled(_arg(a, k, 1, "scatter_object_input_list"))
+    return _object_call("scatter_object", group, root, b_in)
 
 
-def object_list_call(op: str, root_name: str, group_root_name: str):
+def scatter_object_after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+    b_out = _pickled(_arg(a, k, 0, "scatter_object_output_list"))
+    return _sized(c, c[4], b_out, max(c[4], b_out))
+
+
+def object_list_call(op: str, root_name: str, group_root_name: str) -> tuple[Extractor, After]:
+    """Extractor and after step of ``broadcast/send/recv_object_list``."""
+
     def extract(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
         group = _arg(a, k, 2, "group")
-        call = _object_call(
+        return _object_call(
             op, group, _root(group, _arg(a, k, 1, root_name), k.get(group_root_name))
         )
 
-        def after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> None:
-            n = _pickled(_arg(a, k, 0, "object_list"))
-            c.size_bytes = n
-            if op == "recv_object":
-                c.bytes_out = n
-            else:
-                c.bytes_in = n
-                c.bytes_out = n if op == "broadcast_object" else 0
+    def after(c: Call, _r: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+        n = _pickled(_arg(a, k, 0, "object_list"))
+        if op == "recv_object":
+            return _sized(c, 0, n, n)
+        return _sized(c, n, n if op == "broadcast_object" else 0, n)
 
-        call.after = after
-        return call
-
-    return extract
+    return extract, after

@@ -1,6 +1,6 @@
 """What each intercepted ``torch.distributed`` function moves.
 
-One extractor per function turns the caller's arguments into a :class:`Call`:
+One extractor per function turns the caller's arguments into a :data:`Call`:
 canonical op, group, element count, dtype, bytes in and out, the nccl-tests
 size S (conventions §3) and the peer or root. Extractors only read the
 arguments; they never touch tensor data.
@@ -9,36 +9,32 @@ arguments; they never touch tensor data.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from commlens.capture.groups import global_rank
 
-
-@dataclass(slots=True)
-class Call:
-    op: str
-    group: Any
-    count: int
-    dtype: str
-    bytes_in: int
-    bytes_out: int
-    size_bytes: int
-    peer: int | None
-    is_async: bool
-    tensor: torch.Tensor | None = None
-    # gather/scatter: S is the whole buffer, the rank's piece times the group size.
-    piece_times_group: bool = False
-    # Filled after the call for ops whose size or peer is known only then.
-    after: Callable[[Call, Any, tuple[Any, ...], dict[str, Any]], None] | None = None
+# What one call moves, as a plain tuple (the cheapest thing to build per call):
+# (op, group, count, dtype, bytes_in, bytes_out, size_bytes, peer, is_async, tensor)
+# dtype is a torch.dtype (named once per call site) or a name; size_bytes is S
+# (conventions §3); peer is the global peer or root, or None; tensor is the
+# one whose device decides how the call is timed, or None.
+Call = tuple[str, Any, int, Any, int, int, int, "int | None", bool, "torch.Tensor | None"]
+# An extractor: the caller's (args, kwargs) -> Call.
+Extractor = Callable[[tuple[Any, ...], dict[str, Any]], Call]
+# A step after the call for what is known only then: (call, result, args, kwargs) -> call.
+After = Callable[[Call, Any, tuple[Any, ...], dict[str, Any]], Call]
+TENSOR = 9  # index of the tensor in a Call
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
-def dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype | str) -> str:
+    if isinstance(dtype, str):
+        return dtype
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = str(dtype).removeprefix("torch.")
@@ -52,12 +48,8 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, defau
     return kwargs.get(name, default)
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return int(t.nbytes)
-
-
 def _sum_bytes(ts: Any) -> int:
-    return sum(_nbytes(t) for t in ts) if ts else 0
+    return sum(t.nbytes for t in ts) if ts else 0
 
 
 def _root(group: Any, root: Any, group_root: Any) -> int | None:
@@ -68,22 +60,27 @@ def _root(group: Any, root: Any, group_root: Any) -> int | None:
     return None
 
 
+def _group_size(group: Any) -> int:
+    return int(dist.get_world_size(group))
+
+
 def _tensor_call(
     op: str,
     t: torch.Tensor,
     group: Any,
     size: int,
     peer: int | None,
-    is_async: bool,
+    is_async: Any,
+    bytes_in: int | None = None,
     bytes_out: int | None = None,
 ) -> Call:
-    nbytes = _nbytes(t)
-    return Call(
+    nbytes = t.nbytes
+    return (
         op,
         group,
-        int(t.numel()),
-        dtype_name(t.dtype),
-        nbytes,
+        t.numel(),
+        t.dtype,
+        nbytes if bytes_in is None else bytes_in,
         nbytes if bytes_out is None else bytes_out,
         size,
         peer,
@@ -92,16 +89,33 @@ def _tensor_call(
     )
 
 
+def _list_call(
+    op: str, ts: list[torch.Tensor], group: Any, bytes_out: int, size: int, is_async: Any
+) -> Call:
+    return (
+        op,
+        group,
+        sum(t.numel() for t in ts),
+        ts[0].dtype if ts else "",
+        _sum_bytes(ts),
+        bytes_out,
+        size,
+        None,
+        bool(is_async),
+        ts[0] if ts else None,
+    )
+
+
 def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     # The hottest path of all (DDP buckets, TP): no helper calls.
     n = len(a)
     t = a[0] if n else k["tensor"]
     nbytes = t.nbytes
-    return Call(
+    return (
         "all_reduce",
         a[2] if n > 2 else k.get("group"),
         t.numel(),
-        dtype_name(t.dtype),
+        t.dtype,
         nbytes,
         nbytes,
         nbytes,
@@ -114,205 +128,133 @@ def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
 def all_reduce_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     ts = list(_arg(a, k, 0, "tensors"))
     n = _sum_bytes(ts)
-    return Call(
-        "all_reduce",
-        _arg(a, k, 2, "group"),
-        sum(int(t.numel()) for t in ts),
-        dtype_name(ts[0].dtype),
-        n,
-        n,
-        n,
-        None,
-        bool(_arg(a, k, 3, "async_op", False)),
-        ts[0],
-    )
+    return _list_call("all_reduce", ts, _arg(a, k, 2, "group"), n, n, _arg(a, k, 3, "async_op"))
 
 
 def all_gather(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     out, t = _arg(a, k, 0, "tensor_list"), _arg(a, k, 1, "tensor")
     total = _sum_bytes(out)
-    return _tensor_call(
-        "all_gather",
-        t,
-        _arg(a, k, 2, "group"),
-        total,
-        None,
-        _arg(a, k, 3, "async_op", False),
-        total,
-    )
+    group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
+    return _tensor_call("all_gather", t, group, total, None, is_async, bytes_out=total)
 
 
 def all_gather_into_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     out, t = _arg(a, k, 0, "output_tensor"), _arg(a, k, 1, "input_tensor")
-    total = _nbytes(out)
-    return _tensor_call(
-        "all_gather",
-        t,
-        _arg(a, k, 2, "group"),
-        total,
-        None,
-        _arg(a, k, 3, "async_op", False),
-        total,
-    )
+    total = out.nbytes
+    group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
+    return _tensor_call("all_gather", t, group, total, None, is_async, bytes_out=total)
 
 
 def all_gather_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     outs, ins = _arg(a, k, 0, "output_tensor_lists"), list(_arg(a, k, 1, "input_tensor_list"))
     total = sum(_sum_bytes(o) for o in outs)
-    return Call(
-        "all_gather",
-        _arg(a, k, 2, "group"),
-        sum(int(t.numel()) for t in ins),
-        dtype_name(ins[0].dtype),
-        _sum_bytes(ins),
-        total,
-        total,
-        None,
-        bool(_arg(a, k, 3, "async_op", False)),
-        ins[0],
-    )
+    group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
+    return _list_call("all_gather", ins, group, total, total, is_async)
 
 
 def reduce_scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    out, ins = _arg(a, k, 0, "output"), _arg(a, k, 1, "input_list")
+    out, ins = _arg(a, k, 0, "output"), list(_arg(a, k, 1, "input_list"))
+    group, is_async = _arg(a, k, 3, "group"), bool(_arg(a, k, 4, "async_op"))
     total = _sum_bytes(ins)
-    return Call(
+    count = sum(t.numel() for t in ins)
+    return (
         "reduce_scatter",
-        _arg(a, k, 3, "group"),
-        sum(int(t.numel()) for t in ins),
-        dtype_name(out.dtype),
+        group,
+        count,
+        out.dtype,
         total,
-        _nbytes(out),
+        out.nbytes,
         total,
         None,
-        bool(_arg(a, k, 4, "async_op", False)),
+        is_async,
         out,
     )
 
 
 def reduce_scatter_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     out, t = _arg(a, k, 0, "output"), _arg(a, k, 1, "input")
-    return _tensor_call(
-        "reduce_scatter",
-        t,
-        _arg(a, k, 3, "group"),
-        _nbytes(t),
-        None,
-        _arg(a, k, 4, "async_op", False),
-        _nbytes(out),
-    )
+    group, is_async = _arg(a, k, 3, "group"), _arg(a, k, 4, "async_op")
+    return _tensor_call("reduce_scatter", t, group, t.nbytes, None, is_async, bytes_out=out.nbytes)
 
 
 def all_to_all(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    outs, ins = _arg(a, k, 0, "output_tensor_list"), _arg(a, k, 1, "input_tensor_list")
+    outs, ins = _arg(a, k, 0, "output_tensor_list"), list(_arg(a, k, 1, "input_tensor_list"))
     total = _sum_bytes(ins)
-    return Call(
-        "all_to_all",
-        _arg(a, k, 2, "group"),
-        sum(int(t.numel()) for t in ins),
-        dtype_name(ins[0].dtype),
-        total,
-        _sum_bytes(outs),
-        total,
-        None,
-        bool(_arg(a, k, 3, "async_op", False)),
-        ins[0],
-    )
+    group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
+    return _list_call("all_to_all", ins, group, _sum_bytes(outs), total, is_async)
 
 
 def all_to_all_single(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     out, t = _arg(a, k, 0, "output"), _arg(a, k, 1, "input")
-    return _tensor_call(
-        "all_to_all",
-        t,
-        _arg(a, k, 4, "group"),
-        _nbytes(t),
-        None,
-        _arg(a, k, 5, "async_op", False),
-        _nbytes(out),
-    )
+    group, is_async = _arg(a, k, 4, "group"), _arg(a, k, 5, "async_op")
+    return _tensor_call("all_to_all", t, group, t.nbytes, None, is_async, bytes_out=out.nbytes)
 
 
 def broadcast(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     root = _root(group, _arg(a, k, 1, "src"), k.get("group_src"))
-    return _tensor_call("broadcast", t, group, _nbytes(t), root, _arg(a, k, 3, "async_op", False))
+    return _tensor_call("broadcast", t, group, t.nbytes, root, _arg(a, k, 3, "async_op"))
 
 
 def reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 1, "dst"), k.get("group_dst"))
-    return _tensor_call("reduce", t, group, _nbytes(t), root, _arg(a, k, 4, "async_op", False))
+    return _tensor_call("reduce", t, group, t.nbytes, root, _arg(a, k, 4, "async_op"))
 
 
 def gather(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, outs, group = _arg(a, k, 0, "tensor"), _arg(a, k, 1, "gather_list"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 2, "dst"), k.get("group_dst"))
-    call = _tensor_call(
-        "gather", t, group, _nbytes(t), root, _arg(a, k, 4, "async_op", False), _sum_bytes(outs)
-    )
-    call.piece_times_group = True
-    return call
+    # S is the whole gathered buffer: the rank's piece times the group size.
+    size = t.nbytes * _group_size(group)
+    is_async = _arg(a, k, 4, "async_op")
+    return _tensor_call("gather", t, group, size, root, is_async, bytes_out=_sum_bytes(outs))
 
 
 def scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, ins, group = _arg(a, k, 0, "tensor"), _arg(a, k, 1, "scatter_list"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 2, "src"), k.get("group_src"))
-    call = _tensor_call("scatter", t, group, _nbytes(t), root, _arg(a, k, 4, "async_op", False))
-    call.bytes_in = _sum_bytes(ins)
-    call.piece_times_group = True
-    return call
+    size = t.nbytes * _group_size(group)
+    is_async = _arg(a, k, 4, "async_op")
+    return _tensor_call("scatter", t, group, size, root, is_async, bytes_in=_sum_bytes(ins))
 
 
 def send(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     peer = _root(group, _arg(a, k, 1, "dst"), k.get("group_dst"))
-    return _tensor_call("send", t, group, _nbytes(t), peer, False, 0)
+    return _tensor_call("send", t, group, t.nbytes, peer, False, bytes_out=0)
 
 
 def recv(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     peer = _root(group, _arg(a, k, 1, "src"), k.get("group_src"))
-    call = _tensor_call("recv", t, group, _nbytes(t), peer, False)
-    call.bytes_in = 0
-    if peer is None:
-        call.after = _recv_source
+    return _tensor_call("recv", t, group, t.nbytes, peer, False, bytes_in=0)
+
+
+def recv_source(call: Call, result: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+    """A receive from any source: the sender is what ``recv`` returns."""
+    if call[7] is None and isinstance(result, int) and result >= 0:
+        return (*call[:7], int(result), *call[8:])  # type: ignore[return-value]
     return call
-
-
-def _recv_source(call: Call, result: Any, a: tuple[Any, ...], k: dict[str, Any]) -> None:
-    if isinstance(result, int) and result >= 0:
-        call.peer = int(result)
 
 
 def isend(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    call = send(a, k)
-    call.is_async = True
-    return call
+    op, group, count, dtype, b_in, b_out, size, peer, _, t = send(a, k)
+    return (op, group, count, dtype, b_in, b_out, size, peer, True, t)
 
 
 def irecv(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    call = recv(a, k)
-    call.is_async = True
-    return call
+    op, group, count, dtype, b_in, b_out, size, peer, _, t = recv(a, k)
+    return (op, group, count, dtype, b_in, b_out, size, peer, True, t)
 
 
 def barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    return Call(
-        "barrier",
-        _arg(a, k, 0, "group"),
-        0,
-        "",
-        0,
-        0,
-        0,
-        None,
-        bool(_arg(a, k, 1, "async_op", False)),
-    )
+    is_async = bool(_arg(a, k, 1, "async_op", False))
+    return ("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, is_async, None)
 
 
 def monitored_barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
-    return Call("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, False)
+    return ("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, False, None)
 
 
 def broadcast_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
@@ -325,15 +267,7 @@ def broadcast_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     ts = list(_arg(a, k, 1, "tensors"))
     n = _sum_bytes(ts)
     root = global_rank(group, int(_arg(a, k, 3, "src", 0)))
-    return Call(
-        "broadcast",
-        group,
-        sum(int(t.numel()) for t in ts),
-        dtype_name(ts[0].dtype) if ts else "",
-        n,
-        n,
-        n,
-        root,
-        False,
-        ts[0] if ts else None,
+    op, _, count, dtype, b_in, b_out, size, _, _, t = _list_call(
+        "broadcast", ts, group, n, n, False
     )
+    return (op, group, count, dtype, b_in, b_out, size, root, False, t)

@@ -24,20 +24,22 @@ import torch.distributed as dist
 
 from commlens.capture.context import StepTracker, current_phase_and_module
 from commlens.capture.groups import GroupRegistry
-from commlens.capture.ops import Call
+from commlens.capture.ops import Call, dtype_name
 from commlens.capture.timing import CudaTimer
 from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path, write_json_atomic
+from commlens.trace.packed import NO_PEER, PACKED_EVENT
 from commlens.trace.writer import EventWriter
 
 Work = torch._C._distributed_c10d.Work
+_pack = PACKED_EVENT.pack
 
 
 @dataclass
 class Pending:
     """An async op issued but not yet complete (or still being waited on)."""
 
-    head: tuple[Any, ...]  # rank .. is_async, in column order
-    tail: tuple[Any, ...]  # step, phase, module
+    head: tuple[Any, ...]  # site .. is_async: the packed fields before the times
+    step: int
     t_issue: int
     t_end: int | None = None
     wait_ns: int = 0
@@ -65,6 +67,8 @@ class Recorder:
         self.groups = GroupRegistry()
         self.steps = StepTracker(clock)
         self.cuda = CudaTimer()
+        # CUDA events only where CUDA tensors can exist: saves a check per call.
+        self.gpu = torch.cuda.is_available()
         self.writer: EventWriter | None = None
         self.rank: int | None = None
         self.world_size: int | None = None
@@ -78,7 +82,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[Any, Pending]] = {}
         self._sites: dict[tuple[Any, ...], int] = {}
-        self._site_groups: list[Any] = []
+        self.groups.on_change = self._sites_changed
 
     def forked(self) -> None:
         """A forked child records on its own, under its own rank, once it has one."""
@@ -107,6 +111,7 @@ class Recorder:
                 self.rank,
                 flush_events=self.flush_events,
                 flush_seconds=self.flush_seconds,
+                on_error=self.fail,
             )
             self.write_meta("running")
         except Exception as exc:
@@ -154,8 +159,9 @@ class Recorder:
     def close_on_signal(self, status: str) -> None:
         """Best-effort finish when the process is being terminated.
 
-        Never blocks: if the interrupted thread holds the writer, the flushed
-        parts already on disk are what survives.
+        Never blocks for long: if the interrupted thread holds the writer, or
+        its last part does not finish in time, the parts already on disk are
+        what survives.
         """
         writer = self.writer
         if writer is None or self.disabled:
@@ -164,7 +170,7 @@ class Recorder:
             return
         writer._lock.release()
         try:
-            writer.close()
+            writer.close(timeout=5.0)
             self.write_meta(status)
             merge_manifest(self.run_dir)
         except Exception:
@@ -200,50 +206,60 @@ class Recorder:
         t_return: int,
         result: Any,
         frame: FrameType | None,
-        api: str,
-        role_hint: str,
+        hint: tuple[str, str],
+        phase_hint: str,
         gpu_token: Any = None,
     ) -> None:
-        if self.writer is None and self.ensure_open() is None:
-            return
-        head, tail = self._row_parts(call, api, role_hint, frame)
-        if isinstance(result, Work):
-            self._track(result, Pending(head, tail, t_issue))
-            return
-        if gpu_token is not None:
-            self.cuda.finish(gpu_token, self._append, head, tail, t_issue)
-            return
-        self._append(head, tail, t_issue, t_return, t_return - t_issue)
+        """Record one call; ``hint`` is (api, role) from the capture path."""
+        writer = self.writer
+        if writer is None:
+            writer = self.ensure_open()
+            if writer is None:
+                return
+        head = self.head(call, hint, frame, phase_hint)
+        if result is not None and isinstance(result, Work):
+            self._track(result, Pending(head, self.steps.step, t_issue))
+        elif gpu_token is not None:
+            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue)
+        else:
+            writer.append_packed(
+                _pack(*head, t_issue, t_return, t_return - t_issue, self.steps.step)
+            )
 
-    def _row_parts(
-        self, call: Call, api: str, role_hint: str, frame: FrameType | None
-    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """(head, tail) of a compact row; the times go between them when known."""
-        info = self.groups.info(call.group)
-        size = call.size_bytes * info.size if call.piece_times_group else call.size_bytes
-        phase, module = current_phase_and_module(self.steps, frame)
-        seq = self.seq
-        self.seq += 1
-        # Cheap key first (the group by identity); the full site only on a miss.
-        key = (call.op, api, id(info), role_hint, call.dtype, phase, module)
+    def head(
+        self, call: Call, hint: tuple[str, str], frame: FrameType | None, phase_hint: str
+    ) -> tuple[Any, ...]:
+        """The packed fields of an event before its times: site .. is_async."""
+        op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
+        phase, module = current_phase_and_module(self.steps, frame, phase_hint)
+        # The group object itself keys the site; the registry keeps it alive.
+        key = (op, hint, group, dtype, phase, module)
         site = self._sites.get(key)
         if site is None:
-            assert self.writer is not None
-            site = self.writer.site(
-                (call.op, api, info.name, info.ranks, info.size, info.role or role_hint,
-                 call.dtype, phase, module)
-            )  # fmt: skip
-            self._sites[key] = site
-            self._site_groups.append(info)  # keeps id(info) from being reused
-        head = (site, seq, call.count, call.bytes_in, call.bytes_out, size, call.peer,
-                call.is_async)  # fmt: skip
-        return head, (self.steps.step,)
+            site = self._new_site(key)
+        seq = self.seq
+        self.seq = seq + 1
+        return (site, seq, count, bytes_in, bytes_out, size,
+                NO_PEER if peer is None else peer, is_async)  # fmt: skip
 
-    def _append(
-        self, head: tuple[Any, ...], tail: tuple[Any, ...], t0: int, t1: int, wait: int
-    ) -> None:
+    def _new_site(self, key: tuple[Any, ...]) -> int:
+        op, (api, role_hint), group, dtype, phase, module = key
+        info = self.groups.info(group)
         assert self.writer is not None
-        self.writer.append_compact((*head, t0, t1, wait, *tail))
+        site = self.writer.site(
+            (op, api, info.name, info.ranks, info.size, info.role or role_hint,
+             dtype_name(dtype), phase, module)
+        )  # fmt: skip
+        self._sites[key] = site
+        return site
+
+    def _sites_changed(self) -> None:
+        """Group names or roles changed: sites are looked up afresh."""
+        self._sites.clear()
+
+    def _append(self, head: tuple[Any, ...], step: int, t0: int, t1: int, wait: int) -> None:
+        assert self.writer is not None
+        self.writer.append_packed(_pack(*head, t0, t1, wait, step))
 
     def _track(self, work: Any, pending: Pending) -> None:
         key = id(work)
@@ -298,4 +314,4 @@ class Recorder:
             return
         pending.done = True
         t_end = pending.t_end if pending.t_end is not None else pending.t_issue
-        self._append(pending.head, pending.tail, pending.t_issue, t_end, pending.wait_ns)
+        self._append(pending.head, pending.step, pending.t_issue, t_end, pending.wait_ns)

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-# Writes one finished event: (head, tail, t_issue_ns, t_end_ns, t_wait_ns).
-Append = Callable[[tuple[Any, ...], tuple[Any, ...], int, int, int], None]
+# Writes one finished event: (head, step, t_issue_ns, t_end_ns, t_wait_ns).
+Append = Callable[[tuple[Any, ...], int, int, int, int], None]
 
 
 class CudaTimer:
     def __init__(self) -> None:
-        self._open: deque[tuple[Any, Any, tuple[Any, ...], tuple[Any, ...], int]] = deque()
+        self._open: deque[tuple[Any, Any, tuple[Any, ...], int, int]] = deque()
 
     def start(self) -> Any:
         event = torch.cuda.Event(enable_timing=True)
@@ -32,12 +32,12 @@ class CudaTimer:
         start: Any,
         append: Append,
         head: tuple[Any, ...],
-        tail: tuple[Any, ...],
+        step: int,
         t_issue: int,
     ) -> None:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
-        self._open.append((start, end, head, tail, t_issue))
+        self._open.append((start, end, head, step, t_issue))
         self.poll(append)
 
     def poll(self, append: Append) -> None:
@@ -46,9 +46,9 @@ class CudaTimer:
 
     def drain(self, append: Append) -> None:
         while self._open:
-            start, end, head, tail, t_issue = self._open.popleft()
+            start, end, head, step, t_issue = self._open.popleft()
             end.synchronize()
-            self._write(append, start, end, head, tail, t_issue)
+            self._write(append, start, end, head, step, t_issue)
 
     @staticmethod
     def _write(
@@ -56,8 +56,8 @@ class CudaTimer:
         start: Any,
         end: Any,
         head: tuple[Any, ...],
-        tail: tuple[Any, ...],
+        step: int,
         t_issue: int,
     ) -> None:
         gpu_ns = int(start.elapsed_time(end) * 1e6)
-        append(head, tail, t_issue, t_issue + gpu_ns, gpu_ns)
+        append(head, step, t_issue, t_issue + gpu_ns, gpu_ns)

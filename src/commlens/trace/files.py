@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
 from commlens.trace.manifest import FORMAT_NAME, MANIFEST, collect_rank_meta, read_json
+from commlens.trace.packed import read_packed_parts
 from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY, SCHEMA_KEY
 
 _RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
@@ -76,12 +77,10 @@ def check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
 
 
 def read_parts(part_dir: Path) -> pa.Table:
-    tables = []
-    for part in sorted(part_dir.glob("part-*.parquet")):
-        try:
-            tables.append(pq.read_table(part).select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA))
-        except Exception:  # a part being written when the rank died
-            continue
+    """The events a rank wrote before it died, from its parts directory."""
+    match = _PARTS_DIR.match(part_dir.name)
+    rank = int(match.group(1)) if match else -1
+    tables = read_packed_parts(part_dir, rank, EVENT_SCHEMA)
     return pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
 
 

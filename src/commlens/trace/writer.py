@@ -1,11 +1,13 @@
 """Streaming writer of one rank's events.
 
-Events are buffered column-wise and flushed as one Parquet row group every
-``flush_events`` events or ``flush_seconds`` seconds, whichever comes first,
-into ``.rank-NNNNN.parts/``. Each flushed part is a complete Parquet file, so
-a rank killed mid-run loses at most its unflushed buffer. ``close()`` joins
-the parts (one at a time: memory stays bounded) into ``rank-NNNNN.parquet``,
-renames it into place atomically and removes the parts.
+Appending only buffers packed records (:mod:`commlens.trace.packed`). Every
+``flush_events`` events, or every ``flush_seconds`` seconds, a writer thread
+writes the buffer as it is into ``.rank-NNNNN.parts/`` (new sites first,
+then one ``part-NNNNNN.bin``, renamed into place whole), so the caller never
+converts anything and a rank killed mid-run loses at most what was not yet
+written. ``close()`` turns the parts (one at a time: memory stays bounded)
+into the row groups of ``rank-NNNNN.parquet``, renames it into place
+atomically and removes the parts.
 """
 
 from __future__ import annotations
@@ -13,33 +15,29 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from commlens.trace.packed import (
+    NO_PEER,
+    PACKED_EVENT,
+    PART_GLOB,
+    SITE_FIELDS,
+    SITES_FILE,
+    expand,
+    part_name,
+    site_line,
+)
 from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RANK_KEY
 
-# What is constant per call site, and what the fast path stores per event.
-SITE_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
-COMPACT_FIELDS = (
-    "site",
-    "seq",
-    "count",
-    "bytes_in",
-    "bytes_out",
-    "size_bytes",
-    "peer",
-    "is_async",
-    "t_issue_ns",
-    "t_end_ns",
-    "t_wait_ns",
-    "step",
-)
+_pack = PACKED_EVENT.pack
+_COLUMN = {name: i for i, name in enumerate(EVENT_COLUMNS)}
+_SITE_AT = tuple(_COLUMN[name] for name in SITE_FIELDS)
+_PG_RANKS = SITE_FIELDS.index("pg_ranks")
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
@@ -51,7 +49,17 @@ def parts_dir(run_dir: Path, rank: int) -> Path:
 
 
 class EventWriter:
-    """Append events of one rank; flush in row groups; finish into one file."""
+    """Append events of one rank; write them in the background; finish into one file.
+
+    Appending is one ``deque.append`` (thread-safe, no lock). The writer
+    thread takes what is queued every ``flush_events`` events, or every
+    ``flush_seconds`` seconds, and writes it as one part. Past
+    :attr:`max_pending` full batches queued the appending thread waits, so
+    memory stays bounded when the disk is slower than the job. A write error
+    is passed to ``on_error`` once and ends background writing.
+    """
+
+    max_pending = 4
 
     def __init__(
         self,
@@ -60,40 +68,40 @@ class EventWriter:
         *,
         flush_events: int = 16384,
         flush_seconds: float = 2.0,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.rank = rank
-        self.flush_events = flush_events
+        self.flush_events = max(1, flush_events)
         self.flush_seconds = flush_seconds
+        self.on_error = on_error
         self.schema = EVENT_SCHEMA.with_metadata(
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
-        self._rows: list[tuple[Any, ...]] = []
-        # The capture's fast path: rows of COMPACT_FIELDS whose constant part
-        # (op, group, role, phase, module...) is one interned "site".
-        self._compact: list[tuple[Any, ...]] = []
+        self.queue: deque[bytes] = deque()  # packed events, oldest first
+        self._next_kick = self.flush_events
         self._sites: list[tuple[Any, ...]] = []
         self._site_ids: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # a batch is queued, or stop
+        self._room = threading.Condition(self._lock)  # a part was written
+        self._writing = 0  # events taken from the queue, not yet on disk
+        self._n_written = 0
+        self._stop = False
+        self._flush_now = False
+        self.error: BaseException | None = None
         self._parts = parts_dir(self.run_dir, rank)
         self._parts.mkdir(parents=True, exist_ok=True)
+        self._sites_file: IO[str] = open(self._parts / SITES_FILE, "a")
+        self._sites_written = 0
         self._n_parts = 0
-        self._last_flush = time.monotonic()
-        self.n_events = 0
         self.closed = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"commlens-writer-{rank}", daemon=True
+        )
+        self._thread.start()
 
-    def append(self, row: tuple[Any, ...]) -> None:
-        """Add one event, given as a tuple in EVENT_COLUMNS order."""
-        with self._lock:
-            rows = self._rows
-            rows.append(row)
-            self.n_events += 1
-            if (
-                len(rows) + len(self._compact) >= self.flush_events
-                or time.monotonic() - self._last_flush >= self.flush_seconds
-            ):
-                self._flush_locked()
-
+    # -- appending (any thread) -------------------------------------------
     def site(self, key: tuple[Any, ...]) -> int:
         """The id of a call site: a tuple of SITE_FIELDS values."""
         sid = self._site_ids.get(key)
@@ -104,84 +112,150 @@ class EventWriter:
                     self._sites.append(key)
         return sid
 
-    def append_compact(self, row: tuple[Any, ...]) -> None:
-        """Add one event as a tuple of COMPACT_FIELDS (``site`` from :meth:`site`)."""
+    def append_packed(self, event: bytes) -> None:
+        """Add one event packed by :data:`PACKED_EVENT` (``site`` from :meth:`site`)."""
+        queue = self.queue
+        queue.append(event)
+        if len(queue) >= self._next_kick:
+            self.kick()
+
+    def kick(self) -> None:
+        """A batch is queued: wake the writer thread; wait if too much is queued."""
         with self._lock:
-            rows = self._compact
-            rows.append(row)
-            self.n_events += 1
-            if (
-                len(rows) >= self.flush_events
-                or time.monotonic() - self._last_flush >= self.flush_seconds
-            ):
-                self._flush_locked()
+            self._wake.notify()
+            limit = self.max_pending * self.flush_events
+            while len(self.queue) >= limit and self._thread.is_alive() and self.error is None:
+                self._room.wait(0.1)
+            if self.error is not None:
+                self.queue.clear()  # background writing ended: the events are dropped
+            self._next_kick = min(len(self.queue) + self.flush_events, limit)
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        """Add one event given as a tuple in EVENT_COLUMNS order (``rank`` is this writer's)."""
+        site = [row[i] for i in _SITE_AT]
+        site[_PG_RANKS] = tuple(site[_PG_RANKS])
+        c = _COLUMN
+        peer = row[c["peer"]]
+        self.append_packed(
+            _pack(
+                self.site(tuple(site)),
+                row[c["seq"]],
+                row[c["count"]],
+                row[c["bytes_in"]],
+                row[c["bytes_out"]],
+                row[c["size_bytes"]],
+                NO_PEER if peer is None else peer,
+                bool(row[c["is_async"]]),
+                row[c["t_issue_ns"]],
+                row[c["t_end_ns"]],
+                row[c["t_wait_ns"]],
+                row[c["step"]],
+            )
+        )
+
+    @property
+    def n_events(self) -> int:
+        """Events appended so far."""
+        return self._n_written + self._writing + len(self.queue)
 
     @property
     def buffered(self) -> int:
-        """Events held in memory, not yet flushed."""
-        return len(self._rows) + len(self._compact)
+        """Events held in memory, not yet written."""
+        return len(self.queue) + self._writing
 
     def flush(self) -> None:
+        """Write everything queued so far; wait until it is on disk."""
         with self._lock:
-            self._flush_locked()
+            self._flush_now = True
+            self._wake.notify()
+            while (self.queue or self._writing) and self._thread.is_alive():
+                self._room.wait(0.1)
+        self._raise_error()
 
-    def _flush_locked(self) -> None:
-        self._last_flush = time.monotonic()
-        tables = []
-        if self._rows:
-            columns = list(zip(*self._rows, strict=True))
-            self._rows = []
-            tables.append(
-                pa.table(
-                    {
-                        name: pa.array(values, type=self.schema.field(name).type)
-                        for name, values in zip(EVENT_COLUMNS, columns, strict=True)
-                    },
-                    schema=self.schema,
-                )
-            )
-        if self._compact:
-            tables.append(self._expand(self._compact))
-            self._compact = []
-        if not tables:
-            return
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        path = self._parts / f"part-{self._n_parts:06d}.parquet"
+    # -- the writer thread ------------------------------------------------
+    def _run(self) -> None:
+        queue, size = self.queue, self.flush_events
+        while True:
+            with self._lock:
+                timed_out = False
+                if not self._stop and not self._flush_now and len(queue) < size:
+                    timed_out = not self._wake.wait(self.flush_seconds)
+                # Full batches only, unless it is time (or asked) to write it all.
+                everything = self._stop or self._flush_now or timed_out
+                self._flush_now = False
+                stop = self._stop
+            while len(queue) >= size or (queue and everything):
+                n = min(len(queue), size)
+                self._writing = n
+                popleft = queue.popleft
+                batch = b"".join([popleft() for _ in range(n)])
+                try:
+                    self._write_part(batch)
+                except Exception as exc:
+                    self._failed(exc)
+                    return
+                with self._lock:
+                    self._n_written += n
+                    self._writing = 0
+                    self._next_kick = min(len(queue) + size, self.max_pending * size)
+                    self._room.notify_all()
+            if stop:
+                return
+
+    def _write_part(self, packed: bytes) -> None:
+        # Sites before the events that name them: a part on disk is readable.
+        new = self._sites[self._sites_written :]
+        if new:
+            self._sites_file.write("".join(site_line(site) for site in new))
+            self._sites_file.flush()
+            self._sites_written += len(new)
+        path = self._parts / part_name(self._n_parts)
         tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "wb") as fh:
+            fh.write(packed)
         os.replace(tmp, path)
         self._n_parts += 1
 
-    def _expand(self, rows: list[tuple[Any, ...]]) -> pa.Table:
-        """Compact rows to a table of EVENT_COLUMNS: sites expand by one take()."""
-        columns = dict(zip(COMPACT_FIELDS, zip(*rows, strict=True), strict=True))
-        site_ids = pa.array(columns.pop("site"), pa.int32())
-        site_columns = zip(*self._sites, strict=True)
-        arrays: dict[str, Any] = {
-            "rank": pa.array(np.full(len(rows), self.rank, dtype=np.int32)),
-        }
-        for name, values in zip(SITE_FIELDS, site_columns, strict=True):
-            arrays[name] = pa.array(values, type=self.schema.field(name).type).take(site_ids)
-        for name, values in columns.items():
-            arrays[name] = pa.array(values, type=self.schema.field(name).type)
-        elapsed = pc.subtract(arrays["t_end_ns"], arrays["t_issue_ns"])
-        arrays["duration_s"] = pc.divide(elapsed.cast(pa.float64()), 1e9)
-        return pa.table([arrays[name] for name in EVENT_COLUMNS], schema=self.schema)
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.error = exc
+            self._writing = 0
+            self.queue.clear()
+            self._room.notify_all()
+        if self.on_error is not None:
+            self.on_error(exc)
 
-    def close(self) -> Path:
-        """Flush, join the parts into the rank file and return its path."""
+    def _raise_error(self) -> None:
+        if self.error is not None and self.on_error is None:
+            raise self.error
+
+    # -- finishing ----------------------------------------------------------
+    def close(self, timeout: float | None = None) -> Path:
+        """Write what is left, turn the parts into the rank file and return its path.
+
+        ``timeout`` bounds the wait for the writer thread (a signal handler
+        must not hang); past it the parts already written are what is kept.
+        """
+        final = rank_file(self.run_dir, self.rank)
         with self._lock:
             if self.closed:
-                return rank_file(self.run_dir, self.rank)
-            self._flush_locked()
+                return final
             self.closed = True
-            final = rank_file(self.run_dir, self.rank)
-            tmp = final.with_name(f".{final.name}.tmp")
-            with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
-                for part in sorted(self._parts.glob("part-*.parquet")):
-                    out.write_table(pq.read_table(part, schema=self.schema))
-                if self._n_parts == 0:
-                    out.write_table(self.schema.empty_table())
-            os.replace(tmp, final)
-            shutil.rmtree(self._parts, ignore_errors=True)
-            return final
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"rank {self.rank}: events still being written")
+        self._sites_file.close()
+        self._raise_error()
+        sites = list(self._sites)
+        tmp = final.with_name(f".{final.name}.tmp")
+        with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
+            parts = sorted(self._parts.glob(PART_GLOB))
+            for part in parts:
+                out.write_table(expand(part.read_bytes(), sites, self.rank, self.schema))
+            if not parts:
+                out.write_table(self.schema.empty_table())
+        os.replace(tmp, final)
+        shutil.rmtree(self._parts, ignore_errors=True)
+        return final

@@ -1,18 +1,22 @@
 """What tracing costs: per intercepted call, and per training step.
 
-Two measurements in one invocation, arms interleaved so machine noise hits
-all of them alike:
+Three measurements in one invocation, arms interleaved so machine noise hits
+them alike:
 
-1. Added time per intercepted call: blocks of 2,000 ``all_reduce`` calls on a
-   4-element tensor in a one-rank gloo group, alternately untraced and traced;
-   the median of the per-call differences over the blocks.
-2. Step time of the same 2-rank DDP training, untraced, traced, and under
-   ``torch.profiler``, each arm a fresh pair of processes, repeated in turn;
+1. Added time per intercepted call: blocks of ``all_reduce`` calls on a
+   4-element tensor, untraced and traced in turn (ABBA order, so neither arm
+   always runs first); the median over blocks of the per-call difference.
+   On a one-rank gloo group (a real backend: each call crosses to gloo's
+   worker thread and back), and on torch's ``fake`` backend, whose calls
+   return at once, so what remains is the capture's own cost.
+2. The same for functional collectives (DTensor's path): issue plus wait.
+3. Step time of the same 2-rank DDP training, untraced, traced, and under
+   ``torch.profiler``, each arm a fresh pair of processes, in rotating order;
    the ratio of median step times to the untraced arm.
 
-Targets: ≤ 5 µs per call (median), traced/untraced ≤ 1.03.
+Targets: <= 5 us added per call (median), traced/untraced <= 1.03.
 
-    python benchmarks/capture_overhead.py [--rounds 3] [--steps 30]
+    python benchmarks/capture_overhead.py [--rounds 5] [--steps 30] [--blocks 41]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,61 +37,81 @@ import torch.distributed as dist
 import commlens
 from commlens.launch import free_port, launch_ranks
 
+Block = Callable[[], tuple[float, float]]
 
-def per_call_overhead(blocks: int, calls: int) -> tuple[float, float, float, float]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    t = torch.ones(4)
 
+def _timed(calls: int, one: Callable[[], Any]) -> Block:
     def block() -> tuple[float, float]:
-        # Wall time, and this thread's CPU time (robust to a busy machine).
+        # Wall time, and this thread's CPU time, per call.
         c0, t0 = time.thread_time(), time.perf_counter()
         for _ in range(calls):
-            dist.all_reduce(t)
+            one()
         return (time.perf_counter() - t0) / calls, (time.thread_time() - c0) / calls
 
-    return _alternate(block, blocks)
+    return block
 
 
-def functional_overhead(blocks: int, calls: int) -> tuple[float, float, float, float]:
-    """The same for functional collectives (DTensor's path): issue plus wait_tensor."""
+def _init(backend: str) -> None:
+    if backend == "fake":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+        return
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group(backend, rank=0, world_size=1)
+
+
+def per_call_overhead(backend: str, blocks: int, calls: int) -> dict[str, float]:
+    _init(backend)
+    t = torch.ones(4)
+    try:
+        return _alternate(_timed(calls, lambda: dist.all_reduce(t)), blocks)
+    finally:
+        dist.destroy_process_group()
+
+
+def functional_overhead(blocks: int, calls: int) -> dict[str, float]:
     import torch.distributed._functional_collectives as funcol
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    _init("gloo")
     t = torch.ones(4)
     group = dist.group.WORLD
-
-    def block() -> tuple[float, float]:
-        c0, t0 = time.thread_time(), time.perf_counter()
-        for _ in range(calls):
-            funcol.wait_tensor(funcol.all_reduce(t, "sum", group))
-        return (time.perf_counter() - t0) / calls, (time.thread_time() - c0) / calls
-
-    return _alternate(block, blocks)
+    try:
+        one = lambda: funcol.wait_tensor(funcol.all_reduce(t, "sum", group))  # noqa: E731
+        return _alternate(_timed(calls, one), blocks)
+    finally:
+        dist.destroy_process_group()
 
 
-def _alternate(block: Any, blocks: int) -> tuple[float, float, float, float]:
-    block()
-    plain, traced = [], []
-    with tempfile.TemporaryDirectory() as out:
-        for _ in range(blocks):
-            plain.append(block())
-            with commlens.capture(out, align_clocks=False):
-                traced.append(block())
-            for f in os.listdir(out):
-                p = os.path.join(out, f)
-                if os.path.isfile(p):
-                    os.remove(p)
-    dist.destroy_process_group()
-    diffs = [b[0] - a[0] for a, b in zip(plain, traced, strict=True)]
-    cpu = [b[1] - a[1] for a, b in zip(plain, traced, strict=True)]
-    return (
-        statistics.median(p[0] for p in plain),
-        statistics.median(p[0] for p in traced),
-        statistics.median(diffs),
-        statistics.median(cpu),
-    )
+def _alternate(block: Block, blocks: int) -> dict[str, float]:
+    for _ in range(3):
+        block()
+    plain: list[tuple[float, float]] = []
+    traced: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as out, commlens.capture(out, align_clocks=False):
+        from commlens.capture import api
+
+        rec = api.RECORDER
+        assert rec is not None
+        block()  # opens the rank's writer
+        for i in range(blocks):
+            # ABBA: the traced arm runs first in every other pair.
+            for arm in (plain, traced) if i % 2 == 0 else (traced, plain):
+                rec.disabled = arm is plain  # the wrapper's own fast exit
+                arm.append(block())
+            rec.disabled = False
+        events = rec.writer.n_events if rec.writer else 0
+    expected = (blocks + 1) * len(plain) // blocks
+    return {
+        "plain_us": statistics.median(p[0] for p in plain) * 1e6,
+        "traced_us": statistics.median(p[0] for p in traced) * 1e6,
+        "added_us": statistics.median(b[0] - a[0] for a, b in zip(plain, traced, strict=True))
+        * 1e6,
+        "added_cpu_us": statistics.median(b[1] - a[1] for a, b in zip(plain, traced, strict=True))
+        * 1e6,
+        "events": events,
+        "expected": expected,
+    }
 
 
 def rank_main(mode: str, steps: int, result: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from commlens import load_run
 from commlens.analysis import op_table, open_run, step_table
 from commlens.errors import RunFormatError
+from tests.analysis.synth import write_parts
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -74,14 +75,16 @@ def test_truncated_rank_file_is_skipped_with_a_warning(tiny: Path) -> None:
 def test_flushed_parts_of_an_unfinished_rank_are_read(tiny: Path) -> None:
     table = pq.read_table(tiny / "rank-00003.parquet")
     (tiny / "rank-00003.parquet").unlink()
-    parts = tiny / ".rank-00003.parts"
-    parts.mkdir()
-    pq.write_table(table, parts / "part-000000.parquet")
+    write_parts(tiny / ".rank-00003.parts", table)
     run = open_run(tiny)
     assert run.missing_ranks == []
     assert any("rank 3 did not finish" in w for w in run.warnings)
     n = run.row("SELECT count(*) FROM events WHERE rank = 3")
     assert n is not None and n[0] == table.num_rows
+    # Every column reads back as the finished file had it.
+    loaded = load_run(tiny, quiet=True).events
+    mine = loaded.filter(pa.compute.equal(loaded.column("rank"), 3)).sort_by("seq")
+    assert mine.to_pylist() == table.sort_by("seq").to_pylist()
 
 
 def test_foreign_parquet_is_a_one_line_error(tiny: Path) -> None:

@@ -76,6 +76,7 @@ def functional_overhead(blocks: int, calls: int) -> dict[str, float]:
     _init("gloo")
     t = torch.ones(4)
     group = dist.group.WORLD
+    assert group is not None
     try:
         one = lambda: funcol.wait_tensor(funcol.all_reduce(t, "sum", group))  # noqa: E731
         return _alternate(_timed(calls, one), blocks)
@@ -84,33 +85,32 @@ def functional_overhead(blocks: int, calls: int) -> dict[str, float]:
 
 
 def _alternate(block: Block, blocks: int) -> dict[str, float]:
+    """Untraced and traced blocks in one capture: untraced runs with the originals put back."""
+    from commlens.capture.patching import suspended
+
     for _ in range(3):
         block()
     plain: list[tuple[float, float]] = []
     traced: list[tuple[float, float]] = []
-    with tempfile.TemporaryDirectory() as out, commlens.capture(out, align_clocks=False):
-        from commlens.capture import api
-
-        rec = api.RECORDER
-        assert rec is not None
-        block()  # opens the rank's writer
-        for i in range(blocks):
-            # ABBA: the traced arm runs first in every other pair.
-            for arm in (plain, traced) if i % 2 == 0 else (traced, plain):
-                rec.disabled = arm is plain  # the wrapper's own fast exit
-                arm.append(block())
-            rec.disabled = False
-        events = rec.writer.n_events if rec.writer else 0
-    expected = (blocks + 1) * len(plain) // blocks
+    with tempfile.TemporaryDirectory() as out:
+        with commlens.capture(out, align_clocks=False) as cap:
+            block()  # opens the rank's writer
+            for i in range(blocks):
+                # ABBA: the traced arm runs first in every other pair.
+                for arm in (plain, traced) if i % 2 == 0 else (traced, plain):
+                    if arm is plain:
+                        with suspended():
+                            plain.append(block())
+                    else:
+                        traced.append(block())
+        events = cap.load().events.num_rows
+    diffs = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(plain, traced, strict=True)]
     return {
         "plain_us": statistics.median(p[0] for p in plain) * 1e6,
         "traced_us": statistics.median(p[0] for p in traced) * 1e6,
-        "added_us": statistics.median(b[0] - a[0] for a, b in zip(plain, traced, strict=True))
-        * 1e6,
-        "added_cpu_us": statistics.median(b[1] - a[1] for a, b in zip(plain, traced, strict=True))
-        * 1e6,
+        "added_us": statistics.median(d[0] for d in diffs) * 1e6,
+        "added_cpu_us": statistics.median(d[1] for d in diffs) * 1e6,
         "events": events,
-        "expected": expected,
     }
 
 
@@ -153,10 +153,11 @@ def rank_main(mode: str, steps: int, result: str) -> None:
 
 def step_ratios(rounds: int, steps: int) -> dict[str, list[float]]:
     arms: dict[str, list[float]] = {"untraced": [], "traced": [], "profiler": []}
+    order = list(arms)
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "median.json")
-        for _ in range(rounds):
-            for mode in arms:
+        for r in range(rounds):
+            for mode in order[r % 3 :] + order[: r % 3]:  # rotate who goes first
                 argv = [sys.executable, __file__, "--rank-main", mode, str(steps), result]
                 launch = launch_ranks(argv, 2)
                 if not launch.ok:
@@ -166,28 +167,31 @@ def step_ratios(rounds: int, steps: int) -> dict[str, list[float]]:
     return arms
 
 
+def _report_calls(label: str, r: dict[str, float], calls: int, blocks: int) -> None:
+    print(
+        f"{label}: untraced {r['plain_us']:.2f} us, traced {r['traced_us']:.2f} us, "
+        f"added {r['added_us']:.2f} us wall, {r['added_cpu_us']:.2f} us CPU "
+        f"(median of {blocks} block pairs of {calls} calls; {r['events']:,} events recorded)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--blocks", type=int, default=15)
+    parser.add_argument("--blocks", type=int, default=41)
     parser.add_argument("--rank-main", nargs=3, metavar=("MODE", "STEPS", "RESULT"))
     args = parser.parse_args()
     if args.rank_main:
         mode, steps, result = args.rank_main
         rank_main(mode, int(steps), result)
         return
-    plain, traced, diff, cpu = per_call_overhead(args.blocks, 2000)
-    print(
-        f"per call: untraced {plain * 1e6:.2f} us, traced {traced * 1e6:.2f} us, "
-        f"added {diff * 1e6:.2f} us wall, {cpu * 1e6:.2f} us CPU "
-        f"(median of {args.blocks} blocks; target <= 5 us)"
-    )
-    plain, traced, diff, cpu = functional_overhead(args.blocks, 1000)
-    print(
-        f"functional all_reduce + wait: untraced {plain * 1e6:.2f} us, traced "
-        f"{traced * 1e6:.2f} us, added {diff * 1e6:.2f} us wall, {cpu * 1e6:.2f} us CPU"
-    )
+    gloo = per_call_overhead("gloo", args.blocks, 400)
+    _report_calls("all_reduce, gloo, 1 rank", gloo, 400, args.blocks)
+    fake = per_call_overhead("fake", args.blocks, 2000)
+    _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
+    func = functional_overhead(args.blocks, 200)
+    _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
     arms = step_ratios(args.rounds, args.steps)
     base = statistics.median(arms["untraced"])
     for mode, values in arms.items():
@@ -197,7 +201,9 @@ def main() -> None:
             f"(rounds: {', '.join(f'{v * 1e3:.2f}' for v in values)} ms)"
         )
     print(
-        f"traced/untraced {statistics.median(arms['traced']) / base:.3f} (target <= 1.03); "
+        f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on the "
+        f"fake backend (target <= 5 us); traced/untraced "
+        f"{statistics.median(arms['traced']) / base:.3f} (target <= 1.03); "
         f"profiler/untraced {statistics.median(arms['profiler']) / base:.3f}"
     )
 

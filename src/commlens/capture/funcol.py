@@ -136,9 +136,10 @@ class _FuncolState:
     def issued(
         self, rec: Recorder, call: Call, t0: int, out: Any, frame: Any, state: ThreadState
     ) -> None:
-        if rec.writer is None and rec.ensure_open() is None:
+        hint = ("functional", state.hint[1])
+        head = rec.on_call(call, t0, t0, None, frame, hint, state.phase_hint, defer=True)
+        if head is None:
             return
-        head = rec.head(call, ("functional", state.hint[1]), frame, state.phase_hint)
         pending = Pending(head, rec.steps.step, t0)
         for tensor in out if isinstance(out, (list, tuple)) else [out]:
             self.pending[id(tensor)] = (tensor, pending)

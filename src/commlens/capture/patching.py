@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _saved: list[tuple[Any, str, Any, bool]] = []
@@ -14,13 +16,32 @@ def patch(target: Any, name: str, value: Any) -> None:
     setattr(target, name, value)
 
 
+def _put_back(target: Any, name: str, value: Any, had: bool) -> None:
+    if had or not isinstance(target, type):
+        setattr(target, name, value)
+    else:
+        delattr(target, name)
+
+
 def restore_all() -> None:
     while _saved:
-        target, name, value, had = _saved.pop()
-        if had or not isinstance(target, type):
+        _put_back(*_saved.pop())
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """Run the block with the originals in place, then patch again.
+
+    For measuring: the same process, untraced, without ending the capture.
+    """
+    current = [(target, name, getattr(target, name)) for target, name, _, _ in _saved]
+    for saved in reversed(_saved):
+        _put_back(*saved)
+    try:
+        yield
+    finally:
+        for target, name, value in current:
             setattr(target, name, value)
-        else:
-            delattr(target, name)
 
 
 def is_patched() -> bool:

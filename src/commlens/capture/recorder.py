@@ -209,38 +209,46 @@ class Recorder:
         hint: tuple[str, str],
         phase_hint: str,
         gpu_token: Any = None,
-    ) -> None:
-        """Record one call; ``hint`` is (api, role) from the capture path."""
+        *,
+        defer: bool = False,
+    ) -> tuple[Any, ...] | None:
+        """Record one call; ``hint`` is (api, role) from the capture path.
+
+        The hot path of the capture, kept in one frame. With ``defer`` the
+        event is not written: its head (the packed fields before the times)
+        is returned for the caller to finish once the op completes.
+        """
         writer = self.writer
         if writer is None:
             writer = self.ensure_open()
             if writer is None:
-                return
-        head = self.head(call, hint, frame, phase_hint)
-        if result is not None and isinstance(result, Work):
-            self._track(result, Pending(head, self.steps.step, t_issue))
-        elif gpu_token is not None:
-            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue)
-        else:
-            writer.append_packed(
-                _pack(*head, t_issue, t_return, t_return - t_issue, self.steps.step)
-            )
-
-    def head(
-        self, call: Call, hint: tuple[str, str], frame: FrameType | None, phase_hint: str
-    ) -> tuple[Any, ...]:
-        """The packed fields of an event before its times: site .. is_async."""
+                return None
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
-        phase, module = current_phase_and_module(self.steps, frame, phase_hint)
         # The group object itself keys the site; the registry keeps it alive.
-        key = (op, hint, group, dtype, phase, module)
+        key = (op, hint, group, dtype, *current_phase_and_module(self.steps, frame, phase_hint))
         site = self._sites.get(key)
         if site is None:
             site = self._new_site(key)
         seq = self.seq
         self.seq = seq + 1
-        return (site, seq, count, bytes_in, bytes_out, size,
-                NO_PEER if peer is None else peer, is_async)  # fmt: skip
+        if peer is None:
+            peer = NO_PEER
+        if result is None and gpu_token is None and not defer:  # a blocking CPU op
+            wait = t_return - t_issue
+            step = self.steps.step
+            writer.append_packed(_pack(site, seq, count, bytes_in, bytes_out, size, peer,
+                                       is_async, t_issue, t_return, wait, step))  # fmt: skip
+            return None
+        head = (site, seq, count, bytes_in, bytes_out, size, peer, is_async)
+        if defer:
+            return head
+        if isinstance(result, Work):
+            self._track(result, Pending(head, self.steps.step, t_issue))
+        elif gpu_token is not None:
+            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue)
+        else:
+            self._append(head, self.steps.step, t_issue, t_return, t_return - t_issue)
+        return None
 
     def _new_site(self, key: tuple[Any, ...]) -> int:
         op, (api, role_hint), group, dtype, phase, module = key

@@ -119,8 +119,12 @@ class FunctionalOp:
         except Exception as exc:
             rec.fail(exc)
             return self._packet(*args)
-        t0 = _time_ns()
-        out = self._packet(*args)
+        state.depth = 1  # the c10d call inside is this one, not another
+        try:
+            t0 = _time_ns()
+            out = self._packet(*args)
+        finally:
+            state.depth = 0
         try:
             self._state.issued(rec, call, t0, out, frame, state)
         except Exception as exc:

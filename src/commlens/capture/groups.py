@@ -50,6 +50,7 @@ class GroupRegistry:
     def __init__(self) -> None:
         self._cache: dict[int, tuple[Any, GroupInfo]] = {}
         self._roles: dict[int, tuple[Any, str]] = {}
+        self._suggested: dict[int, tuple[Any, str]] = {}  # the last resort (DDP's dp)
         self._meshes: list[weakref.ref[Any]] = []
         # Called whenever a group's name or role may read differently now.
         self.on_change: Callable[[], None] | None = None
@@ -68,6 +69,15 @@ class GroupRegistry:
         if group is None or group is dist.group.WORLD:
             group = dist.distributed_c10d._get_default_group()
         self._roles[id(group)] = (group, role)
+        self._cache.pop(id(group), None)
+        self._cache.pop(0, None)
+        self._changed()
+
+    def suggest_role(self, group: Any, role: str) -> None:
+        """A role to use when neither the caller nor the group's description names one."""
+        if group is None or group is dist.group.WORLD:
+            group = dist.distributed_c10d._get_default_group()
+        self._suggested[id(group)] = (group, role)
         self._cache.pop(id(group), None)
         self._cache.pop(0, None)
         self._changed()
@@ -99,7 +109,11 @@ class GroupRegistry:
         if explicit is not None and explicit[0] is group:
             return explicit[1]
         desc = str(getattr(group, "group_desc", "") or "")
-        return role_from_text(desc) or self._mesh_role(group)
+        role = role_from_text(desc) or self._mesh_role(group)
+        suggested = self._suggested.get(id(group))
+        if not role and suggested is not None and suggested[0] is group:
+            role = suggested[1]
+        return role
 
     def _mesh_role(self, group: Any) -> str:
         for ref in self._meshes:

@@ -1,47 +1,63 @@
-"""Attribute patches that can all be undone, newest first."""
+"""Changes to torch that can all be undone, newest first: attribute patches and
+dispatcher registrations."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_saved: list[tuple[Any, str, Any, bool]] = []
+
+class _Change:
+    """One reversible change: ``undo`` puts the original back, ``redo`` the change."""
+
+    def __init__(self, undo: Callable[[], None], redo: Callable[[], None]) -> None:
+        self.undo = undo
+        self.redo = redo
+
+
+_saved: list[_Change] = []
 
 
 def patch(target: Any, name: str, value: Any) -> None:
     """Set ``target.name = value``, remembering what was there."""
     had = name in getattr(target, "__dict__", {})
-    _saved.append((target, name, getattr(target, name, None), had))
+    original = getattr(target, name, None)
+
+    def undo() -> None:
+        if had or not isinstance(target, type):
+            setattr(target, name, original)
+        else:
+            delattr(target, name)
+
+    _saved.append(_Change(undo, lambda: setattr(target, name, value)))
     setattr(target, name, value)
 
 
-def _put_back(target: Any, name: str, value: Any, had: bool) -> None:
-    if had or not isinstance(target, type):
-        setattr(target, name, value)
-    else:
-        delattr(target, name)
+def change(do: Callable[[], None], undo: Callable[[], None]) -> None:
+    """Make a change other than an attribute patch (``do`` now), undone with the rest."""
+    do()
+    _saved.append(_Change(undo, do))
 
 
 def restore_all() -> None:
     while _saved:
-        _put_back(*_saved.pop())
+        _saved.pop().undo()
 
 
 @contextmanager
 def suspended() -> Iterator[None]:
-    """Run the block with the originals in place, then patch again.
+    """Run the block with the originals in place, then make the changes again.
 
     For measuring: the same process, untraced, without ending the capture.
     """
-    current = [(target, name, getattr(target, name)) for target, name, _, _ in _saved]
     for saved in reversed(_saved):
-        _put_back(*saved)
+        saved.undo()
     try:
         yield
     finally:
-        for target, name, value in current:
-            setattr(target, name, value)
+        for saved in _saved:
+            saved.redo()
 
 
 def is_patched() -> bool:

@@ -21,7 +21,7 @@ _COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("rank", pa.int32(), "global rank that issued the call"),
     ("seq", pa.int64(), "per-rank sequence number, from 0"),
     ("op", pa.string(), "canonical op name (see OPS)"),
-    ("api", pa.string(), "capture path that saw it: python, batch_p2p, ddp_hook, functional"),
+    ("api", pa.string(), "capture path that saw it: python, batch_p2p, functional, c10d"),
     ("pg_name", pa.string(), "process group name"),
     ("pg_ranks", pa.list_(pa.int32()), "global ranks of the process group"),
     ("group_size", pa.int32(), "size of the op's own process group"),

@@ -1,0 +1,82 @@
+"""All-reduces issued from C++, seen where every collective passes: the c10d dispatcher.
+
+DDP's reducer all-reduces its gradient buckets in C++, never through the
+Python API. A kernel for ``c10d::allreduce_`` on the autograd keys (which
+run before the backend's) records those calls and hands each on unchanged,
+so DDP keeps its own fused path (and its numbers) with or without a user
+comm hook. Calls that come from an intercepted Python call are passed
+straight through: they are recorded once, by the Python-API interception.
+"""
+
+from __future__ import annotations
+
+import time
+from sys import _getframe
+from typing import Any
+
+import torch
+
+from commlens.capture import api
+from commlens.capture.context import thread_state
+from commlens.capture.ops import Call
+from commlens.capture.patching import change
+
+_ProcessGroup = torch._C._distributed_c10d.ProcessGroup
+_Work = torch._C._distributed_c10d.Work
+_KEYS = ("AutogradCPU", "AutogradCUDA")
+HINT = ("c10d", "")  # api of these events; the role comes from the group
+
+
+def _kernel(op: Any) -> Any:
+    below = torch._C._after_autograd_keyset
+
+    def allreduce_(keyset: Any, *args: Any) -> Any:
+        rec = api.RECORDER
+        state = thread_state()
+        if rec is None or rec.disabled or state.depth:
+            return op.redispatch(keyset & below, *args)
+        try:
+            tensors = args[0]
+            nbytes = sum(t.nbytes for t in tensors)
+            count = sum(t.numel() for t in tensors)
+            group = _ProcessGroup.unbox(args[1])
+            call: Call = (
+                "all_reduce", group, count, tensors[0].dtype, nbytes, nbytes, nbytes, None, True,
+                tensors[0],
+            )  # fmt: skip
+            frame = _getframe(1)
+        except Exception as exc:
+            rec.fail(exc)
+            return op.redispatch(keyset & below, *args)
+        state.depth = 1
+        try:
+            t0 = time.time_ns()
+            out = op.redispatch(keyset & below, *args)
+            t1 = time.time_ns()
+        finally:
+            state.depth = 0
+        try:
+            rec.on_call(call, t0, t1, _Work.unbox(out[1]), frame, HINT, state.phase_hint)
+        except Exception as exc:
+            rec.fail(exc)
+        return out
+
+    return allreduce_
+
+
+def install() -> None:
+    """Register the kernel until :func:`commlens.capture.patching.restore_all`."""
+    holder: list[Any] = []
+
+    def do() -> None:
+        lib = torch.library.Library("c10d", "IMPL")  # an override, by design
+        kernel = _kernel(torch.ops.c10d.allreduce_.default)
+        for key in _KEYS:
+            lib.impl("allreduce_", kernel, key, with_keyset=True)
+        holder.append(lib)
+
+    def undo() -> None:
+        while holder:
+            holder.pop()._destroy()
+
+    change(do, undo)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 _NAMESPACES = (dist, c10d)
 _time_ns = time.time_ns
 Work = torch._C._distributed_c10d.Work
+_ExcludeKeys = torch._C._ExcludeDispatchKeyGuard
 
 # The recorder that wrappers report to; None when no capture is active.
 RECORDER: Recorder | None = None
@@ -63,7 +64,11 @@ def intercepted(name: str, orig: Callable[..., Any], extract: Extractor) -> Call
         state.depth = 1
         try:
             t0 = _time_ns()
-            result = orig(*args, **kwargs)
+            if rec.below_autograd is None:
+                result = orig(*args, **kwargs)
+            else:
+                with _ExcludeKeys(rec.below_autograd):
+                    result = orig(*args, **kwargs)
             t1 = _time_ns()
         finally:
             state.depth = 0

@@ -4,15 +4,20 @@ DDP's reducer all-reduces its gradient buckets in C++, never through the
 Python API. A kernel for ``c10d::allreduce_`` on the autograd keys (which
 run before the backend's) records those calls and hands each on unchanged,
 so DDP keeps its own fused path (and its numbers) with or without a user
-comm hook. Calls that come from an intercepted Python call are passed
-straight through: they are recorded once, by the Python-API interception.
+comm hook.
+
+A Python kernel on the dispatcher costs every all-reduce tens of
+microseconds, so it is registered only once a DDP module runs, and while it
+is, the intercepted Python calls run with the autograd keys excluded
+(:data:`Recorder.below_autograd`): they skip the kernel and are recorded once,
+by the Python-API interception.
 """
 
 from __future__ import annotations
 
 import time
 from sys import _getframe
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,9 +26,15 @@ from commlens.capture.context import thread_state
 from commlens.capture.ops import Call
 from commlens.capture.patching import change
 
+if TYPE_CHECKING:
+    from commlens.capture.recorder import Recorder
+
 _ProcessGroup = torch._C._distributed_c10d.ProcessGroup
 _Work = torch._C._distributed_c10d.Work
 _KEYS = ("AutogradCPU", "AutogradCUDA")
+_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCPU) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.AutogradCUDA
+)
 HINT = ("c10d", "")  # api of these events; the role comes from the group
 
 
@@ -64,8 +75,10 @@ def _kernel(op: Any) -> Any:
     return allreduce_
 
 
-def install() -> None:
-    """Register the kernel until :func:`commlens.capture.patching.restore_all`."""
+def install(rec: Recorder) -> None:
+    """Register the kernel (once) until :func:`commlens.capture.patching.restore_all`."""
+    if rec.below_autograd is not None:
+        return
     holder: list[Any] = []
 
     def do() -> None:
@@ -74,8 +87,10 @@ def install() -> None:
         for key in _KEYS:
             lib.impl("allreduce_", kernel, key, with_keyset=True)
         holder.append(lib)
+        rec.below_autograd = _KEYSET
 
     def undo() -> None:
+        rec.below_autograd = None
         while holder:
             holder.pop()._destroy()
 

@@ -1,11 +1,11 @@
 """DDP: its group is a data-parallel group.
 
 DDP's gradient buckets are all-reduced by its C++ reducer; they are recorded
-at the c10d dispatcher (:mod:`commlens.capture.cpp`), and DDP itself is left
-as it is: its fused bucket path, a user's comm hook (whose own calls the
-Python-API interception sees), its numbers. What DDP adds is a role: before
-each forward the module's process group is noted as dp, unless the caller or
-the group's description already named it.
+at the c10d dispatcher (:mod:`commlens.capture.cpp`, registered at the first
+DDP forward), and DDP itself is left as it is: its fused bucket path, a
+user's comm hook (whose own calls the Python-API interception sees), its
+numbers. DDP also gives a role: its process group is noted as dp, unless the
+caller or the group's description already named it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from commlens.capture import api
+from commlens.capture import api, cpp
 from commlens.capture.patching import patch
 
 
@@ -26,6 +26,7 @@ def install() -> None:
         if rec is not None and not self.__dict__.get("_commlens_seen"):
             self.__dict__["_commlens_seen"] = True
             try:
+                cpp.install(rec)
                 rec.groups.suggest_role(self.process_group, "dp")
             except Exception as exc:  # never break training
                 rec.fail(exc)

@@ -122,7 +122,11 @@ class FunctionalOp:
         state.depth = 1  # the c10d call inside is this one, not another
         try:
             t0 = _time_ns()
-            out = self._packet(*args)
+            if rec.below_autograd is None:
+                out = self._packet(*args)
+            else:
+                with torch._C._ExcludeDispatchKeyGuard(rec.below_autograd):
+                    out = self._packet(*args)
         finally:
             state.depth = 0
         try:

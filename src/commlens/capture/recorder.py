@@ -69,6 +69,9 @@ class Recorder:
         self.cuda = CudaTimer()
         # CUDA events only where CUDA tensors can exist: saves a check per call.
         self.gpu = torch.cuda.is_available()
+        # Autograd dispatch keys to exclude around intercepted calls while the
+        # C++-call kernel is registered (capture.cpp); None otherwise.
+        self.below_autograd: Any = None
         self.writer: EventWriter | None = None
         self.rank: int | None = None
         self.world_size: int | None = None

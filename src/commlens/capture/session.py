@@ -19,7 +19,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commlens.capture import api, cpp, ddp, funcol, mesh
+from commlens.capture import api, ddp, funcol, mesh
 from commlens.capture.clock import all_ready, clock_record, measure_offset
 from commlens.capture.patching import restore_all
 from commlens.capture.recorder import Recorder
@@ -69,7 +69,6 @@ class Capture:
         try:
             api.install(self._on_init, self._on_destroy)
             ddp.install()
-            cpp.install()
             mesh.install()
             self._funcol = funcol.install(self.recorder)
             self.recorder.steps.install()

@@ -23,9 +23,10 @@ _THREADS = {
     ("python", True): (1, "async ops"),
     ("batch_p2p", False): (2, "batched p2p"),
     ("batch_p2p", True): (2, "batched p2p"),
-    ("c10d", False): (3, "issued from C++ (DDP gradient buckets)"),
-    ("c10d", True): (3, "issued from C++ (DDP gradient buckets)"),
-    ("ddp_hook", False): (3, "DDP gradient buckets"),  # runs recorded by earlier versions
+    # Issued from C++: DDP's buckets (api ddp_hook in runs recorded by earlier versions).
+    ("c10d", False): (3, "DDP gradient buckets"),
+    ("c10d", True): (3, "DDP gradient buckets"),
+    ("ddp_hook", False): (3, "DDP gradient buckets"),
     ("ddp_hook", True): (3, "DDP gradient buckets"),
     ("functional", False): (4, "functional collectives"),
     ("functional", True): (4, "functional collectives"),

@@ -93,7 +93,7 @@ def _alternate(block: Block, blocks: int) -> dict[str, float]:
     plain: list[tuple[float, float]] = []
     traced: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as out:
-        with commlens.capture(out, align_clocks=False) as cap:
+        with commlens.capture(out, align_clocks=False):
             block()  # opens the rank's writer
             for i in range(blocks):
                 # ABBA: the traced arm runs first in every other pair.
@@ -103,7 +103,7 @@ def _alternate(block: Block, blocks: int) -> dict[str, float]:
                             plain.append(block())
                     else:
                         traced.append(block())
-        events = cap.load().events.num_rows
+        events = commlens.load_run(out, quiet=True).events.num_rows
     diffs = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(plain, traced, strict=True)]
     return {
         "plain_us": statistics.median(p[0] for p in plain) * 1e6,
@@ -186,8 +186,9 @@ def main() -> None:
         mode, steps, result = args.rank_main
         rank_main(mode, int(steps), result)
         return
-    gloo = per_call_overhead("gloo", args.blocks, 400)
-    _report_calls("all_reduce, gloo, 1 rank", gloo, 400, args.blocks)
+    # gloo's calls jitter by tens of microseconds: more pairs for a steady median.
+    gloo = per_call_overhead("gloo", 2 * args.blocks + 1, 400)
+    _report_calls("all_reduce, gloo, 1 rank", gloo, 400, 2 * args.blocks + 1)
     fake = per_call_overhead("fake", args.blocks, 2000)
     _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
     func = functional_overhead(args.blocks, 200)

@@ -8,6 +8,7 @@ while every collective keeps running with the caller's arguments.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import sys
@@ -76,7 +77,7 @@ class Recorder:
         self.rank: int | None = None
         self.world_size: int | None = None
         self.backend = ""
-        self.seq = 0
+        self._seq = itertools.count()  # next() is atomic: threads never share a seq
         self.disabled = False
         self.error = ""
         self.clock_info: dict[str, Any] = {}
@@ -91,7 +92,7 @@ class Recorder:
         """A forked child records on its own, under its own rank, once it has one."""
         self.writer = None
         self.rank = None
-        self.seq = 0
+        self._seq = itertools.count()
         self.pid = os.getpid()
         self._lock = threading.Lock()
         self._pending = {}
@@ -228,19 +229,21 @@ class Recorder:
                 return None
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
         # The group object itself keys the site; the registry keeps it alive.
-        key = (op, hint, group, dtype, *current_phase_and_module(self.steps, frame, phase_hint))
+        phase, module = current_phase_and_module(self.steps, frame, phase_hint)
+        key = (op, hint, group, dtype, phase, module)
         site = self._sites.get(key)
         if site is None:
             site = self._new_site(key)
-        seq = self.seq
-        self.seq = seq + 1
+        seq = next(self._seq)
         if peer is None:
             peer = NO_PEER
         if result is None and gpu_token is None and not defer:  # a blocking CPU op
-            wait = t_return - t_issue
-            step = self.steps.step
-            writer.append_packed(_pack(site, seq, count, bytes_in, bytes_out, size, peer,
-                                       is_async, t_issue, t_return, wait, step))  # fmt: skip
+            # EventWriter.append_packed, inlined: one deque append, lock-free.
+            queue = writer.queue
+            queue.append(_pack(site, seq, count, bytes_in, bytes_out, size, peer, is_async,
+                               t_issue, t_return, t_return - t_issue, self.steps.step))  # fmt: skip
+            if len(queue) >= writer.next_kick:
+                writer.kick()
             return None
         head = (site, seq, count, bytes_in, bytes_out, size, peer, is_async)
         if defer:

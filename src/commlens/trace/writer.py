@@ -79,7 +79,8 @@ class EventWriter:
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
         self.queue: deque[bytes] = deque()  # packed events, oldest first
-        self._next_kick = self.flush_events
+        # The queue length at which an appender must call kick().
+        self.next_kick = self.flush_events
         self._sites: list[tuple[Any, ...]] = []
         self._site_ids: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
@@ -116,7 +117,7 @@ class EventWriter:
         """Add one event packed by :data:`PACKED_EVENT` (``site`` from :meth:`site`)."""
         queue = self.queue
         queue.append(event)
-        if len(queue) >= self._next_kick:
+        if len(queue) >= self.next_kick:
             self.kick()
 
     def kick(self) -> None:
@@ -128,7 +129,7 @@ class EventWriter:
                 self._room.wait(0.1)
             if self.error is not None:
                 self.queue.clear()  # background writing ended: the events are dropped
-            self._next_kick = min(len(self.queue) + self.flush_events, limit)
+            self.next_kick = min(len(self.queue) + self.flush_events, limit)
 
     def append(self, row: tuple[Any, ...]) -> None:
         """Add one event given as a tuple in EVENT_COLUMNS order (``rank`` is this writer's)."""
@@ -197,7 +198,7 @@ class EventWriter:
                 with self._lock:
                     self._n_written += n
                     self._writing = 0
-                    self._next_kick = min(len(queue) + size, self.max_pending * size)
+                    self.next_kick = min(len(queue) + size, self.max_pending * size)
                     self._room.notify_all()
             if stop:
                 return

@@ -6,6 +6,7 @@ SIGKILLs rank 1 mid-run. Rank 0 prints a digest of the final parameters.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import signal
@@ -33,6 +34,11 @@ def train(rank: int, mode: str) -> str:
         opt.step()
         opt.zero_grad()
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    # Free DDP's reducer (it holds the process group) while the group is whole:
+    # torch's gloo group, torn down at interpreter exit instead, sometimes aborts.
+    del model, opt
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
     return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
 

@@ -77,8 +77,8 @@ def _kernel(op: Any) -> Any:
 
 def install(rec: Recorder) -> None:
     """Register the kernel (once) until :func:`commlens.capture.patching.restore_all`."""
-    if rec.below_autograd is not None:
-        return
+    if rec.below_autograd is not None or rec.disabled:
+        return  # registered already, or nothing to record
     holder: list[Any] = []
 
     def do() -> None:

@@ -134,3 +134,67 @@ def test_writer_memory_is_bounded_by_row_groups(tmp_path: Path) -> None:
     final = writer.close()
     meta = pq.ParquetFile(final).metadata
     assert meta.num_rows == 25_000 and meta.num_row_groups == 25
+
+
+def test_a_write_error_in_the_writer_thread_is_reported_once(tmp_path: Path) -> None:
+    """A disk error mid-run: on_error hears it once, appending never blocks, the rest is kept."""
+    errors: list[BaseException] = []
+    writer = EventWriter(tmp_path, 0, flush_events=10, flush_seconds=3600, on_error=errors.append)
+    row = _row()
+    for i in range(25):
+        writer.append((0, i, *row[2:]))
+    writer.flush()
+    assert writer.n_events == 25 and not errors
+    _block_next_parts(tmp_path / ".rank-00000.parts")
+    for i in range(25, 25 + 10 * (EventWriter.max_pending + 3)):  # past the back-pressure bound
+        writer.append((0, i, *row[2:]))
+    writer.flush()
+    assert len(errors) == 1 and isinstance(errors[0], OSError)
+    assert writer.buffered == 0  # what could not be written is dropped, not held
+    final = writer.close()  # what reached the disk is kept
+    assert pq.read_table(final).column("seq").to_pylist() == list(range(25))
+
+
+def test_recording_stops_once_when_parts_cannot_be_written(tmp_path: Path) -> None:
+    res = run_ranks(_parts_fail, 2, str(tmp_path))
+    for r in res:
+        assert r["result"] == r["expected"]  # the collectives still ran, with the caller's data
+        assert r["disabled"] and r["error"].startswith("IsADirectoryError")
+    run = commlens.load_run(tmp_path, quiet=True)
+    assert run.manifest["ranks"]["0"]["status"] == "recording-failed"
+    assert run.events.num_rows == 2 * 4  # the part written before the failure
+
+
+def _block_next_parts(parts: Path) -> None:
+    """Make every later part fail to open, as a full or failed disk would."""
+    done = len(list(parts.glob("part-*.bin")))
+    for i in range(done, done + 1000):
+        (parts / f"part-{i:06d}.tmp").mkdir()
+
+
+def _parts_fail(rank: int, world: int, out: str) -> dict[str, object]:
+    import torch
+    import torch.distributed as dist
+
+    from commlens.capture import api
+
+    with commlens.capture(out, flush_events=4, align_clocks=False):
+        dist.init_process_group("gloo")
+        t = torch.ones(3)
+        for _ in range(4):
+            dist.all_reduce(t)
+        rec = api.RECORDER
+        assert rec is not None and rec.writer is not None
+        rec.writer.flush()
+        _block_next_parts(Path(out) / f".rank-{rank:05d}.parts")
+        for _ in range(20):
+            dist.all_reduce(t)
+        rec.writer.flush()
+        state = {"disabled": rec.disabled, "error": rec.error, "result": t.tolist()}
+        dist.destroy_process_group()
+    return {**state, "expected": [float(world**24)] * 3}
+
+
+def _row() -> tuple[object, ...]:
+    return (0, 0, "all_reduce", "python", "0", [0, 1], 2, "", "float32", 1, 4, 4, 4, None,
+            False, 1, 2, 1, 1e-9, 0, "other", "")  # fmt: skip

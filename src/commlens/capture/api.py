@@ -56,7 +56,7 @@ def intercepted(name: str, orig: Callable[..., Any], extract: Extractor) -> Call
         try:
             call = extract(args, kwargs)
             frame = _getframe(1)
-            tensor = call[9]
+            tensor = call[9]  # ops.TENSOR, as a literal: no lookup per call
             gpu = rec.cuda.start() if rec.gpu and tensor is not None and tensor.is_cuda else None
         except Exception as exc:
             rec.fail(exc)

@@ -9,23 +9,16 @@ alignment must bring them back to the values given here.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from commlens.trace.manifest import FORMAT_NAME, rank_meta_path, write_json_atomic
-from commlens.trace.packed import (
-    COMPACT_FIELDS,
-    NO_PEER,
-    PACKED_EVENT,
-    SITE_FIELDS,
-    SITES_FILE,
-    part_name,
-    site_line,
-)
 from commlens.trace.schema import EVENT_COLUMNS
-from commlens.trace.writer import EventWriter
+from commlens.trace.writer import EventWriter, parts_dir
 
 T0_NS = 1_700_000_000_000_000_000
 
@@ -146,17 +139,16 @@ def write_run(
 
 
 def write_parts(part_dir: Path, table: pa.Table, *, per_part: int = 7) -> None:
-    """Leave ``table`` as a rank that died mid-run leaves its events: sites and raw parts."""
-    part_dir.mkdir(parents=True)
-    rows = table.to_pylist()
-    sites: dict[tuple[Any, ...], int] = {}
-    packed = []
-    for row in rows:
-        key = tuple(tuple(row[f]) if f == "pg_ranks" else row[f] for f in SITE_FIELDS)
-        site = sites.setdefault(key, len(sites))
-        values = [site] + [row[f] for f in COMPACT_FIELDS[1:]]
-        values[COMPACT_FIELDS.index("peer")] = NO_PEER if row["peer"] is None else row["peer"]
-        packed.append(PACKED_EVENT.pack(*values))
-    (part_dir / SITES_FILE).write_text("".join(site_line(site) for site in sites))
-    for i in range(0, len(packed), per_part):
-        (part_dir / part_name(i // per_part)).write_bytes(b"".join(packed[i : i + per_part]))
+    """Leave ``table`` as a rank that died mid-run leaves its events: the writer's parts.
+
+    The real writer writes them (into a scratch directory, ``per_part`` events
+    a part); they are copied before it could join them into a rank file.
+    """
+    rank = int(part_dir.name.removeprefix(".rank-").removesuffix(".parts"))
+    with tempfile.TemporaryDirectory() as scratch:
+        writer = EventWriter(Path(scratch), rank, flush_events=per_part, flush_seconds=3600)
+        for row in table.to_pylist():
+            writer.append(tuple(row[c] for c in EVENT_COLUMNS))
+        writer.flush()
+        shutil.copytree(parts_dir(Path(scratch), rank), part_dir)
+        writer.close()

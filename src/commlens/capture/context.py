@@ -137,6 +137,9 @@ class ModuleNames:
 MODULE_NAMES = ModuleNames()
 
 
+_OTHER = ("other", "")  # the phase and module of an op outside any model code
+
+
 def current_phase_and_module(
     steps: StepTracker, start: FrameType | None, phase_hint: str
 ) -> tuple[str, str]:
@@ -159,15 +162,12 @@ def current_phase_and_module(
     elif _graph_task_id() != -1:
         phase = "backward"
     elif inner is None:
-        return phase_other
+        return _OTHER
     else:
         phase = "forward"
     if inner is None or root is None:
         return phase, ""
     return phase, MODULE_NAMES.name(root, inner)
-
-
-phase_other = ("other", "")
 
 
 @contextmanager

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 _time_ns = time.time_ns
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return int(t.numel()) * int(t.element_size())
-
-
 _GROUPS: dict[Any, Any] = {}
 
 
@@ -45,38 +41,38 @@ def _group(name: Any) -> Any:
 
 
 def _single(op: str, t: torch.Tensor, group_name: Any, size: int, out: int) -> Call:
-    return (op, _group(group_name), t.numel(), t.dtype, _nbytes(t), out, size, None, True, t)
+    return (op, _group(group_name), t.numel(), t.dtype, t.nbytes, out, size, None, True, t)
 
 
 def _all_reduce(a: tuple[Any, ...]) -> Call:
-    n = _nbytes(a[0])
+    n = a[0].nbytes
     return _single("all_reduce", a[0], a[2], n, n)
 
 
 def _all_gather(a: tuple[Any, ...]) -> Call:
-    total = _nbytes(a[0]) * int(a[1])
+    total = a[0].nbytes * int(a[1])
     return _single("all_gather", a[0], a[2], total, total)
 
 
 def _reduce_scatter(a: tuple[Any, ...]) -> Call:
-    n = _nbytes(a[0])
+    n = a[0].nbytes
     return _single("reduce_scatter", a[0], a[3], n, n // max(1, int(a[2])))
 
 
 def _all_to_all(a: tuple[Any, ...]) -> Call:
-    n = _nbytes(a[0])
+    n = a[0].nbytes
     return _single("all_to_all", a[0], a[3], n, n)
 
 
 def _broadcast(a: tuple[Any, ...]) -> Call:
-    t, n = a[0], _nbytes(a[0])
+    t, n = a[0], a[0].nbytes
     return ("broadcast", _group(a[2]), t.numel(), t.dtype, n, n, n, int(a[1]), True, t)
 
 
 def _coalesced(op: str, group_at: int, size_at: int | None) -> Any:
     def extract(a: tuple[Any, ...]) -> Call:
         ts = list(a[0])
-        b_in = sum(_nbytes(t) for t in ts)
+        b_in = sum(t.nbytes for t in ts)
         n = b_in * int(a[size_at or 1]) if op == "all_gather" else b_in
         count = sum(t.numel() for t in ts)
         return (op, _group(a[group_at]), count, ts[0].dtype, b_in, n, n, None, True, ts[0])

@@ -66,18 +66,16 @@ class GroupRegistry:
         self._changed()
 
     def set_role(self, group: Any, role: str) -> None:
-        if group is None or group is dist.group.WORLD:
-            group = dist.distributed_c10d._get_default_group()
-        self._roles[id(group)] = (group, role)
-        self._cache.pop(id(group), None)
-        self._cache.pop(0, None)
-        self._changed()
+        self._store_role(self._roles, group, role)
 
     def suggest_role(self, group: Any, role: str) -> None:
         """A role to use when neither the caller nor the group's description names one."""
+        self._store_role(self._suggested, group, role)
+
+    def _store_role(self, store: dict[int, tuple[Any, str]], group: Any, role: str) -> None:
         if group is None or group is dist.group.WORLD:
             group = dist.distributed_c10d._get_default_group()
-        self._suggested[id(group)] = (group, role)
+        store[id(group)] = (group, role)
         self._cache.pop(id(group), None)
         self._cache.pop(0, None)
         self._changed()

@@ -109,13 +109,7 @@ def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, An
         tid, name = _thread(t["api"], t["is_async"])
         if (t["rank"], tid) not in seen:
             seen.add((t["rank"], tid))
-            yield {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": t["rank"],
-                "tid": tid,
-                "args": {"name": name},
-            }
+            yield _thread_name(t["rank"], tid, name)
     for s in steps.to_pylist():
         span = {
             "name": f"step {s['step']}",
@@ -133,13 +127,7 @@ def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, An
             event = _op_event(e, t0)
             tid, new_name = lanes.place(e["rank"], event["tid"], e["t_issue_ns"], e["t_end_ns"])
             if new_name:
-                yield {
-                    "name": "thread_name",
-                    "ph": "M",
-                    "pid": e["rank"],
-                    "tid": tid,
-                    "args": {"name": new_name},
-                }
+                yield _thread_name(e["rank"], tid, new_name)
             event["tid"] = tid
             yield event
 
@@ -189,3 +177,8 @@ def write_chrome_trace(run: RunView, out: IO[str]) -> int:
         n_ops += event.get("ph") == "X"
     out.write("\n]}\n")
     return n_ops
+
+
+def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+    """The metadata event that names a track."""
+    return {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}

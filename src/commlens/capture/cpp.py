@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import time
 from sys import _getframe
+from threading import get_ident as _get_ident
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from commlens.capture import api
+from commlens.capture.context import STATES as _STATES
 from commlens.capture.context import thread_state
 from commlens.capture.ops import Call
 from commlens.capture.patching import change
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 _ProcessGroup = torch._C._distributed_c10d.ProcessGroup
 _Work = torch._C._distributed_c10d.Work
+_time_ns = time.time_ns
 _KEYS = ("AutogradCPU", "AutogradCUDA")
 _KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCPU) | torch._C.DispatchKeySet(
     torch._C.DispatchKey.AutogradCUDA
@@ -40,34 +43,34 @@ HINT = ("c10d", "")  # api of these events; the role comes from the group
 
 def _kernel(op: Any) -> Any:
     below = torch._C._after_autograd_keyset
+    redispatch = op.redispatch
 
     def allreduce_(keyset: Any, *args: Any) -> Any:
+        # Called between DDP's backward computations, so it does the least
+        # it can before handing the call on; the call is read afterwards.
         rec = api.RECORDER
-        state = thread_state()
+        state = _STATES.get(_get_ident()) or thread_state()
         if rec is None or rec.disabled or state.depth:
-            return op.redispatch(keyset & below, *args)
-        try:
-            tensors = args[0]
-            nbytes = sum(t.nbytes for t in tensors)
-            count = sum(t.numel() for t in tensors)
-            group = _ProcessGroup.unbox(args[1])
-            call: Call = (
-                "all_reduce", group, count, tensors[0].dtype, nbytes, nbytes, nbytes, None, True,
-                tensors[0],
-            )  # fmt: skip
-            frame = _getframe(1)
-        except Exception as exc:
-            rec.fail(exc)
-            return op.redispatch(keyset & below, *args)
+            return redispatch(keyset & below, *args)
         state.depth = 1
         try:
-            t0 = time.time_ns()
-            out = op.redispatch(keyset & below, *args)
-            t1 = time.time_ns()
+            t0 = _time_ns()
+            out = redispatch(keyset & below, *args)
+            t1 = _time_ns()
         finally:
             state.depth = 0
         try:
-            rec.on_call(call, t0, t1, _Work.unbox(out[1]), frame, HINT, state.phase_hint)
+            tensors = args[0]
+            first = tensors[0]
+            if len(tensors) == 1:
+                nbytes, count = first.nbytes, first.numel()
+            else:
+                nbytes, count = sum(t.nbytes for t in tensors), sum(t.numel() for t in tensors)
+            call: Call = (
+                "all_reduce", _ProcessGroup.unbox(args[1]), count, first.dtype, nbytes, nbytes,
+                nbytes, None, True, first,
+            )  # fmt: skip
+            rec.on_call(call, t0, t1, _Work.unbox(out[1]), _getframe(1), HINT, state.phase_hint)
         except Exception as exc:
             rec.fail(exc)
         return out

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ Work = torch._C._distributed_c10d.Work
 _pack = PACKED_EVENT.pack
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """An async op issued but not yet complete (or still being waited on)."""
 
@@ -46,6 +47,7 @@ class Pending:
     wait_ns: int = 0
     waiting: bool = False
     done: bool = False
+    key: int = 0  # id() of its Work in Recorder._pending
 
 
 class Recorder:
@@ -85,6 +87,8 @@ class Recorder:
         self.t_start_ns = clock()
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[Any, Pending]] = {}
+        # (pending, t_end) of completed ops, stamped by the backend's thread.
+        self._done: deque[tuple[Pending, int]] = deque()
         self._sites: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._sites_changed
 
@@ -96,6 +100,7 @@ class Recorder:
         self.pid = os.getpid()
         self._lock = threading.Lock()
         self._pending = {}
+        self._done = deque()
         self._sites = {}
 
     # -- lifecycle ---------------------------------------------------------
@@ -138,6 +143,7 @@ class Recorder:
 
     def close(self) -> None:
         """Flush everything, finish the rank file and the manifest."""
+        self._collect()
         for work, pending in list(self._pending.values()):
             if work is not None and pending.t_end is None:
                 try:
@@ -227,6 +233,8 @@ class Recorder:
             writer = self.ensure_open()
             if writer is None:
                 return None
+        if self._done:
+            self._collect()
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
         # The group object itself keys the site; the registry keeps it alive.
         phase, module = current_phase_and_module(self.steps, frame, phase_hint)
@@ -276,27 +284,38 @@ class Recorder:
         self.writer.append_packed(_pack(*head, t0, t1, wait, step))
 
     def _track(self, work: Any, pending: Pending) -> None:
-        key = id(work)
-        with self._lock:
-            self._pending[key] = (work, pending)
+        """Time ``work`` to completion.
+
+        The completion callback runs on the backend's own thread (gloo's
+        worker, which the op's waiter and the backend's next op wait on), so
+        it does the least it can: it stamps the time and queues the op. The
+        event is written from the recording threads, by :meth:`_collect`.
+        """
+        pending.key = key = id(work)
+        self._pending[key] = (work, pending)  # one store: atomic, no lock needed
+        done, clock = self._done.append, self.clock
         try:
-            work.get_future().add_done_callback(lambda _f: self._completed(key))
+            work.get_future().add_done_callback(lambda _f: done((pending, clock())))
         except Exception:
             pass  # completion is then seen by wait() or at close
 
-    def _completed(self, key: int) -> None:
-        now = self.clock()
-        with self._lock:
-            entry = self._pending.get(key)
-            if entry is None:
-                return
-            pending = entry[1]
-            if pending.t_end is None:
-                pending.t_end = now
-            if pending.waiting:
-                return
-            del self._pending[key]
-        self._safe_emit(pending)
+    def _collect(self) -> None:
+        """Write the ops whose completion was stamped (and nobody waits on)."""
+        done = self._done
+        while done:
+            try:
+                pending, t_end = done.popleft()
+            except IndexError:
+                return  # another thread took the last one
+            with self._lock:
+                if pending.t_end is None:
+                    pending.t_end = t_end
+                if pending.waiting or pending.done:
+                    continue
+                entry = self._pending.get(pending.key)
+                if entry is not None and entry[1] is pending:
+                    del self._pending[pending.key]
+            self._safe_emit(pending)
 
     def before_wait(self, work: Any) -> Pending | None:
         if not self._pending:  # blocking ops wait internally: keep that path cheap
@@ -309,6 +328,7 @@ class Recorder:
             return entry[1]
 
     def after_wait(self, work: Any, pending: Pending, t0: int, t1: int) -> None:
+        self._collect()  # the op's own stamp, if its callback ran already
         with self._lock:
             pending.waiting = False
             pending.wait_ns += t1 - t0

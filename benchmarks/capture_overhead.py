@@ -9,17 +9,22 @@ them alike:
    On a one-rank gloo group (a real backend: each call crosses to gloo's
    worker thread and back), and on torch's ``fake`` backend, whose calls
    return at once, so what remains is the capture's own cost.
+   The same for an async ``all_reduce`` and its ``wait()`` on gloo: timed to
+   completion by a callback on gloo's worker thread.
 2. The same for functional collectives (DTensor's path): issue plus wait.
 3. Step time of a 2-rank DDP training, untraced, traced, and under
-   ``torch.profiler``: (a) paired, in one job: blocks of 10 steps in rotating
-   order, the untraced ones with the originals put back; the median of the
-   per-block ratios; (b) whole runs, each arm a fresh pair of processes, in
-   rotating order; the ratio of median step times. (a) resolves small
-   differences that (b) cannot on a noisy machine.
+   ``torch.profiler``: (a) paired, in one job: rounds of three blocks of 5
+   steps, one per arm in rotating order, the untraced ones with the originals
+   put back; the median of the per-round ratios of median step time (and of
+   the process's CPU time per step), with a 95% bootstrap interval; (b)
+   whole runs, each arm a fresh pair of processes, in rotating order; the
+   ratio of median step times. (a) resolves small differences that (b)
+   cannot on a noisy machine.
 
 Targets: <= 5 us added per call (median), traced/untraced <= 1.03.
 
     python benchmarks/capture_overhead.py [--rounds 5] [--steps 30] [--blocks 41]
+                                          [--paired-rounds 80]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -64,11 +70,17 @@ def _init(backend: str) -> None:
     dist.init_process_group(backend, rank=0, world_size=1)
 
 
-def per_call_overhead(backend: str, blocks: int, calls: int) -> dict[str, float]:
+def per_call_overhead(
+    backend: str, blocks: int, calls: int, async_op: bool = False
+) -> dict[str, float]:
     _init(backend)
     t = torch.ones(4)
+    if async_op:  # issue, then wait: the op is timed to completion by a callback
+        one: Callable[[], Any] = lambda: dist.all_reduce(t, async_op=True).wait()  # noqa: E731
+    else:
+        one = lambda: dist.all_reduce(t)  # noqa: E731
     try:
-        return _alternate(_timed(calls, lambda: dist.all_reduce(t)), blocks)
+        return _alternate(_timed(calls, one), blocks)
     finally:
         dist.destroy_process_group()
 
@@ -136,12 +148,18 @@ def _ddp_job() -> Callable[[], None]:
 
 
 def _median_step(step: Callable[[], None], steps: int) -> float:
+    return _block(step, steps)[0]
+
+
+def _block(step: Callable[[], None], steps: int) -> tuple[float, float]:
+    """Median wall time of ``steps`` steps, and the process's CPU time per step."""
     times = []
+    c0 = time.process_time()
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), (time.process_time() - c0) / steps
 
 
 def rank_main(mode: str, steps: int, result: str) -> None:
@@ -157,23 +175,23 @@ def rank_main(mode: str, steps: int, result: str) -> None:
 
     out: Any
     if mode == "paired":
-        arms: dict[str, list[float]] = {"untraced": [], "traced": [], "profiler": []}
+        arms: dict[str, list[tuple[float, float]]] = {"untraced": [], "traced": [], "profiler": []}
         order = list(arms)
         with tempfile.TemporaryDirectory() as tmp, commlens.capture(tmp):
             dist.init_process_group("gloo")
             step = _ddp_job()
-            _median_step(step, 5)  # warm-up (DDP's bucket rebuild), traced
-            for i in range(int(os.environ.get("PAIRED_BLOCKS", "15"))):
+            _median_step(step, 10)  # warm-up (DDP's bucket rebuild), traced
+            for i in range(int(os.environ.get("PAIRED_ROUNDS", "60"))):
                 for arm in order[i % 3 :] + order[: i % 3]:
                     if arm == "traced":
-                        arms[arm].append(_median_step(step, steps))
+                        arms[arm].append(_block(step, steps))
                         continue
                     with suspended():
                         if arm == "profiler":
                             with profile(activities=[ProfilerActivity.CPU]):
-                                arms[arm].append(_median_step(step, steps))
+                                arms[arm].append(_block(step, steps))
                         else:
-                            arms[arm].append(_median_step(step, steps))
+                            arms[arm].append(_block(step, steps))
             dist.barrier()
             dist.destroy_process_group()
         out = arms
@@ -211,13 +229,23 @@ def _launch(mode: str, steps: int, result: str, env: dict[str, str] | None = Non
         return json.load(fh)
 
 
-def paired_step_ratios(blocks: int, steps: int) -> dict[str, list[float]]:
-    """Per-block median step times of each arm, all in one pair of processes."""
+def paired_step_ratios(rounds: int, steps: int) -> dict[str, list[list[float]]]:
+    """Per-block (median step time, CPU time per step) of each arm, all in one pair of processes."""
     with tempfile.TemporaryDirectory() as tmp:
-        arms: dict[str, list[float]] = _launch(
-            "paired", steps, os.path.join(tmp, "r.json"), {"PAIRED_BLOCKS": str(blocks)}
+        arms: dict[str, list[list[float]]] = _launch(
+            "paired", steps, os.path.join(tmp, "r.json"), {"PAIRED_ROUNDS": str(rounds)}
         )
     return arms
+
+
+def median_ratio(
+    values: list[float], base: list[float], seed: int = 0
+) -> tuple[float, float, float]:
+    """Median of per-round ratios with a 95% bootstrap interval."""
+    ratios = [v / b for v, b in zip(values, base, strict=True)]
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios), meds[50], meds[1949]
 
 
 def step_ratios(rounds: int, steps: int) -> dict[str, list[float]]:
@@ -244,6 +272,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--blocks", type=int, default=41)
+    parser.add_argument("--paired-rounds", type=int, default=80)
     parser.add_argument("--rank-main", nargs=3, metavar=("MODE", "STEPS", "RESULT"))
     args = parser.parse_args()
     if args.rank_main:
@@ -253,21 +282,27 @@ def main() -> None:
     # gloo's calls jitter by tens of microseconds: more pairs for a steady median.
     gloo = per_call_overhead("gloo", 2 * args.blocks + 1, 400)
     _report_calls("all_reduce, gloo, 1 rank", gloo, 400, 2 * args.blocks + 1)
+    gloo_async = per_call_overhead("gloo", 2 * args.blocks + 1, 400, async_op=True)
+    _report_calls("async all_reduce + wait, gloo, 1 rank", gloo_async, 400, 2 * args.blocks + 1)
     fake = per_call_overhead("fake", args.blocks, 2000)
     _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
     func = functional_overhead(args.blocks, 200)
     _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
-    paired = paired_step_ratios(args.blocks // 2, 10)
-    ratio = {
-        arm: statistics.median(v / u for v, u in zip(paired[arm], paired["untraced"], strict=True))
-        for arm in ("traced", "profiler")
-    }
+    paired = paired_step_ratios(args.paired_rounds, 5)
+    wall = {a: [b[0] for b in v] for a, v in paired.items()}
+    cpu = {a: [b[1] for b in v] for a, v in paired.items()}
+    ratio = {arm: median_ratio(wall[arm], wall["untraced"]) for arm in ("traced", "profiler")}
+    cpu_ratio = {arm: median_ratio(cpu[arm], cpu["untraced"]) for arm in ("traced", "profiler")}
     print(
-        f"step, paired blocks in one job ({args.blocks // 2} x 10 steps each): untraced "
-        f"{statistics.median(paired['untraced']) * 1e3:.2f} ms; traced/untraced "
-        f"{ratio['traced']:.3f}, profiler/untraced {ratio['profiler']:.3f} "
-        "(median of per-block ratios)"
+        f"step, paired blocks in one job ({args.paired_rounds} rounds of 3 blocks of 5 steps): "
+        f"untraced {statistics.median(wall['untraced']) * 1e3:.2f} ms"
     )
+    for arm in ("traced", "profiler"):
+        w, c = ratio[arm], cpu_ratio[arm]
+        print(
+            f"  {arm}/untraced: step time {w[0]:.3f} (95% CI {w[1]:.3f}-{w[2]:.3f}), "
+            f"process CPU time {c[0]:.3f} (95% CI {c[1]:.3f}-{c[2]:.3f})"
+        )
     arms = step_ratios(args.rounds, args.steps)
     base = statistics.median(arms["untraced"])
     for mode, values in arms.items():
@@ -278,9 +313,9 @@ def main() -> None:
         )
     print(
         f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on the "
-        f"fake backend (target <= 5 us); step traced/untraced {ratio['traced']:.3f} paired, "
+        f"fake backend (target <= 5 us); step traced/untraced {ratio['traced'][0]:.3f} paired, "
         f"{statistics.median(arms['traced']) / base:.3f} whole runs (target <= 1.03); "
-        f"profiler/untraced {ratio['profiler']:.3f} paired, "
+        f"profiler/untraced {ratio['profiler'][0]:.3f} paired, "
         f"{statistics.median(arms['profiler']) / base:.3f} whole runs"
     )
 

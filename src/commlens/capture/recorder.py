@@ -27,6 +27,7 @@ import torch.distributed as dist
 from commlens.capture.context import StepTracker, current_phase_and_module
 from commlens.capture.groups import GroupRegistry
 from commlens.capture.ops import Call, dtype_name
+from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
 from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path, write_json_atomic
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
@@ -288,14 +289,20 @@ class Recorder:
 
         The completion callback runs on the backend's own thread (gloo's
         worker, which the op's waiter and the backend's next op wait on), so
-        it does the least it can: it stamps the time and queues the op. The
-        event is written from the recording threads, by :meth:`_collect`.
+        it does the least it can: it stamps the time and queues the op, on a
+        thread state it keeps (:mod:`commlens.capture.threads`). The event is
+        written from the recording threads, by :meth:`_collect`.
         """
         pending.key = key = id(work)
         self._pending[key] = (work, pending)  # one store: atomic, no lock needed
         done, clock = self._done.append, self.clock
+
+        def completed(_future: Any) -> None:
+            done((pending, clock()))
+            keep_thread_state()
+
         try:
-            work.get_future().add_done_callback(lambda _f: done((pending, clock())))
+            work.get_future().add_done_callback(completed)
         except Exception:
             pass  # completion is then seen by wait() or at close
 

@@ -52,6 +52,11 @@ def _kernel(op: Any) -> Any:
         state = _STATES.get(_get_ident()) or thread_state()
         if rec is None or rec.disabled or state.depth:
             return redispatch(keyset & below, *args)
+        try:
+            gpu = rec.cuda.start() if rec.gpu and args[0][0].is_cuda else None
+        except Exception as exc:
+            rec.fail(exc)
+            return redispatch(keyset & below, *args)
         state.depth = 1
         try:
             t0 = _time_ns()
@@ -70,7 +75,8 @@ def _kernel(op: Any) -> Any:
                 "all_reduce", _ProcessGroup.unbox(args[1]), count, first.dtype, nbytes, nbytes,
                 nbytes, None, True, first,
             )  # fmt: skip
-            rec.on_call(call, t0, t1, _Work.unbox(out[1]), _getframe(1), HINT, state.phase_hint)
+            work = _Work.unbox(out[1])
+            rec.on_call(call, t0, t1, work, _getframe(1), HINT, state.phase_hint, gpu)
         except Exception as exc:
             rec.fail(exc)
         return out

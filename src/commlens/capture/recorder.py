@@ -257,10 +257,11 @@ class Recorder:
         head = (site, seq, count, bytes_in, bytes_out, size, peer, is_async)
         if defer:
             return head
-        if isinstance(result, Work):
+        if gpu_token is not None:  # CUDA events time it on the device
+            work = result if isinstance(result, Work) else None
+            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue, work)
+        elif isinstance(result, Work):
             self._track(result, Pending(head, self.steps.step, t_issue))
-        elif gpu_token is not None:
-            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue)
         else:
             self._append(head, self.steps.step, t_issue, t_return, t_return - t_issue)
         return None

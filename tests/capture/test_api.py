@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,32 @@ def test_async_op_timed_to_completion(tmp_path: Path) -> None:
         assert is_async and issue < end
         assert 0 <= wait <= end - issue
         assert duration == pytest.approx((end - issue) / 1e9)
+
+
+def _late_wait(rank: int, world: int, out: str) -> None:
+    with commlens.capture(out):
+        dist.init_process_group("gloo")
+        waited = dist.all_reduce(torch.ones(16), async_op=True)
+        unwaited = dist.all_reduce(torch.ones(16), async_op=True)
+        time.sleep(0.5)  # both complete long before anyone looks
+        waited.wait()
+        dist.barrier()  # the un-waited one is written from here on
+        unwaited.get_future().wait()
+        dist.destroy_process_group()
+
+
+def test_async_op_ends_when_it_completes_not_when_waited(tmp_path: Path) -> None:
+    """Completion is stamped by the op's own callback: a late wait() does not stretch it."""
+    run_ranks(_late_wait, 2, str(tmp_path))
+    rows = (
+        commlens.load_run(tmp_path)
+        .duckdb()
+        .execute(
+            "select rank, seq, t_end_ns - t_issue_ns, t_wait_ns from events "
+            "where op = 'all_reduce' order by rank, seq"
+        )
+        .fetchall()
+    )
+    assert len(rows) == 4  # two per rank, the un-waited one too
+    for _, _, took, wait in rows:
+        assert 0 < took < 0.25e9 and wait < 0.25e9

@@ -13,13 +13,14 @@ import pytest
 
 import commlens
 from commlens.errors import RunFormatError
-from commlens.launch import free_port
+from commlens.launch import free_port, launch_ranks
 from commlens.trace.schema import EVENT_COLUMNS
 from commlens.trace.writer import EventWriter
 from tests.capture.test_api import _all_ops
 from tests.distributed import run_ranks
 
 PROG = Path(__file__).with_name("faultprog.py")
+EXIT_PROG = Path(__file__).with_name("exitprog.py")
 
 
 def _job(out: Path, mode: str) -> subprocess.CompletedProcess[str]:
@@ -198,3 +199,15 @@ def _parts_fail(rank: int, world: int, out: str) -> dict[str, object]:
 def _row() -> tuple[object, ...]:
     return (0, 0, "all_reduce", "python", "0", [0, 1], 2, "", "float32", 1, 4, 4, 4, None,
             False, 1, 2, 1, 1e-9, 0, "other", "")  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["with", "started"])
+def test_leaving_with_async_ops_in_flight_exits_cleanly(tmp_path: Path, how: str) -> None:
+    """Completion callbacks never fire into a dying interpreter (that aborts the process)."""
+    for attempt in range(3):  # the abort it guards against came on every run
+        out = tmp_path / f"{how}-{attempt}"
+        launch = launch_ranks([sys.executable, str(EXIT_PROG), str(out), how], 2)
+        assert launch.ok, launch.exit_codes
+        run = commlens.load_run(out)
+        counts = run.duckdb().execute("select rank, count(*) from events group by rank").fetchall()
+        assert sorted(counts) == [(0, 50), (1, 50)]

@@ -90,6 +90,9 @@ class Recorder:
         self._pending: dict[int, tuple[Any, Pending]] = {}
         # (pending, t_end) of completed ops, stamped by the backend's thread.
         self._done: deque[tuple[Pending, int]] = deque()
+        # Tokens of completion callbacks registered and not yet run.
+        self._armed: set[int] = set()
+        self._tokens = itertools.count()
         self._sites: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._sites_changed
 
@@ -102,6 +105,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._pending = {}
         self._done = deque()
+        self._armed = set()
         self._sites = {}
 
     # -- lifecycle ---------------------------------------------------------
@@ -144,6 +148,7 @@ class Recorder:
 
     def close(self) -> None:
         """Flush everything, finish the rank file and the manifest."""
+        self._settle()
         self._collect()
         for work, pending in list(self._pending.values()):
             if work is not None and pending.t_end is None:
@@ -296,16 +301,30 @@ class Recorder:
         """
         pending.key = key = id(work)
         self._pending[key] = (work, pending)  # one store: atomic, no lock needed
-        done, clock = self._done.append, self.clock
+        done, clock, armed = self._done.append, self.clock, self._armed
+        token = next(self._tokens)
 
         def completed(_future: Any) -> None:
             done((pending, clock()))
             keep_thread_state()
+            armed.discard(token)
 
+        armed.add(token)
         try:
             work.get_future().add_done_callback(completed)
         except Exception:
-            pass  # completion is then seen by wait() or at close
+            armed.discard(token)  # completion is then seen by wait() or at close
+
+    def _settle(self, timeout: float = 5.0) -> None:
+        """Give ops still in flight (at most ``timeout`` seconds) to complete.
+
+        Their completion callbacks must run while the interpreter is whole:
+        one that fires on the backend's thread during interpreter shutdown
+        aborts the process, which untraced would have exited normally.
+        """
+        deadline = time.monotonic() + timeout
+        while self._armed and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def _collect(self) -> None:
         """Write the ops whose completion was stamped (and nobody waits on)."""

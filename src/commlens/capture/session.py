@@ -78,6 +78,7 @@ class Capture:
             raise
         api.RECORDER = self.recorder
         self.active = True
+        atexit.register(self.stop)  # a capture started and never stopped still finishes
         self._install_sigterm()
         if dist.is_available() and dist.is_initialized():
             self._on_init()
@@ -87,6 +88,7 @@ class Capture:
         global _ACTIVE
         if not self.active:
             return
+        atexit.unregister(self.stop)
         if not self._ended and dist.is_available() and dist.is_initialized():
             self._on_destroy()
         self._detach()
@@ -216,6 +218,4 @@ def start_from_env() -> Capture | None:
     out = os.environ.get("COMMLENS_TRACE_DIR")
     if not out or _ACTIVE is not None:
         return None
-    cap = Capture(out).start()
-    atexit.register(cap.stop)
-    return cap
+    return Capture(out).start()

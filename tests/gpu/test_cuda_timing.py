@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@contextmanager
+def _traced_nccl_world_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A one-rank NCCL group, traced into ``tmp_path``."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with commlens.capture(tmp_path):
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        yield
+        dist.destroy_process_group()
+
+
 def test_nccl_ops_timed_with_cuda_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     syncs = {"n": 0}
     real_sync = torch.cuda.synchronize
@@ -26,14 +39,10 @@ def test_nccl_ops_timed_with_cuda_events(tmp_path: Path, monkeypatch: pytest.Mon
         real_sync(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(torch.cuda, "synchronize", counting_sync)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    with commlens.capture(tmp_path):
-        dist.init_process_group("nccl", rank=0, world_size=1)
+    with _traced_nccl_world_of_one(tmp_path, monkeypatch):
         x = torch.ones(16 * 1024 * 1024, device="cuda")
         for _ in range(20):
             dist.all_reduce(x)
-        dist.destroy_process_group()
     assert syncs["n"] == 0
     run = commlens.load_run(tmp_path)
     rows = (
@@ -53,10 +62,7 @@ def test_async_and_ddp_nccl_ops_timed_on_the_device(
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    with commlens.capture(tmp_path):
-        dist.init_process_group("nccl", rank=0, world_size=1)
+    with _traced_nccl_world_of_one(tmp_path, monkeypatch):
         x = torch.ones(16 * 1024 * 1024, device="cuda")
         for _ in range(10):
             dist.all_reduce(x, async_op=True).wait()
@@ -64,7 +70,6 @@ def test_async_and_ddp_nccl_ops_timed_on_the_device(
         for _ in range(3):
             model(torch.randn(64, 1024, device="cuda")).sum().backward()
         torch.cuda.synchronize()
-        dist.destroy_process_group()
     run = commlens.load_run(tmp_path)
     rows = (
         run.duckdb()

@@ -90,9 +90,8 @@ class Recorder:
         self._pending: dict[int, tuple[Any, Pending]] = {}
         # (pending, t_end) of completed ops, stamped by the backend's thread.
         self._done: deque[tuple[Pending, int]] = deque()
-        # Tokens of completion callbacks registered and not yet run.
+        # id() of the pending op of each completion callback not yet run.
         self._armed: set[int] = set()
-        self._tokens = itertools.count()
         self._sites: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._sites_changed
 
@@ -302,7 +301,7 @@ class Recorder:
         pending.key = key = id(work)
         self._pending[key] = (work, pending)  # one store: atomic, no lock needed
         done, clock, armed = self._done.append, self.clock, self._armed
-        token = next(self._tokens)
+        token = id(pending)  # the callback holds pending: no other takes its id meanwhile
 
         def completed(_future: Any) -> None:
             done((pending, clock()))

@@ -167,7 +167,7 @@ def _late_wait(rank: int, world: int, out: str) -> None:
         unwaited = dist.all_reduce(torch.ones(16), async_op=True)
         time.sleep(0.5)  # both complete long before anyone looks
         waited.wait()
-        dist.barrier()  # the un-waited one is written from here on
+        dist.barrier()
         unwaited.get_future().wait()
         dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,39 @@ def test_ddp_user_hook_keeps_running_and_is_captured_at_half_size(tmp_path: Path
     for rank, _step, nbytes, dtype in rows:
         assert dtype == "float16"
         assert nbytes == res[rank]["grad_bytes"] // 2
+
+
+def _direct_group_call(rank: int, world: int, out: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with commlens.capture(out):
+        dist.init_process_group("gloo")
+        DDP(_mlp())(torch.randn(4, 64)).sum().backward()  # a DDP module: the c10d kernel is in
+        group = dist.group.WORLD
+        assert group is not None
+        if rank == 1:
+            time.sleep(0.3)  # rank 0 waits for it
+        work = group.allreduce([torch.ones(10), torch.ones(10)])  # C++ API, two tensors
+        commlens.step()  # the op belongs to step 0, where it was issued
+        work.wait()
+        dist.destroy_process_group()
+
+
+def test_process_group_call_read_later_keeps_its_sizes_step_and_wait(tmp_path: Path) -> None:
+    run_ranks(_direct_group_call, 2, str(tmp_path))
+    rows = (
+        commlens.load_run(tmp_path)
+        .duckdb()
+        .execute(
+            "select rank, count, bytes_in, size_bytes, step, t_wait_ns, t_end_ns - t_issue_ns "
+            "from events where op = 'all_reduce' and count = 20 order by rank"
+        )
+        .fetchall()
+    )
+    assert [r[:5] for r in rows] == [(rank, 20, 80, 80, 0) for rank in (0, 1)]
+    (_, *_, wait0, took0), (_, *_, wait1, took1) = rows
+    assert wait0 > 0.2e9 and took0 > 0.2e9  # rank 0 waited for rank 1's late call
+    assert wait1 < 0.2e9 and 0 < took1 < 0.2e9
 
 
 def _ddp_result(rank: int, world: int, out: str | None) -> list[float]:

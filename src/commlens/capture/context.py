@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import get_ident
 from types import FrameType
@@ -66,6 +66,7 @@ class StepTracker:
         self.steps: list[dict[str, int]] = []
         self._t_start = clock()
         self._handles: list[Any] = []
+        self.on_advance: Callable[[], None] | None = None  # run at each step boundary
 
     def install(self) -> None:
         from torch.optim.optimizer import (
@@ -107,6 +108,8 @@ class StepTracker:
             self.steps.append({"step": self.step, "t_start_ns": self._t_start, "t_end_ns": now})
         self._t_start = now
         self.step += 1
+        if self.on_advance is not None:
+            self.on_advance()
 
 
 class ModuleNames:

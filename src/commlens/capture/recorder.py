@@ -35,15 +35,20 @@ from commlens.trace.writer import EventWriter
 
 Work = torch._C._distributed_c10d.Work
 _pack = PACKED_EVENT.pack
+# Completed ops are written in batches of this many (and at each step, wait
+# and close): the code that writes them then runs warm, once per batch.
+COLLECT_AT = 64
 
 
 @dataclass(slots=True)
 class Pending:
     """An async op issued but not yet complete (or still being waited on)."""
 
-    head: tuple[Any, ...]  # site .. is_async: the packed fields before the times
+    head: tuple[Any, ...] | None  # site .. is_async: the packed fields before the times
     step: int
     t_issue: int
+    # Or, for an op read later (Recorder.on_deferred): (make_call, hint, phase, module, seq).
+    later: tuple[Any, ...] | None = None
     t_end: int | None = None
     wait_ns: int = 0
     waiting: bool = False
@@ -94,6 +99,7 @@ class Recorder:
         self._armed: set[int] = set()
         self._sites: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._sites_changed
+        self.steps.on_advance = self._collect
 
     def forked(self) -> None:
         """A forked child records on its own, under its own rank, once it has one."""
@@ -238,7 +244,7 @@ class Recorder:
             writer = self.ensure_open()
             if writer is None:
                 return None
-        if self._done:
+        if len(self._done) >= COLLECT_AT:
             self._collect()
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
         # The group object itself keys the site; the registry keeps it alive.
@@ -269,6 +275,42 @@ class Recorder:
         else:
             self._append(head, self.steps.step, t_issue, t_return, t_return - t_issue)
         return None
+
+    def on_deferred(
+        self,
+        make_call: Callable[[], Call],
+        t_issue: int,
+        work: Any,
+        frame: FrameType | None,
+        hint: tuple[str, str],
+        phase_hint: str,
+    ) -> None:
+        """Record an async op whose arguments are read only when it is written.
+
+        For ops issued between a backward pass's computations (DDP's
+        buckets): there the recorder's code runs with cold caches, so it does
+        only what cannot wait (where the op was issued, its sequence number,
+        its completion callback) and reads the arguments (``make_call``, which
+        may hold them until then) with the completed ops of a batch.
+        """
+        if self.writer is None and self.ensure_open() is None:
+            return
+        phase, module = current_phase_and_module(self.steps, frame, phase_hint)
+        later = (make_call, hint, phase, module, next(self._seq))
+        self._track(work, Pending(None, self.steps.step, t_issue, later=later))
+        if len(self._done) >= COLLECT_AT:
+            self._collect()
+
+    def _head(self, later: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The packed fields before the times of an op recorded by :meth:`on_deferred`."""
+        make_call, hint, phase, module, seq = later
+        op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = make_call()
+        key = (op, hint, group, dtype, phase, module)
+        site = self._sites.get(key)
+        if site is None:
+            site = self._new_site(key)
+        return (site, seq, count, bytes_in, bytes_out, size, NO_PEER if peer is None else peer,
+                is_async)  # fmt: skip
 
     def _new_site(self, key: tuple[Any, ...]) -> int:
         op, (api, role_hint), group, dtype, phase, module = key
@@ -373,5 +415,10 @@ class Recorder:
         if pending.done or self.writer is None or (self.disabled and not force):
             return
         pending.done = True
+        head = pending.head
+        if head is None:
+            assert pending.later is not None
+            head = self._head(pending.later)
+            pending.later = None  # lets go of the op's arguments
         t_end = pending.t_end if pending.t_end is not None else pending.t_issue
-        self._append(pending.head, pending.step, pending.t_issue, t_end, pending.wait_ns)
+        self._append(head, pending.step, pending.t_issue, t_end, pending.wait_ns)

@@ -12,19 +12,23 @@ them alike:
    The same for an async ``all_reduce`` and its ``wait()`` on gloo: timed to
    completion by a callback on gloo's worker thread.
 2. The same for functional collectives (DTensor's path): issue plus wait.
-3. Step time of a 2-rank DDP training, untraced, traced, and under
-   ``torch.profiler``: (a) paired, in one job: rounds of three blocks of 5
-   steps, one per arm in rotating order, the untraced ones with the originals
-   put back; the median of the per-round ratios of median step time (and of
-   the process's CPU time per step), with a 95% bootstrap interval; (b)
-   whole runs, each arm a fresh pair of processes, in rotating order; the
-   ratio of median step times. (a) resolves small differences that (b)
-   cannot on a noisy machine.
+3. Step time of 2-rank DDP training, untraced, traced, and under
+   ``torch.profiler``, for two jobs: the bundled GPT (``gpt-19m`` as
+   ``commlens run --model gpt-19m --scheme dp`` trains it: 128 tokens x 2
+   sequences per rank, 25 MB buckets), and a small-bucket stress job (6 x
+   Linear(512, 512) on 64 rows: two buckets in a ~25 ms step, so the fixed
+   cost per bucket weighs the most). (a) Paired, in one job: rounds of three
+   blocks of steps, one per arm in rotating order, the untraced ones with the
+   originals put back; the median of the per-round ratios of median step
+   time (and of the process's CPU time per step), with a 95% bootstrap
+   interval; (b) for the stress job, whole runs too, each arm a fresh pair of
+   processes, in rotating order; the ratio of median step times. (a)
+   resolves small differences that (b) cannot on a noisy machine.
 
 Targets: <= 5 us added per call (median), traced/untraced <= 1.03.
 
     python benchmarks/capture_overhead.py [--rounds 5] [--steps 30] [--blocks 41]
-                                          [--paired-rounds 80]
+                                          [--paired-rounds 80] [--gpt-rounds 30]
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -129,22 +134,52 @@ def _alternate(block: Block, blocks: int) -> dict[str, float]:
     }
 
 
-def _ddp_job() -> Callable[[], None]:
-    """One training step of a small DDP job (6 x Linear(512, 512), AdamW)."""
+def _ddp_job(job: str) -> Callable[[], None]:
+    """One training step of a 2-rank DDP job: ``gpt`` or ``mlp`` (see the module doc)."""
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model = DDP(nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]))
+    if job == "gpt":
+        from commlens.spec.models import get_preset
+        from commlens.workloads.data import global_batch
+        from commlens.workloads.init import init_parameters
+        from commlens.workloads.models import build_model
+        from commlens.workloads.tp import TPContext
+
+        cfg = get_preset("gpt-19m")
+        gpt = build_model(cfg)
+        init_parameters(gpt, cfg, TPContext(), seed=0)
+        batch = global_batch(cfg, 128, 2, step=0, seed=dist.get_rank())
+        model = DDP(gpt, bucket_cap_mb=25)
+        loss: Callable[[], torch.Tensor] = lambda: model(batch)  # noqa: E731
+    else:
+        model = DDP(nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]))
+        x = torch.randn(64, 512)
+        loss = lambda: model(x).square().mean()  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(64, 512)
 
     def step() -> None:
-        model(x).square().mean().backward()
+        loss().backward()
         opt.step()
         opt.zero_grad()
 
     return step
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's native library logs every start and stop)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _median_step(step: Callable[[], None], steps: int) -> float:
@@ -167,20 +202,22 @@ def rank_main(mode: str, steps: int, result: str) -> None:
 
     ``paired``: one process, blocks of ``steps`` steps untraced (the originals
     put back), traced, and under torch.profiler, in rotating order. Otherwise
-    a whole run in one arm: ``untraced``, ``traced`` or ``profiler``.
+    a whole run in one arm: ``untraced``, ``traced`` or ``profiler``. The job
+    is ``$BENCH_JOB`` (``mlp`` unless set).
     """
     from torch.profiler import ProfilerActivity, profile
 
     from commlens.capture.patching import suspended
 
+    job = os.environ.get("BENCH_JOB", "mlp")
     out: Any
     if mode == "paired":
         arms: dict[str, list[tuple[float, float]]] = {"untraced": [], "traced": [], "profiler": []}
         order = list(arms)
         with tempfile.TemporaryDirectory() as tmp, commlens.capture(tmp):
             dist.init_process_group("gloo")
-            step = _ddp_job()
-            _median_step(step, 10)  # warm-up (DDP's bucket rebuild), traced
+            step = _ddp_job(job)
+            _median_step(step, 10 if job == "mlp" else 3)  # warm-up (the bucket rebuild), traced
             for i in range(int(os.environ.get("PAIRED_ROUNDS", "60"))):
                 for arm in order[i % 3 :] + order[: i % 3]:
                     if arm == "traced":
@@ -188,7 +225,7 @@ def rank_main(mode: str, steps: int, result: str) -> None:
                         continue
                     with suspended():
                         if arm == "profiler":
-                            with profile(activities=[ProfilerActivity.CPU]):
+                            with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]):
                                 arms[arm].append(_block(step, steps))
                         else:
                             arms[arm].append(_block(step, steps))
@@ -199,7 +236,7 @@ def rank_main(mode: str, steps: int, result: str) -> None:
 
         def whole_run() -> float:
             dist.init_process_group("gloo")
-            step = _ddp_job()
+            step = _ddp_job(job)
             _median_step(step, 5)
             median = _median_step(step, steps)
             dist.barrier()
@@ -210,7 +247,7 @@ def rank_main(mode: str, steps: int, result: str) -> None:
             with tempfile.TemporaryDirectory() as tmp, commlens.capture(tmp):
                 out = whole_run()
         elif mode == "profiler":
-            with profile(activities=[ProfilerActivity.CPU]):
+            with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]):
                 out = whole_run()
         else:
             out = whole_run()
@@ -229,11 +266,14 @@ def _launch(mode: str, steps: int, result: str, env: dict[str, str] | None = Non
         return json.load(fh)
 
 
-def paired_step_ratios(rounds: int, steps: int) -> dict[str, list[list[float]]]:
+def paired_step_ratios(job: str, rounds: int, steps: int) -> dict[str, list[list[float]]]:
     """Per-block (median step time, CPU time per step) of each arm, all in one pair of processes."""
     with tempfile.TemporaryDirectory() as tmp:
         arms: dict[str, list[list[float]]] = _launch(
-            "paired", steps, os.path.join(tmp, "r.json"), {"PAIRED_ROUNDS": str(rounds)}
+            "paired",
+            steps,
+            os.path.join(tmp, "r.json"),
+            {"PAIRED_ROUNDS": str(rounds), "BENCH_JOB": job},
         )
     return arms
 
@@ -273,6 +313,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--blocks", type=int, default=41)
     parser.add_argument("--paired-rounds", type=int, default=80)
+    parser.add_argument("--gpt-rounds", type=int, default=30)
     parser.add_argument("--rank-main", nargs=3, metavar=("MODE", "STEPS", "RESULT"))
     args = parser.parse_args()
     if args.rank_main:
@@ -288,36 +329,46 @@ def main() -> None:
     _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
     func = functional_overhead(args.blocks, 200)
     _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
-    paired = paired_step_ratios(args.paired_rounds, 5)
-    wall = {a: [b[0] for b in v] for a, v in paired.items()}
-    cpu = {a: [b[1] for b in v] for a, v in paired.items()}
-    ratio = {arm: median_ratio(wall[arm], wall["untraced"]) for arm in ("traced", "profiler")}
-    cpu_ratio = {arm: median_ratio(cpu[arm], cpu["untraced"]) for arm in ("traced", "profiler")}
-    print(
-        f"step, paired blocks in one job ({args.paired_rounds} rounds of 3 blocks of 5 steps): "
-        f"untraced {statistics.median(wall['untraced']) * 1e3:.2f} ms"
-    )
-    for arm in ("traced", "profiler"):
-        w, c = ratio[arm], cpu_ratio[arm]
-        print(
-            f"  {arm}/untraced: step time {w[0]:.3f} (95% CI {w[1]:.3f}-{w[2]:.3f}), "
-            f"process CPU time {c[0]:.3f} (95% CI {c[1]:.3f}-{c[2]:.3f})"
-        )
+    gpt = _paired_report("gpt", args.gpt_rounds, 1, "bundled GPT (gpt-19m), 1-step blocks")
+    mlp = _paired_report("mlp", args.paired_rounds, 5, "small-bucket stress job, 5-step blocks")
     arms = step_ratios(args.rounds, args.steps)
     base = statistics.median(arms["untraced"])
     for mode, values in arms.items():
         med = statistics.median(values)
         print(
-            f"step, whole runs, {mode:9s}: median {med * 1e3:7.2f} ms  ratio {med / base:.3f}  "
-            f"(rounds: {', '.join(f'{v * 1e3:.2f}' for v in values)} ms)"
+            f"step, stress job, whole runs, {mode:9s}: median {med * 1e3:7.2f} ms  "
+            f"ratio {med / base:.3f}  (rounds: {', '.join(f'{v * 1e3:.2f}' for v in values)} ms)"
         )
     print(
         f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on the "
-        f"fake backend (target <= 5 us); step traced/untraced {ratio['traced'][0]:.3f} paired, "
-        f"{statistics.median(arms['traced']) / base:.3f} whole runs (target <= 1.03); "
-        f"profiler/untraced {ratio['profiler'][0]:.3f} paired, "
+        f"fake backend (target <= 5 us); step traced/untraced (target <= 1.03): GPT "
+        f"{gpt['traced'][0]:.3f} paired, stress job {mlp['traced'][0]:.3f} paired, "
+        f"{statistics.median(arms['traced']) / base:.3f} whole runs; profiler/untraced: GPT "
+        f"{gpt['profiler'][0]:.3f}, stress job {mlp['profiler'][0]:.3f} paired, "
         f"{statistics.median(arms['profiler']) / base:.3f} whole runs"
     )
+
+
+def _paired_report(
+    job: str, rounds: int, steps: int, label: str
+) -> dict[str, tuple[float, float, float]]:
+    """Run the paired arms of ``job``, print them; the step-time ratios with their intervals."""
+    paired = paired_step_ratios(job, rounds, steps)
+    wall = {a: [b[0] for b in v] for a, v in paired.items()}
+    cpu = {a: [b[1] for b in v] for a, v in paired.items()}
+    print(
+        f"step, {label}, paired in one job ({rounds} rounds): "
+        f"untraced {statistics.median(wall['untraced']) * 1e3:.2f} ms"
+    )
+    ratios = {}
+    for arm in ("traced", "profiler"):
+        w = ratios[arm] = median_ratio(wall[arm], wall["untraced"])
+        c = median_ratio(cpu[arm], cpu["untraced"])
+        print(
+            f"  {arm}/untraced: step time {w[0]:.3f} (95% CI {w[1]:.3f}-{w[2]:.3f}), "
+            f"process CPU time {c[0]:.3f} (95% CI {c[1]:.3f}-{c[2]:.3f})"
+        )
+    return ratios
 
 
 if __name__ == "__main__":

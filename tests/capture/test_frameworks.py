@@ -119,6 +119,37 @@ def test_process_group_call_read_later_keeps_its_sizes_step_and_wait(tmp_path: P
     assert wait1 < 0.2e9 and 0 < took1 < 0.2e9
 
 
+def _last_backward_then_destroy(rank: int, world: int, out: str) -> int:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with commlens.capture(out):
+        dist.init_process_group("gloo")
+        model = DDP(_mlp(), bucket_cap_mb=0.05)
+        model(torch.randn(4, 64)).sum().backward()  # no optimizer step, no wait from Python
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        dist.destroy_process_group()  # before the capture ends: the group is gone at close
+    return grad_bytes
+
+
+def test_buckets_still_unwritten_when_the_group_is_destroyed_are_kept(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    grad_bytes = run_ranks(_last_backward_then_destroy, 2, str(tmp_path))
+    assert "recording stopped" not in capfd.readouterr().err
+    rows = (
+        commlens.load_run(tmp_path)
+        .duckdb()
+        .execute(
+            "select rank, sum(size_bytes), min(pg_ranks), min(role) from events "
+            "where op = 'all_reduce' and api = 'c10d' group by rank order by rank"
+        )
+        .fetchall()
+    )
+    assert [(r, b, list(g), role) for r, b, g, role in rows] == [
+        (rank, grad_bytes[rank], [0, 1], "dp") for rank in (0, 1)
+    ]
+
+
 def _ddp_result(rank: int, world: int, out: str | None) -> list[float]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 

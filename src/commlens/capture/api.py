@@ -188,6 +188,9 @@ def _init_hook(orig: Callable[..., Any], after: Callable[[], None]) -> Callable[
 
 def _destroy_hook(orig: Callable[..., Any], before: Callable[[], None]) -> Callable[..., Any]:
     def destroy_process_group(group: Any = None) -> Any:
+        rec = RECORDER
+        if rec is not None:
+            rec.resolve_deferred()  # ops still to be written need their group's ranks
         if group is None or group is dist.group.WORLD:
             before()
         return orig(group)

@@ -162,7 +162,10 @@ class Recorder:
                         pending.t_end = self.clock()
                 except Exception:
                     pass
-            self._emit(pending, force=True)
+            try:
+                self._emit(pending, force=True)
+            except Exception as exc:
+                self.fail(exc)
         self._pending.clear()
         if self.writer is None:
             return
@@ -301,6 +304,22 @@ class Recorder:
         if len(self._done) >= COLLECT_AT:
             self._collect()
 
+    def resolve_deferred(self) -> None:
+        """Read the calls of ops recorded by :meth:`on_deferred` now.
+
+        Called before a process group is destroyed: afterwards its ranks can
+        no longer be looked up. Never raises.
+        """
+        try:
+            self._collect()
+            for _, pending in list(self._pending.values()):
+                later = pending.later
+                if later is not None and pending.head is None:
+                    pending.head = self._head(later)
+                    pending.later = None
+        except Exception as exc:
+            self.fail(exc)
+
     def _head(self, later: tuple[Any, ...]) -> tuple[Any, ...]:
         """The packed fields before the times of an op recorded by :meth:`on_deferred`."""
         make_call, hint, phase, module, seq = later
@@ -415,10 +434,9 @@ class Recorder:
         if pending.done or self.writer is None or (self.disabled and not force):
             return
         pending.done = True
-        head = pending.head
-        if head is None:
-            assert pending.later is not None
-            head = self._head(pending.later)
-            pending.later = None  # lets go of the op's arguments
+        later = pending.later  # read first: resolve_deferred sets head, then clears later
+        head = pending.head if later is None else self._head(later)
+        pending.later = None  # lets go of the op's arguments
+        assert head is not None  # an op has one or the other
         t_end = pending.t_end if pending.t_end is not None else pending.t_issue
         self._append(head, pending.step, pending.t_issue, t_end, pending.wait_ns)

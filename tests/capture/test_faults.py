@@ -45,6 +45,16 @@ def test_unwritable_output_leaves_training_identical(tmp_path: Path) -> None:
     assert traced.stderr.count("recording stopped") == 2
 
 
+def test_sigterm_writes_the_completed_ops_not_yet_written(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    launch = launch_ranks([sys.executable, str(EXIT_PROG), str(out), "sigterm"], 2)
+    assert launch.exit_codes == [-15, -15]  # each rank still ends by the signal
+    run = commlens.load_run(out, quiet=True)
+    assert {r["status"] for r in run.manifest["ranks"].values()} == {"terminated"}
+    counts = run.duckdb().execute("select rank, count(*) from events group by rank").fetchall()
+    assert sorted(counts) == [(0, 50), (1, 50)]
+
+
 def test_sigkill_of_one_rank_leaves_the_others_readable(tmp_path: Path) -> None:
     out = tmp_path / "run"
     job = _job(out, "kill")

@@ -193,6 +193,13 @@ class Recorder:
         if not writer._lock.acquire(blocking=False):
             return
         writer._lock.release()
+        # Completed ops not yet written, unless the interrupted thread is writing them.
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            try:
+                self._collect()
+            except Exception:
+                pass
         try:
             writer.close(timeout=5.0)
             self.write_meta(status)

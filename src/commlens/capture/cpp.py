@@ -85,16 +85,13 @@ def _kernel(op: Any) -> Any:
         finally:
             state.depth = 0
         try:
+            tensors, group, work, frame = args[0], args[1], _Work.unbox(out[1]), _getframe(1)
             if gpu is None:  # read later, with the completed ops (Recorder.on_deferred)
-                group, tensors = args[1], args[0]
-                rec.on_deferred(
-                    lambda: _call(tensors, group), t0, _Work.unbox(out[1]), _getframe(1), HINT,
-                    state.phase_hint,
-                )  # fmt: skip
+                make = lambda: _call(tensors, group)  # noqa: E731
+                rec.on_deferred(make, t0, work, frame, HINT, state.phase_hint)
             else:
-                work = _Work.unbox(out[1])
-                rec.on_call(_call(args[0], args[1]), t0, t1, work, _getframe(1), HINT,
-                            state.phase_hint, gpu)  # fmt: skip
+                call = _call(tensors, group)
+                rec.on_call(call, t0, t1, work, frame, HINT, state.phase_hint, gpu)
         except Exception as exc:
             rec.fail(exc)
         return out

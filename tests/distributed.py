@@ -1,4 +1,5 @@
-"""Run a function on N real ranks (gloo, spawned processes) and gather results."""
+"""Run a function on N real ranks (gloo, spawned processes) and gather results,
+and read back what a capture of them recorded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+import commlens
 from commlens.launch import free_port
 
 
@@ -65,3 +67,8 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
     if errors:
         raise AssertionError("\n".join(errors))
     return [got[r] for r in range(world)]
+
+
+def event_rows(run_dir: Any, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` over the ``events`` of the run in ``run_dir``."""
+    return list(commlens.load_run(run_dir, quiet=True).duckdb().execute(sql).fetchall())

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import commlens
-from tests.distributed import run_ranks
+from tests.distributed import event_rows, run_ranks
 
 N = 1000  # elements per rank buffer
 B = N * 4  # float32 bytes
@@ -175,14 +175,10 @@ def _late_wait(rank: int, world: int, out: str) -> None:
 def test_async_op_ends_when_it_completes_not_when_waited(tmp_path: Path) -> None:
     """Completion is stamped by the op's own callback: a late wait() does not stretch it."""
     run_ranks(_late_wait, 2, str(tmp_path))
-    rows = (
-        commlens.load_run(tmp_path)
-        .duckdb()
-        .execute(
-            "select rank, seq, t_end_ns - t_issue_ns, t_wait_ns from events "
-            "where op = 'all_reduce' order by rank, seq"
-        )
-        .fetchall()
+    rows = event_rows(
+        tmp_path,
+        "select rank, seq, t_end_ns - t_issue_ns, t_wait_ns from events "
+        "where op = 'all_reduce' order by rank, seq",
     )
     assert len(rows) == 4  # two per rank, the un-waited one too
     for _, _, took, wait in rows:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 import commlens
-from tests.distributed import run_ranks
+from tests.distributed import event_rows, run_ranks
 
 
 def _mlp() -> nn.Module:
@@ -104,14 +104,10 @@ def _direct_group_call(rank: int, world: int, out: str) -> None:
 
 def test_process_group_call_read_later_keeps_its_sizes_step_and_wait(tmp_path: Path) -> None:
     run_ranks(_direct_group_call, 2, str(tmp_path))
-    rows = (
-        commlens.load_run(tmp_path)
-        .duckdb()
-        .execute(
-            "select rank, count, bytes_in, size_bytes, step, t_wait_ns, t_end_ns - t_issue_ns "
-            "from events where op = 'all_reduce' and api = 'c10d' and count = 20 order by rank"
-        )
-        .fetchall()
+    rows = event_rows(
+        tmp_path,
+        "select rank, count, bytes_in, size_bytes, step, t_wait_ns, t_end_ns - t_issue_ns "
+        "from events where op = 'all_reduce' and api = 'c10d' and count = 20 order by rank",
     )
     assert [r[:5] for r in rows] == [(rank, 20, 80, 80, 0) for rank in (0, 1)]
     (_, *_, wait0, took0), (_, *_, wait1, took1) = rows
@@ -136,14 +132,10 @@ def test_buckets_still_unwritten_when_the_group_is_destroyed_are_kept(
 ) -> None:
     grad_bytes = run_ranks(_last_backward_then_destroy, 2, str(tmp_path))
     assert "recording stopped" not in capfd.readouterr().err
-    rows = (
-        commlens.load_run(tmp_path)
-        .duckdb()
-        .execute(
-            "select rank, sum(size_bytes), min(pg_ranks), min(role) from events "
-            "where op = 'all_reduce' and api = 'c10d' group by rank order by rank"
-        )
-        .fetchall()
+    rows = event_rows(
+        tmp_path,
+        "select rank, sum(size_bytes), min(pg_ranks), min(role) from events "
+        "where op = 'all_reduce' and api = 'c10d' group by rank order by rank",
     )
     assert [(r, b, list(g), role) for r, b, g, role in rows] == [
         (rank, grad_bytes[rank], [0, 1], "dp") for rank in (0, 1)

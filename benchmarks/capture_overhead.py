@@ -140,24 +140,26 @@ def _ddp_job(job: str) -> Callable[[], None]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    if job == "gpt":
+    if job == "gpt":  # built as ``commlens run`` builds it
         from commlens.spec.models import get_preset
-        from commlens.workloads.data import global_batch
-        from commlens.workloads.init import init_parameters
-        from commlens.workloads.models import build_model
-        from commlens.workloads.tp import TPContext
+        from commlens.workloads.config import WorkloadConfig, resolve_dims
+        from commlens.workloads.data import global_batch, microbatch
+        from commlens.workloads.groups import build_groups
+        from commlens.workloads.parallelize import parallelize
 
         cfg = get_preset("gpt-19m")
-        gpt = build_model(cfg)
-        init_parameters(gpt, cfg, TPContext(), seed=0)
-        batch = global_batch(cfg, 128, 2, step=0, seed=dist.get_rank())
-        model = DDP(gpt, bucket_cap_mb=25)
-        loss: Callable[[], torch.Tensor] = lambda: model(batch)  # noqa: E731
+        wcfg = WorkloadConfig(cfg, "dp", resolve_dims("dp", dist.get_world_size()))
+        par = parallelize(wcfg, build_groups(wcfg.dims), torch.device("cpu"))
+        rows = wcfg.micro_batch * wcfg.dims.dp
+        batch = global_batch(cfg, wcfg.seq_len, rows, step=0, seed=wcfg.seed)
+        mine = microbatch(batch, dist.get_rank(), wcfg.micro_batch, torch.device("cpu"))
+        model, opt = par.model, par.optimizer
+        loss: Callable[[], torch.Tensor] = lambda: model(mine)  # noqa: E731
     else:
         model = DDP(nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]))
         x = torch.randn(64, 512)
         loss = lambda: model(x).square().mean()  # noqa: E731
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step() -> None:
         loss().backward()

@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.sizes import format_size, parse_size, parse_sizes
 from commlens.errors import UsageError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from commlens.bench.runner import BenchConfig, BenchReport
 
 
@@ -68,6 +67,14 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 
 
 def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from commlens.bench.runner import run_bench
 
     with Progress(
@@ -89,6 +96,8 @@ def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     cfg = _config(args)
     fit_path = Path(args.fit) if args.fit else None
     if fit_path is not None and fit_path.suffix != ".toml":
@@ -136,6 +145,8 @@ def _table(report: BenchReport) -> Any:
 
 
 def _render(report: BenchReport, fmt: str) -> str:
+    from rich.console import Console
+
     from commlens.bench.output import to_csv, to_json
 
     if fmt == "csv":

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def register(subparsers: Any) -> None:
@@ -32,6 +32,8 @@ def register(subparsers: Any) -> None:
 
 def comparison(records: list[dict[str, Any]]) -> Table:
     """One row per point: step, comm share, the scheme's key op share, validation."""
+    from rich.table import Table
+
     table = Table(title="the demo's points (median step after warm-up)", title_justify="left")
     for col in ("scheme", "dp×tp×pp", "network", "step (s)", "comm", "key ops", "share"):
         table.add_column(col, justify="right" if col in ("step (s)", "comm", "share") else "left")
@@ -64,6 +66,8 @@ def comparison(records: list[dict[str, Any]]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from commlens.cli.sweep import execute
     from commlens.sweep.demo import demo_plan
     from commlens.sweep.findings import link_speedup

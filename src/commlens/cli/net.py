@@ -1,15 +1,16 @@
-"""``commlens net``: the network profiles the model can use (list, show)."""
+"""``commlens net``: the network profiles the model can use (list, show), and cleanup."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from commlens.cli.predict import console_for_tables
-from commlens.model.profiles import NetworkProfile, builtin_profiles, get_profile
+from commlens.model.profiles import builtin_profiles, get_profile
+
+if TYPE_CHECKING:
+    from commlens.model.profiles import NetworkProfile
 
 
 def register(subparsers: Any) -> None:
@@ -27,8 +28,13 @@ def register(subparsers: Any) -> None:
     show.add_argument("name", help="built-in name (see `commlens net list`) or path to FILE.toml")
     show.add_argument("--format", default="text", choices=("text", "json"))
     show.set_defaults(func=run_show)
-    clean = actions.add_parser("cleanup", help="remove leftover emulated networks (root)")
-    clean.add_argument("--force", action="store_true", help="also remove runs still in progress")
+    clean = actions.add_parser(
+        "cleanup",
+        help="remove what dead emulated runs left, as their records list (root)",
+    )
+    clean.add_argument(
+        "--force", action="store_true", help="also remove runs whose owner is still alive"
+    )
     clean.set_defaults(func=run_cleanup)
     p.set_defaults(func=lambda args: _help(p))
 
@@ -39,6 +45,8 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     profiles = builtin_profiles()
     if args.format == "json":
         print(json.dumps([p.to_dict() for p in profiles], indent=2))
@@ -71,6 +79,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _show_text(p: NetworkProfile) -> None:
+    from rich.table import Table
+
     console = console_for_tables()
     table = Table(title=f"network profile {p.name}", title_justify="left", show_header=False)
     table.add_column("field")
@@ -112,9 +122,13 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_cleanup(args: argparse.Namespace) -> int:
-    """Namespaces, veths and bridges of dead emulated runs (commlens's own prefix only)."""
+    """Remove what the records of dead emulated runs list; report what was left alone."""
     from commlens.netem import cleanup
 
-    removed = cleanup(force=args.force)
-    print(f"removed {len(removed)} leftover(s){': ' + ', '.join(removed) if removed else ''}")
-    return 0
+    report = cleanup(force=args.force)
+    for what in report.removed:
+        print(f"removed: {what}")
+    for what in report.left:
+        print(f"left alone: {what}")
+    print(f"removed {len(report.removed)} object(s), left {len(report.left)} alone")
+    return 1 if report.failed else 0

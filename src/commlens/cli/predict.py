@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import UsageError
 from commlens.model.cost import ALGORITHMS
@@ -17,6 +14,9 @@ from commlens.model.predict import DEFAULT_TFLOPS, Prediction, predict
 from commlens.model.profiles import get_profile, get_profiles
 from commlens.spec.models import SCHEMES, ModelConfig, get_preset
 from commlens.spec.parallel import ParallelDims
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_positions")
 
@@ -128,11 +128,15 @@ def _mb(n: float) -> str:
 
 def console_for_tables() -> Console:
     """A console at least 140 columns wide, so piped tables keep whole numbers."""
+    from rich.console import Console
+
     width = Console().width
     return Console(width=max(width, 140))
 
 
 def render_text(pred: Prediction, console: Console) -> None:
+    from rich.table import Table
+
     job = pred.job
     d = job.dims
     console.print(

@@ -5,21 +5,14 @@ from __future__ import annotations
 import argparse
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from commlens.sweep.grid import Point
-from commlens.sweep.runner import SweepOutcome, run_sweep
-from commlens.sweep.spec import SweepSpec, load_spec
+    from commlens.sweep.grid import Point
+    from commlens.sweep.runner import SweepOutcome
+    from commlens.sweep.spec import SweepSpec
 
 
 def register(subparsers: Any) -> None:
@@ -79,6 +72,17 @@ def _status_line(rec: dict[str, Any]) -> str:
 
 def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = False) -> SweepOutcome:
     """Run the sweep under a progress bar naming the point being run."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from commlens.sweep.runner import run_sweep
+
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -110,6 +114,10 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from commlens.sweep.spec import load_spec
+
     spec = load_spec(args.file)
     console = Console(highlight=False, width=max(Console().width, 110))
     if args.list:

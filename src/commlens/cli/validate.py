@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from commlens.cli.predict import console_for_tables
-from commlens.model.validate import Validation, validate_run
+from commlens.model.validate import validate_run
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from commlens.model.validate import Validation
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +38,8 @@ def register(subparsers: Any) -> None:
 
 
 def render_text(result: Validation, console: Console) -> None:
+    from rich.table import Table
+
     job = result.job
     d = job.dims
     console.print(

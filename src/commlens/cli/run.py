@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -16,6 +15,7 @@ from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
 from commlens.spec.models import PRESETS, SCHEMES
+from commlens.trace.rundir import prepare_run_dir
 from commlens.workloads.config import (
     DTYPES,
     SCHEDULES,
@@ -119,18 +119,10 @@ def build_config(args: argparse.Namespace) -> WorkloadConfig:
 
 
 def _prepare_out(out: Path | None, wcfg: WorkloadConfig, force: bool) -> Path:
+    """The run directory, empty; ``--force`` replaces only a commlens run's own files."""
     if out is None:
         out = Path("runs") / f"{wcfg.model.name}-{wcfg.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UsageError(
-                f"{out} already exists and is not empty; pass --force or pick another --out"
-            )
-        if not (out / "run.json").exists():
-            raise UsageError(f"{out} is not a commlens run; refusing to replace it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return prepare_run_dir(out, force)
 
 
 def _rank_env(wcfg: WorkloadConfig) -> dict[str, str]:
@@ -193,14 +185,13 @@ def run_command(args: argparse.Namespace) -> int:
         config.write_text(json.dumps(wcfg.to_dict()))
         argv = python_argv(WORKER, str(config), str(out))
         result, topology = _launch(argv, wcfg, args, out, emulated)
+    if result.interrupted:  # the ranks are stopped; one line, as for any Ctrl-C
+        print(f"commlens run: {result.failure()}", file=sys.stderr)
+        return result.exit_code
     if not result.ok:
-        failed = [r for r, c in enumerate(result.exit_codes) if c != 0]
-        what = (
-            "interrupted"
-            if result.interrupted
-            else f"rank {failed[0]} exited with code {result.exit_codes[failed[0]]}"
+        raise CommandError(
+            f"training failed: {result.failure()}; partial run left in {out}", result.exit_code
         )
-        raise CommandError(f"training {what}; partial run left in {out}", result.exit_code)
     from commlens.workloads.summary import finalize_run, summarize
 
     manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]], topology)

@@ -19,7 +19,8 @@ from typing import Any
 
 from commlens.errors import UsageError
 from commlens.launch import launch_ranks
-from commlens.trace.manifest import MANIFEST, merge_manifest
+from commlens.trace.manifest import merge_manifest
+from commlens.trace.rundir import prepare_run_dir
 
 SITE_DIR = Path(__file__).resolve().parent.parent / "capture" / "_site"
 
@@ -45,16 +46,11 @@ def register(subparsers: Any) -> None:
 
 
 def prepare_out(out: Path, force: bool) -> None:
-    """Make ``out`` an empty run directory, refusing to mix two runs."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force and ((out / MANIFEST).exists() or any(out.glob("rank-*"))):
-            raise UsageError(f"--out {out} already holds a run; pass --force to replace it")
-        if not force:
-            raise UsageError(f"--out {out} is not empty; choose a new directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    """Make ``out`` an empty run directory, refusing to mix two runs.
+
+    ``--force`` replaces only a commlens run, and only commlens's files in it.
+    """
+    prepare_run_dir(out, force)
 
 
 def tracing_env(out: Path) -> dict[str, str]:

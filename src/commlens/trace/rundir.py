@@ -1,0 +1,125 @@
+"""Prepare an output directory for a run, replacing only what commlens wrote.
+
+``--force`` replaces a directory only when it is recognisably a commlens run
+(its ``run.json`` parses and names the commlens run format), and then deletes
+only commlens's own files in it: the manifest and its lock, the rank event
+and metadata files, the ranks' parts directories, the NIC counters and the
+temporary files of these. Anything else in it is a foreign file: the
+directory is left as it is and the error names that file. A sweep (see
+:func:`commlens.sweep.catalog.clear_sweep`) uses the same rule for its own
+files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from commlens.errors import UsageError
+from commlens.trace.manifest import FORMAT_NAME, MANIFEST
+
+OWN_FILES = re.compile(
+    r"^(run\.json|\.run\.lock|rank-\d{5,}\.(parquet|json)|nic\.parquet)$"
+    # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
+    r"|^\.?(run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet)(\.[0-9a-f]+)*\.tmp$"
+)
+"""Files a run directory holds that commlens wrote."""
+OWN_DIRS = re.compile(r"^\.rank-\d{5,}\.parts$")
+"""Directories of a run that commlens wrote (a rank's flushed parts)."""
+PART_FILES = re.compile(r"^(sites\.jsonl|part-\d+\.(bin|tmp)|\.part-\d+\.bin(\.[0-9a-f]+)*\.tmp)$")
+"""Files of a parts directory."""
+
+Matcher = Callable[[Path], bool]
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a ``run.json`` that says it is a commlens run."""
+    try:
+        data = json.loads((path / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT_NAME
+
+
+def is_own_run_entry(entry: Path) -> bool:
+    """Whether ``entry`` (in a run directory) is one of commlens's own files."""
+    if entry.is_symlink():
+        return False
+    if entry.is_dir():
+        return bool(OWN_DIRS.match(entry.name)) and all(
+            PART_FILES.match(f.name) and f.is_file() and not f.is_symlink()
+            for f in entry.iterdir()
+        )
+    return entry.is_file() and bool(OWN_FILES.match(entry.name))
+
+
+def foreign_entries(path: Path, own: Matcher) -> list[Path]:
+    """The entries of ``path`` that ``own`` does not recognise, sorted."""
+    try:
+        return sorted(e for e in path.iterdir() if not own(e))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def remove_entries(path: Path, own: Matcher) -> None:
+    """Delete the entries of ``path`` that ``own`` recognises (after checking them all)."""
+    foreign = foreign_entries(path, own)
+    if foreign:
+        raise UsageError(
+            f"{path}: holds {foreign[0].name!r}, which commlens did not write; "
+            "refusing to replace it (move it away or pick another directory)"
+        )
+    try:
+        for entry in sorted(path.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot remove the old run ({exc.strerror or exc})") from None
+
+
+def clear_run(path: Path, *, require_manifest: bool = True) -> None:
+    """Empty the run directory ``path`` of commlens's files; refuse if it holds others.
+
+    ``require_manifest=False`` is for a run directory inside commlens's own
+    sweep directory, which an interrupted start may leave without ``run.json``.
+    """
+    if require_manifest and not is_run_dir(path):
+        raise UsageError(
+            f"{path} is not a commlens run (no valid {MANIFEST}); refusing to replace it"
+        )
+    remove_entries(path, is_own_run_entry)
+
+
+def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
+    """Make ``out`` an empty directory for a new run.
+
+    An empty or missing directory is used as it is; a commlens run there is
+    replaced with ``force`` (its own files only); anything else is refused.
+    Every refusal is a one-line :class:`UsageError`.
+    """
+    if out.is_symlink() and not out.is_dir():
+        raise UsageError(f"{flag} {out} is a symlink to no directory; pick another directory")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {out} exists and is not a directory; pick a directory")
+    if out.is_dir() and foreign_entries(out, lambda e: False):
+        if not is_run_dir(out):
+            raise UsageError(
+                f"{flag} {out} is not empty and not a commlens run; choose a new directory"
+            )
+        if not force:
+            raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")
+        clear_run(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".run.json.{os.getpid()}.tmp"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
+    return out

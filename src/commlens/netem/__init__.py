@@ -11,15 +11,19 @@ or, with NIC counters written to a run directory, :func:`launch_emulated`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from commlens.netem import iproute
 from commlens.netem.cluster import EmulatedCluster
 from commlens.netem.launch import EmulatedLaunchResult, launch_emulated
 from commlens.netem.nic import NIC_FILE, NicSampler, link_utilization, read_nic
 from commlens.netem.rate import format_rate, parse_rate
-from commlens.netem.state import forget_owner, owner_alive, state_dir
+from commlens.netem.state import list_records, stale_pid_files
+from commlens.netem.teardown import remove_recorded
 
 __all__ = [
     "NIC_FILE",
+    "CleanupReport",
     "EmulatedCluster",
     "EmulatedLaunchResult",
     "NicSampler",
@@ -32,20 +36,52 @@ __all__ = [
 ]
 
 
-def cleanup(*, force: bool = False) -> list[str]:
-    """Remove leftovers of emulated runs (commlens's own prefix only); return their names.
+@dataclass
+class CleanupReport:
+    """What :func:`cleanup` removed and what it left alone (each with the reason)."""
 
-    Runs whose owner process is still alive are kept unless ``force``.
-    Raises :class:`~commlens.errors.UsageError` without root.
+    removed: list[str] = field(default_factory=list)
+    """``"<kind> <name>"`` of each object deleted."""
+    left: list[str] = field(default_factory=list)
+    """``"<what> (<why>)"`` of each object or run kept."""
+    failed: list[str] = field(default_factory=list)
+    """Recorded objects of dead runs that could not be deleted (also in ``left``)."""
+
+
+def cleanup(*, force: bool = False) -> CleanupReport:
+    """Remove what the records of finished or dead emulated runs list, and nothing else.
+
+    Only objects named in a run's record (:mod:`commlens.netem.state`) that
+    still exist are removed. Runs whose owner process is still alive are kept
+    unless ``force``. Namespaces and interfaces that merely look like
+    commlens's (its naming pattern) but no record lists are left alone and
+    reported. Raises :class:`~commlens.errors.UsageError` without root.
     """
     iproute.require_netns("removing emulated networks")
-    removed: list[str] = []
-    for run_id in sorted(iproute.run_ids_present()):
-        if not force and owner_alive(run_id):
+    # Names first, records second: an object is recorded before it is created,
+    # so anything listed now that a run made is in the records read after.
+    namespaces = [n for n in iproute.list_namespaces() if iproute.NETNS_RE.match(n)]
+    kinds = iproute.interface_kinds()
+    ifaces = [i for i in iproute.list_interfaces() if iproute.IFACE_RE.match(i)]
+    report = CleanupReport()
+    recorded: set[str] = set()
+    for record in list_records():
+        recorded.update(name for _, name in record.objects())
+        if not force and record.owner_alive():
+            report.left.append(
+                f"run {record.run_id} (owner pid {record.owner_pid} still alive; --force to remove)"
+            )
             continue
-        removed += iproute.remove_run(run_id)
-        forget_owner(run_id)
-    for record in state_dir().glob("*.pid"):  # owners gone, nothing left: stale records
-        if not owner_alive(record.stem) and record.stem not in iproute.run_ids_present():
-            record.unlink(missing_ok=True)
-    return removed
+        done = remove_recorded(record)
+        report.removed += done.removed
+        report.left += done.left
+        report.failed += done.failed
+    for ns in namespaces:
+        if ns not in recorded:
+            report.left.append(f"namespace {ns} (no commlens record)")
+    for iface in ifaces:
+        if iface not in recorded:
+            report.left.append(f"{kinds.get(iface) or 'interface'} {iface} (no commlens record)")
+    for path in stale_pid_files():  # owner files of an older commlens, owner gone
+        path.unlink(missing_ok=True)
+    return report

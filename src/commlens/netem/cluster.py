@@ -13,7 +13,11 @@ over loopback: intra-node traffic is not shaped and never touches the veth.
 The bridge has no address on the host, so a run's subnet cannot clash with
 the host's networks; each run still gets its own /24.
 
-Teardown runs on normal exit, on exceptions (SIGTERM is turned into
+Every object is named in the run's record (:mod:`commlens.netem.state`)
+before it is created, and teardown removes what the record lists: so a crash
+halfway through setup leaves nothing unaccounted for, and nothing commlens did
+not make is ever touched. Teardown runs on normal exit, on a failure during
+setup, on exceptions (SIGTERM is turned into
 KeyboardInterrupt while the cluster is up) and, if this process dies without
 running it (SIGKILL), from a small reaper process that waits for our end of a
 pipe to close. Ranks left inside a node are killed before its namespace goes.
@@ -30,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -38,7 +43,8 @@ from commlens.errors import UsageError
 from commlens.launch import RankPlacement
 from commlens.netem import iproute
 from commlens.netem.rate import format_rate, parse_rate
-from commlens.netem.state import forget_owner, record_owner
+from commlens.netem.state import RunRecord, claim_run
+from commlens.netem.teardown import remove_recorded
 
 # tbf bucket: 4 ms worth of tokens, at least a few full-size frames. A small
 # bucket keeps the link honest for small messages (no line-rate burst); below
@@ -47,6 +53,7 @@ from commlens.netem.state import forget_owner, record_owner
 _BURST_S = 0.004
 _MIN_BURST_BYTES = 8 * 1514
 _QUEUE_LATENCY = "50ms"  # a deep queue: a shallow one drops TCP bursts at low rates
+_MAX_NODES = 254  # hosts of the run's /24
 
 
 class EmulatedCluster:
@@ -62,6 +69,7 @@ class EmulatedCluster:
         self.run_id = ""
         self.addrs: list[str] = []
         self._subnet: ipaddress.IPv4Network | None = None
+        self._record: RunRecord | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
         self._old_sigterm: Any = None
         self._up = False
@@ -113,22 +121,21 @@ class EmulatedCluster:
     # -- lifecycle --------------------------------------------------------------
     def __enter__(self) -> EmulatedCluster:
         iproute.require_netns("an emulated link (--link/--nodes)")
-        present = iproute.run_ids_present()
-        self.run_id = next(i for i in iter(lambda: secrets.token_hex(3), None) if i not in present)
-        self._subnet = _pick_subnet(self.run_id)
-        hosts = list(self._subnet.hosts())
-        if self.nodes > len(hosts):
-            raise UsageError(f"--nodes {self.nodes}: an emulated cluster has at most {len(hosts)}")
-        self.addrs = [str(hosts[k]) for k in range(self.nodes)]
-        record_owner(self.run_id, os.getpid())
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "commlens.netem.reaper", self.run_id],
-            stdin=subprocess.PIPE,
-            start_new_session=True,  # a Ctrl-C to our process group must not kill it
-        )
+        if self.nodes > _MAX_NODES:
+            raise UsageError(f"--nodes {self.nodes}: an emulated cluster has at most {_MAX_NODES}")
+        self._record = self._claim_run_id()
+        self.run_id = self._record.run_id
         self._up = True
-        self._trap_sigterm()
         try:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "commlens.netem.reaper", self.run_id],
+                stdin=subprocess.PIPE,
+                start_new_session=True,  # a Ctrl-C to our process group must not kill it
+            )
+            self._trap_sigterm()
+            self._subnet = _pick_subnet(self.run_id)
+            hosts = list(self._subnet.hosts())
+            self.addrs = [str(hosts[k]) for k in range(self.nodes)]
             self._build()
         except BaseException:
             self.close()
@@ -144,14 +151,24 @@ class EmulatedCluster:
         self.close()
 
     def close(self) -> None:
-        """Remove every namespace and interface of this run (idempotent)."""
+        """Remove every namespace and interface this run made (idempotent).
+
+        What cannot be removed stays in the run's record, for the reaper and
+        ``commlens net cleanup`` to retry; a warning names it.
+        """
         if not self._up:
             return
         self._up = False
         try:
-            iproute.remove_run(self.run_id)
+            if self._record is not None:
+                failed = remove_recorded(self._record).failed
+                if failed:
+                    warnings.warn(
+                        f"could not remove {', '.join(failed)}; `commlens net cleanup` retries",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
         finally:
-            forget_owner(self.run_id)
             if self._reaper is not None and self._reaper.stdin is not None:
                 self._reaper.stdin.close()  # the reaper finds nothing left and exits
                 try:
@@ -161,6 +178,31 @@ class EmulatedCluster:
             self._restore_sigterm()
 
     # -- internals --------------------------------------------------------------
+    def _claim_run_id(self) -> RunRecord:
+        """A fresh run id, held by our record, that names nothing on this host yet."""
+        for _ in range(1000):
+            run_id = secrets.token_hex(3)
+            if run_id in iproute.run_ids_present():
+                continue
+            try:
+                return claim_run(run_id, os.getpid())
+            except FileExistsError:  # another run holds it (or held it and left a record)
+                continue
+        raise iproute.IpError("no free id for an emulated run")
+
+    def _create(self, kind: str, name: str, args: list[str]) -> None:
+        """Record ``name`` in the run's record, then create it with ``args``."""
+        assert self._record is not None
+        exists = (
+            name in iproute.list_namespaces()
+            if kind == "namespaces"
+            else name in iproute.list_interfaces()
+        )
+        if exists:  # not ours: keep it out of the record so teardown leaves it
+            raise iproute.IpError(f"{name} already exists and is not this run's; not touching it")
+        self._record.add(kind, name)
+        iproute.run(args)
+
     def _burst_bytes(self) -> int:
         assert self.rate_bits is not None
         return max(int(self.rate_bits / 8 * _BURST_S), _MIN_BURST_BYTES)
@@ -169,15 +211,14 @@ class EmulatedCluster:
         run = iproute.run
         assert self._subnet is not None
         bridge = iproute.bridge_name(self.run_id)
-        run(["ip", "link", "add", bridge, "type", "bridge"])
+        self._create("bridges", bridge, ["ip", "link", "add", bridge, "type", "bridge"])
         run(["ip", "link", "set", bridge, "mtu", str(self.mtu), "up"])
         for k in range(self.nodes):
             ns, host, node = self.namespace(k), *self._veths(k)
-            run(["ip", "netns", "add", ns])
+            self._create("namespaces", ns, ["ip", "netns", "add", ns])
             mtu = ["mtu", str(self.mtu)]
-            run(
-                ["ip", "link", "add", host, *mtu, "type", "veth", "peer", "name", node, "netns", ns]
-            )
+            veth = ["ip", "link", "add", host, *mtu, "type", "veth", "peer", "name", node]
+            self._create("veths", host, [*veth, "netns", ns])
             run(["ip", "link", "set", host, "master", bridge, "up"])
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
             cidr = f"{self.addrs[k]}/{self._subnet.prefixlen}"

@@ -1,18 +1,20 @@
 """Thin wrappers over ``ip`` and ``tc``, plus the names commlens gives its objects.
 
-Every object an emulated run creates carries the run's id, so leftovers can be
-found and removed by commlens's own prefix and nothing else:
+Every object an emulated run creates carries the run's id:
 
 - network namespaces ``commlens-<id>-n<k>``;
 - the bridge ``cl<id>br`` and host-side veths ``cl<id>h<k>`` (the node-side
   peer ``cl<id>n<k>`` lives inside the node's namespace).
 
 ``<id>`` is 6 lowercase hex digits, so interface names stay within Linux's
-15-character limit for up to 10^6 nodes.
+15-character limit for up to 10^6 nodes. The names only keep runs apart; what
+a run may remove is what its record (:mod:`commlens.netem.state`) lists, never
+whatever happens to match the pattern.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,7 +22,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
-from commlens.errors import UsageError
+from commlens.errors import CommlensError, UsageError
 
 NETNS_PREFIX = "commlens-"
 IFACE_PREFIX = "cl"
@@ -30,16 +32,24 @@ NETNS_RE = re.compile(rf"^{NETNS_PREFIX}(?P<id>{ID_RE})-n\d+$")
 IFACE_RE = re.compile(rf"^{IFACE_PREFIX}(?P<id>{ID_RE})(br|h\d+|n\d+)$")
 
 
-class IpError(RuntimeError):
-    """An ``ip``/``tc`` command failed (the message holds its stderr)."""
+class IpError(CommlensError, RuntimeError):
+    """An ``ip``/``tc`` command failed: the command and the first line of its stderr."""
+
+    exit_code = 1
 
 
 def run(args: Sequence[str], *, check: bool = True) -> str:
     """Run ``args`` and return stdout; raise :class:`IpError` on failure."""
-    proc = subprocess.run(list(args), capture_output=True, text=True, check=False)
+    cmd = " ".join(args)
+    try:
+        proc = subprocess.run(list(args), capture_output=True, text=True, check=False)
+    except OSError as exc:
+        if not check:
+            return ""
+        raise IpError(f"`{cmd}` could not start: {exc.strerror or exc}") from None
     if check and proc.returncode != 0:
-        err = proc.stderr.strip().splitlines()
-        raise IpError(f"{' '.join(args)}: {err[-1] if err else f'exit {proc.returncode}'}")
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        raise IpError(f"`{cmd}` failed: {lines[0] if lines else f'exit {proc.returncode}'}")
     return proc.stdout
 
 
@@ -81,30 +91,37 @@ def run_ids_present() -> set[str]:
 
 
 def objects_of(run_id: str) -> tuple[list[str], list[str]]:
-    """(namespaces, host interfaces) that belong to the run ``run_id``."""
+    """(namespaces, host interfaces) named after ``run_id`` (by pattern, not by record)."""
     netns = [n for n in list_namespaces() if (m := NETNS_RE.match(n)) and m["id"] == run_id]
     ifaces = [i for i in list_interfaces() if (m := IFACE_RE.match(i)) and m["id"] == run_id]
     return netns, ifaces
 
 
-def remove_run(run_id: str) -> list[str]:
-    """Delete every namespace and interface of ``run_id``; return what was removed."""
-    netns, ifaces = objects_of(run_id)
-    removed: list[str] = []
-    # Veths first (deleting one end removes its peer), then the bridge.
-    for iface in sorted(ifaces, key=lambda name: name.endswith("br")):
-        if iface not in list_interfaces():  # went away with its peer
-            removed.append(iface)
-            continue
-        run(["ip", "link", "del", iface], check=False)
-        if iface not in list_interfaces():
-            removed.append(iface)
-    for ns in netns:
-        _kill_inside(ns)
-        run(["ip", "netns", "del", ns], check=False)
-        if ns not in list_namespaces():
-            removed.append(ns)
-    return removed
+def interface_kinds() -> dict[str, str]:
+    """Kind (``bridge``, ``veth``, ``dummy``, ... or ``""``) of each host interface."""
+    out = run(["ip", "-j", "-d", "link", "show"], check=False) or "[]"
+    try:
+        links = json.loads(out)
+    except ValueError:
+        return {}
+    return {
+        str(link["ifname"]): str(link.get("linkinfo", {}).get("info_kind", ""))
+        for link in links
+        if "ifname" in link
+    }
+
+
+def delete_link(name: str) -> bool:
+    """Delete host interface ``name`` (a veth takes its peer along); True when gone."""
+    run(["ip", "link", "del", name], check=False)
+    return name not in list_interfaces()
+
+
+def delete_namespace(ns: str) -> bool:
+    """Kill what runs inside ``ns``, then delete it; True when gone."""
+    _kill_inside(ns)
+    run(["ip", "netns", "del", ns], check=False)
+    return ns not in list_namespaces()
 
 
 def _kill_inside(ns: str) -> None:

@@ -66,4 +66,10 @@ def launch_emulated(
         finally:
             if sampler is not None:
                 sampler.stop()
-    return EmulatedLaunchResult(result.exit_codes, result.interrupted, topology=topology)
+    return EmulatedLaunchResult(
+        result.exit_codes,
+        result.interrupted,
+        first_failed=result.first_failed,
+        stop_signal=result.stop_signal,
+        topology=topology,
+    )

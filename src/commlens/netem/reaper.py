@@ -2,7 +2,8 @@
 
 Started by :class:`~commlens.netem.cluster.EmulatedCluster` in its own session
 with a pipe on stdin; when the pipe closes (owner exited, however it exited),
-it removes whatever is left of the run and exits.
+it removes what the run's record still lists and exits. An owner that tore
+down cleanly has already deleted the record, and then there is nothing to do.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import signal
 import sys
 
 from commlens.netem import iproute
-from commlens.netem.state import forget_owner
+from commlens.netem.state import load_record
+from commlens.netem.teardown import remove_recorded
 
 
 def main(argv: list[str]) -> int:
@@ -22,8 +24,9 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     while sys.stdin.buffer.read(4096):
         pass
-    iproute.remove_run(run_id)
-    forget_owner(run_id)
+    record = load_record(run_id)
+    if record is not None:
+        remove_recorded(record)
     return 0
 
 

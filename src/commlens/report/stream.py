@@ -1,0 +1,140 @@
+"""Render a stream of Arrow record batches (a query's result) batch by batch.
+
+CSV and JSON write every row as it arrives, so memory holds a batch, not the
+result; the output is what the CSV and JSON renderers give for the same table
+(JSON: ``{"columns": [...], "rows": [{...}, ...]}``). A text table has to be
+measured before it is drawn, so it shows the first ``max_rows`` rows and
+counts the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from commlens.report.csv import tidy
+from commlens.report.document import Column, Document, Section
+from commlens.report.text import TextRenderer
+
+STREAM_FORMATS = ("text", "csv", "json")
+
+
+def write_stream(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    out: BinaryIO,
+    fmt: str,
+    *,
+    max_rows: int = 100,
+    width: int | None = None,
+) -> int:
+    """Write ``batches`` (all of ``schema``) to ``out`` in ``fmt``; returns the row count."""
+    if fmt == "csv":
+        return _write_csv(batches, schema, out)
+    if fmt == "json":
+        return _write_json(batches, schema, out)
+    if fmt == "text":
+        return _write_text(batches, schema, out, max_rows, width)
+    raise ValueError(f"unknown stream format {fmt!r}")
+
+
+def _csv_table(table: pa.Table) -> pa.Table:
+    table = tidy(table)
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
+            field = table.schema.field(i)
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            table = table.set_column(i, field.name, pc.fill_null(table.column(i), ""))
+    return table
+
+
+def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: BinaryIO) -> int:
+    options = pacsv.WriteOptions(quoting_style="needed")
+    if not schema.names:
+        return 0
+    writer: pacsv.CSVWriter | None = None
+    count = 0
+    try:
+        for batch in batches:
+            table = _csv_table(pa.Table.from_batches([batch], schema))
+            if writer is None:
+                writer = pacsv.CSVWriter(out, table.schema, write_options=options)
+            writer.write_table(table)
+            count += batch.num_rows
+        if writer is None:  # no rows: the header alone
+            empty = _csv_table(schema.empty_table())
+            writer = pacsv.CSVWriter(out, empty.schema, write_options=options)
+    finally:
+        if writer is not None:
+            writer.close()
+    return count
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, default=str)
+    except ValueError:  # a NaN or infinity somewhere: only then walk the value
+        return json.dumps(_clean(value), allow_nan=False, default=str)
+
+
+def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: BinaryIO) -> int:
+    out.write(f'{{\n "columns": {_dumps(schema.names)},\n "rows": ['.encode())
+    count = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        text = _dumps(batch.to_pylist())[1:-1]  # the rows, without the list's brackets
+        out.write(((", " if count else "") + text).encode())
+        count += batch.num_rows
+    out.write(b"]\n}\n")
+    return count
+
+
+def column_format(dtype: pa.DataType) -> str:
+    """The text format of a result column: numbers right-aligned, the rest as text."""
+    numeric = pa.types.is_integer(dtype) or pa.types.is_floating(dtype)
+    return "num" if numeric or pa.types.is_decimal(dtype) else "str"
+
+
+def _write_text(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    out: BinaryIO,
+    max_rows: int,
+    width: int | None,
+) -> int:
+    head: list[pa.RecordBatch] = []
+    shown = count = 0
+    for batch in batches:
+        if shown < max_rows:
+            part = batch.slice(0, max_rows - shown)
+            head.append(part)
+            shown += part.num_rows
+        count += batch.num_rows
+    table = pa.Table.from_batches(head, schema)
+    columns = [Column(f.name, f.name, column_format(f.type)) for f in schema]
+    note = ""
+    if count > shown:
+        note = (
+            f"... {count - shown:,} more rows ({count:,} in all; --max-rows N or --format csv/json)"
+        )
+    doc = Document(title="", facts=[], sections=[Section("query", "", table, columns, note=note)])
+    out.write(TextRenderer(width=width).render(doc).encode())
+    return count

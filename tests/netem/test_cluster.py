@@ -103,7 +103,8 @@ def _start_sleepers(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, list[
 def test_sigint_or_sigterm_of_the_launcher_removes_everything(tmp_path: Path, sig: int) -> None:
     launcher, run_id, pids = _start_sleepers(tmp_path)
     launcher.send_signal(sig)
-    assert launcher.wait(timeout=30) == 130
+    # 130 from the KeyboardInterrupt, or 128 + N as a shell reports signal N.
+    assert launcher.wait(timeout=30) in (130, 128 + sig)
     assert run_id not in iproute.run_ids_present()
     assert not any(_alive(pid) for pid in pids)
     assert (tmp_path / "nic.parquet").exists()  # the sampler still wrote its file

@@ -15,7 +15,6 @@ from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
 from commlens.spec.models import PRESETS, SCHEMES
-from commlens.trace.rundir import prepare_run_dir
 from commlens.workloads.config import (
     DTYPES,
     SCHEDULES,
@@ -120,6 +119,8 @@ def build_config(args: argparse.Namespace) -> WorkloadConfig:
 
 def _prepare_out(out: Path | None, wcfg: WorkloadConfig, force: bool) -> Path:
     """The run directory, empty; ``--force`` replaces only a commlens run's own files."""
+    from commlens.trace.rundir import prepare_run_dir
+
     if out is None:
         out = Path("runs") / f"{wcfg.model.name}-{wcfg.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
     return prepare_run_dir(out, force)

@@ -11,16 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from commlens.errors import UsageError
-from commlens.launch import launch_ranks
-from commlens.trace.manifest import merge_manifest
-from commlens.trace.rundir import prepare_run_dir
+from commlens.errors import CommandError, UsageError
+from commlens.launch import LaunchResult, launch_ranks, run_job
+from commlens.launch.signals import signal_name
 
 SITE_DIR = Path(__file__).resolve().parent.parent / "capture" / "_site"
 
@@ -50,6 +48,8 @@ def prepare_out(out: Path, force: bool) -> None:
 
     ``--force`` replaces only a commlens run, and only commlens's files in it.
     """
+    from commlens.trace.rundir import prepare_run_dir
+
     prepare_run_dir(out, force)
 
 
@@ -85,36 +85,87 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"command not found: {cmd[0]}")
     out: Path = args.out
     prepare_out(out, args.force)
-    merge_manifest(out, {"command": cmd, "launcher": {"nproc": args.nproc}})
+    from commlens.trace.manifest import merge_manifest
+
+    try:
+        merge_manifest(out, {"command": cmd, "launcher": {"nproc": args.nproc}})
+    except OSError as exc:
+        _remove_temp_manifests(out)
+        raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
     env = tracing_env(out)
     t0 = time.time()
     topology: dict[str, Any] = {"nodes": 1, "link": None, "intra_node": "loopback"}
+    launcher: dict[str, Any]
     if args.nproc and emulated:
         from commlens.netem import launch_emulated
 
         emu = launch_emulated(cmd, args.nproc, args.nodes, args.link, env=env, run_dir=out)
-        code, codes, topology = emu.exit_code, emu.exit_codes, emu.topology
+        code, topology = emu.exit_code, emu.topology
+        launcher, status = _ranks_fields(emu), _ranks_status(emu)
     elif args.nproc:
         result = launch_ranks(cmd, args.nproc, env=env)
-        code, codes = result.exit_code, result.exit_codes
+        code, launcher, status = result.exit_code, _ranks_fields(result), _ranks_status(result)
     else:
-        try:
-            code = subprocess.call(cmd, env=env)
-        except KeyboardInterrupt:
-            code = 130
-        codes = []
-    manifest = merge_manifest(
-        out,
-        {
-            "launcher": {"exit_code": code, "exit_codes": codes, "wall_s": time.time() - t0},
-            "topology": topology,
-            "link": topology.get("link"),
-        },
-    )
+        job = run_job(cmd, env=env)
+        code, launcher = job.exit_code, {**job.launcher_fields(), "exit_codes": []}
+        status = "ok" if code == 0 else f"exit code {code}"
+        if job.stop_signal:
+            status += f", stopped by {signal_name(job.stop_signal)}"
+    launcher["wall_s"] = time.time() - t0
+    extra = {"launcher": launcher, "topology": topology, "link": topology.get("link")}
+    return _finish(out, code, status, extra)
+
+
+def _ranks_status(result: LaunchResult) -> str:
+    return "ok" if result.ok else f"exit code {result.exit_code}: {result.failure()}"
+
+
+def _ranks_fields(result: LaunchResult) -> dict[str, Any]:
+    """The manifest's launcher fields for ranks commlens started itself."""
+    failed = result.first_failed
+    return {
+        "exit_code": result.exit_code,
+        "exit_codes": result.exit_codes,
+        "first_failed": failed,
+        "signal": signal_name(-result.exit_codes[failed])
+        if failed is not None and result.exit_codes[failed] < 0
+        else None,
+        "stopped_by": signal_name(result.stop_signal) if result.stop_signal else None,
+    }
+
+
+def _finish(out: Path, code: int, status: str, extra: dict[str, Any]) -> int:
+    """Merge the launcher's facts into the manifest and report; the job's code either way."""
+    from commlens.errors import CommlensError
+    from commlens.trace.manifest import merge_manifest
+
+    try:
+        manifest = merge_manifest(out, extra)
+    except (OSError, CommlensError) as exc:
+        _remove_temp_manifests(out)
+        print(
+            f"commlens trace: warning: the job ended ({status}) but its manifest "
+            f"could not be written in {out}: {exc}",
+            file=sys.stderr,
+        )
+        return code
     ranks = manifest.get("ranks", {})
     events = sum(int(meta.get("events", 0)) for meta in ranks.values())
-    status = "ok" if code == 0 else f"exit code {code}"
     print(
         f"commlens trace: {len(ranks)} ranks, {events} events -> {out} ({status})", file=sys.stderr
     )
     return code
+
+
+def _remove_temp_manifests(out: Path) -> None:
+    """This process's half-written manifest copies, left by a failed write."""
+    pid = os.getpid()
+    try:
+        leftovers = [*out.glob(f".run.json.{pid}.tmp"), *out.glob(f".run.json.{pid}.*.tmp")]
+    except OSError:
+        return
+    for path in leftovers:
+        try:
+            path.unlink()
+        except OSError:
+            pass

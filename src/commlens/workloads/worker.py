@@ -87,4 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # SIGINT: stop quietly, the launcher reports it once
+        sys.exit(130)

@@ -9,9 +9,11 @@ leaves a complete manifest, and the reader re-merges anyway.
 from __future__ import annotations
 
 import fcntl
+import importlib.metadata
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,19 +60,28 @@ def _locked(run_dir: Path) -> Iterator[None]:
 
 def base_manifest() -> dict[str, Any]:
     """Facts about this machine and software that every manifest carries."""
-    import torch
-
     from commlens import __version__
 
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "commlens_version": __version__,
-        "torch_version": torch.__version__,
+        "torch_version": torch_version(),
         "python_version": platform.python_version(),
         "created_unix_s": time.time(),
         "env": {k: os.environ[k] for k in TRANSPORT_ENV if k in os.environ},
     }
+
+
+def torch_version() -> str | None:
+    """The installed torch's version, without importing torch (seconds) when it is not loaded."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        return str(torch.__version__)
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -255,3 +255,16 @@ def test_cleanup_without_root_is_one_line(
     assert main(["net", "cleanup"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "root" in err
+
+
+@pytest.mark.root
+@needs_netns
+def test_an_unreadable_record_is_reported_and_kept() -> None:
+    path = record_path(FAKE_ID)
+    path.write_text("{not json")
+    try:
+        report = cleanup()
+        assert f"record {path} (unreadable; its objects are unknown)" in report.left
+        assert path.exists()
+    finally:
+        path.unlink(missing_ok=True)

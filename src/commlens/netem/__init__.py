@@ -18,7 +18,7 @@ from commlens.netem.cluster import EmulatedCluster
 from commlens.netem.launch import EmulatedLaunchResult, launch_emulated
 from commlens.netem.nic import NIC_FILE, NicSampler, link_utilization, read_nic
 from commlens.netem.rate import format_rate, parse_rate
-from commlens.netem.state import list_records, stale_pid_files
+from commlens.netem.state import list_records, stale_pid_files, unreadable_records
 from commlens.netem.teardown import remove_recorded
 
 __all__ = [
@@ -82,6 +82,8 @@ def cleanup(*, force: bool = False) -> CleanupReport:
     for iface in ifaces:
         if iface not in recorded:
             report.left.append(f"{kinds.get(iface) or 'interface'} {iface} (no commlens record)")
+    for path in unreadable_records():
+        report.left.append(f"record {path} (unreadable; its objects are unknown)")
     for path in stale_pid_files():  # owner files of an older commlens, owner gone
         path.unlink(missing_ok=True)
     return report

@@ -115,6 +115,11 @@ def list_records() -> list[RunRecord]:
     return [r for r in records if r is not None]
 
 
+def unreadable_records() -> list[Path]:
+    """Record files that cannot be read as a record (corrupt, or not commlens's)."""
+    return [path for path in sorted(state_dir().glob("*.json")) if _read(path) is None]
+
+
 def forget_owner(run_id: str) -> None:
     """Delete the record of ``run_id`` (and one in the older ``.pid`` form)."""
     record_path(run_id).unlink(missing_ok=True)

@@ -33,6 +33,7 @@ import numpy as np
 from commlens.bench.runner import BenchReport
 from commlens.errors import UsageError
 from commlens.model.cost import flat_time
+from commlens.safefile import write_output
 
 # The median is robust to the odd slow call of a busy machine.
 TIME_KEY = "time_p50_s"
@@ -149,15 +150,13 @@ def _link_Gbps(report: BenchReport) -> float | None:
 
 
 def write_profile(path: str | os.PathLike[str], profile: dict[str, Any]) -> Path:
-    """Write ``profile`` as TOML (atomically: temporary file, then rename)."""
+    """Write ``profile`` as TOML, safely (see :mod:`commlens.safefile`)."""
     out = Path(path)
     lines = [f"{k} = {_toml(profile[k])}" for k in ("name", "description", "scope", "source")]
     lines += ["", "[link]"] + [f"{k} = {_toml(v)}" for k, v in profile["link"].items()]
     for op, table in profile["ops"].items():
         lines += ["", f"[ops.{op}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    write_output(out, "\n".join(lines) + "\n")
     return out
 
 

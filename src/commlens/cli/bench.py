@@ -98,20 +98,22 @@ def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from commlens.safefile import resolve_target, write_output
+
     cfg = _config(args)
     fit_path = Path(args.fit) if args.fit else None
     if fit_path is not None and fit_path.suffix != ".toml":
         raise UsageError(f"--fit {args.fit}: the profile file must end in .toml")
     for path in (args.output, args.fit):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise UsageError(f"{path}: folder {Path(path).parent} does not exist")
+        if path:
+            resolve_target(path)  # a directory or a missing folder fails before the benchmark
     fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
     err = Console(stderr=True)
     if cfg.link and cfg.nodes == 1:
         err.print("note: with --nodes 1 every rank talks over loopback; --link shapes nothing")
     report = _run_with_progress(cfg, err)
     if args.output:
-        Path(args.output).write_text(_render(report, args.format), encoding="utf-8")
+        write_output(args.output, _render(report, args.format))
     elif args.format == "text":
         out = Console()
         if not out.is_terminal:

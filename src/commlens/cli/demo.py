@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from commlens.cli.sweep import execute
+    from commlens.sweep.catalog import clear_sweep
     from commlens.sweep.demo import demo_plan
     from commlens.sweep.findings import link_speedup
     from commlens.sweep.report import render_sweep
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{out} exists and is not a directory")
     sweep_dir = out / "sweep"
     if args.fresh and sweep_dir.exists():
-        shutil.rmtree(sweep_dir)
+        clear_sweep(sweep_dir)  # only a sweep's own files; anything else is refused
     console.print(f"commlens demo: gpt-tiny, 4 ranks, DP / TP / PP over {plan.reason}")
     outcome = execute(plan.spec, sweep_dir, console)
     console.print(comparison(outcome.records))

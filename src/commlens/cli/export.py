@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from commlens.cli.report import add_steps_option
-from commlens.errors import UsageError
+from commlens.safefile import open_text, resolve_target
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,25 +29,16 @@ def run_export(args: argparse.Namespace) -> int:
     from commlens.analysis.source import open_run
     from commlens.report.chrome import write_chrome_trace
 
+    if args.output != "-":
+        resolve_target(args.output)  # a directory or a missing folder fails before the work
     view = open_run(args.run, quiet=False, steps=args.steps)
     try:
         if args.output == "-":
             write_chrome_trace(view, sys.stdout)
             return 0
-        path = Path(args.output)
-        if not path.parent.is_dir():
-            raise UsageError(f"{args.output}: directory {path.parent} does not exist")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w") as out:
-                n = write_chrome_trace(view, out)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise UsageError(f"{args.output}: cannot write ({exc.strerror})") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+        with open_text(args.output) as out:
+            n = write_chrome_trace(view, out)
     finally:
         view.close()
-    print(f"commlens export: wrote {n} ops to {path}", file=sys.stderr)
+    print(f"commlens export: wrote {n} ops to {args.output}", file=sys.stderr)
     return 0

@@ -31,6 +31,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from commlens.safefile import open_binary
+
 NIC_FILE = "nic.parquet"
 SCHEMA = pa.schema(
     [
@@ -91,9 +93,8 @@ class NicSampler:
             [dict(zip(SCHEMA.names, row, strict=True)) for row in self._rows], schema=SCHEMA
         )
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.out_path.with_name(self.out_path.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.out_path)
+        with open_binary(self.out_path, within=self.out_path.parent) as fh:
+            pq.write_table(table, fh)
         return self.out_path
 
     def _loop(self) -> None:

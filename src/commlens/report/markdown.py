@@ -3,21 +3,44 @@
 Written to a file, the plots go as PNG files into ``<name>_files/`` beside it
 and are linked relatively (GitHub and most viewers show them); on stdout they
 are embedded as base64 data URIs, so the output stands alone.
+
+Every text made from run data (titles, headings, cells, facts, notes) is
+escaped: HTML-significant characters become entities and Markdown's control
+characters are backslash-escaped, so a module or group name shows as written
+and never turns into markup.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 from commlens.report import plots
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
 from commlens.report.text import _RIGHT
+from commlens.safefile import make_dir, write_output
+
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+# Markdown's inline control characters; "_" only where it could open or close
+# emphasis (not inside a word like all_reduce).
+_MARKUP = re.compile(r"[\\`*\[\]|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def md_text(text: str) -> str:
+    """``text`` as literal Markdown: one line, no HTML, no markup."""
+    text = " ".join(str(text).splitlines())
+    text = re.sub(r'[&<>"]', lambda m: _HTML[m[0]], text)
+    text = _MARKUP.sub(lambda m: "\\" + m[0], text)
+    return "\\" + text if text.startswith("#") else text
 
 
 def _escape(cell: str) -> str:
-    return cell.replace("|", "\\|") if cell else " "
+    return md_text(cell) if cell else " "
+
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 def table_md(section: Section) -> list[str]:
@@ -39,27 +62,29 @@ class MarkdownRenderer(Renderer):
         self.asset_dir = asset_dir
 
     def render(self, doc: Document) -> str:
-        out = [f"# {doc.title}", ""]
-        out += [f"- **{label}**: {value}" for label, value in doc.facts]
-        out += [f"- **warning**: {line}" for line in doc.warnings]
+        out = [f"# {md_text(doc.title)}", ""]
+        out += [f"- **{md_text(label)}**: {md_text(value)}" for label, value in doc.facts]
+        out += [f"- **warning**: {md_text(line)}" for line in doc.warnings]
         if doc.highlights:
-            out += ["", *[f"> {line}  " for line in doc.highlights]]
+            out += ["", *[f"> {md_text(line)}  " for line in doc.highlights]]
         for section in doc.sections:
-            out += ["", f"## {section.title}", ""]
+            out += ["", f"## {md_text(section.title)}", ""]
             out += table_md(section)
             if hidden_rows(section):
                 out += ["", f"... {hidden_rows(section)} more rows (see the CSV or JSON output)"]
             if section.note:
-                out += ["", section.note]
+                out += ["", md_text(section.note)]
             if self.with_plots:
                 for i, (title, make) in enumerate(section.plots):
-                    out += ["", f"![{title}]({self._image(plots.png(make()), section.key, i)})"]
+                    image = self._image(plots.png(make()), section.key, i)
+                    out += ["", f"![{md_text(title)}]({image})"]
         return "\n".join(out) + "\n"
 
     def _image(self, png: bytes, key: str, index: int) -> str:
         if self.asset_dir is None:
             return "data:image/png;base64," + base64.b64encode(png).decode()
-        self.asset_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{key}-{index}.png" if index else f"{key}.png"
-        (self.asset_dir / name).write_bytes(png)
+        make_dir(self.asset_dir)
+        stem = _SAFE_NAME.sub("-", key).strip("-") or "plot"
+        name = f"{stem}-{index}.png" if index else f"{stem}.png"
+        write_output(self.asset_dir / name, png, within=self.asset_dir)
         return f"{self.asset_dir.name}/{name}"

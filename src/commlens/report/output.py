@@ -1,46 +1,37 @@
-"""Write a rendered report to stdout or, atomically, to a file."""
+"""Write a rendered report to stdout or to a file, safely (see :mod:`commlens.safefile`)."""
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-from commlens.errors import UsageError
 from commlens.report.document import Document
 from commlens.report.formats import format_for, get_renderer
+from commlens.safefile import resolve_target, write_output
 
 
 def emit(doc: Document, output: str | None, fmt: str | None, *, width: int | None = None) -> str:
     """Render ``doc`` in ``fmt`` (or the format ``output``'s suffix names) and write it.
 
-    Returns the format used. A file is written whole or not at all (Markdown's
-    plots go into ``<stem>_files/`` beside it first).
+    Returns the format used. A regular file is written whole or not at all
+    (Markdown's plots go into ``<stem>_files/`` beside it first); a device or
+    a FIFO (``-o /dev/null``) is written into, never replaced; a symlink is
+    written through. Every failure is one line, checked before rendering
+    where it can be.
     """
     name = format_for(output, fmt)
     renderer = get_renderer(name, width=width)
-    if output and output != "-" and hasattr(renderer, "asset_dir"):  # Markdown's plots
-        target = Path(output)
-        if not target.parent.is_dir():
-            raise UsageError(f"{output}: directory {target.parent} does not exist")
-        renderer.asset_dir = target.with_name(target.stem + "_files")
+    to_file = bool(output) and output != "-"
+    if output and to_file:
+        real, in_place = resolve_target(output)
+        if hasattr(renderer, "asset_dir") and not in_place:  # Markdown's plots beside it
+            renderer.asset_dir = real.with_name(real.stem + "_files")
     content = renderer.render(doc)
-    if not output or output == "-":
-        if isinstance(content, bytes):
-            sys.stdout.buffer.write(content)
-        else:
-            sys.stdout.write(content)
-        sys.stdout.flush()
+    if output and to_file:
+        write_output(output, content)
         return name
-    path = Path(output)
-    if not path.parent.is_dir():
-        raise UsageError(f"{output}: directory {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        data = content if isinstance(content, bytes) else content.encode()
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{output}: cannot write ({exc.strerror})") from None
+    if isinstance(content, bytes):
+        sys.stdout.buffer.write(content)
+    else:
+        sys.stdout.write(content)
+    sys.stdout.flush()
     return name

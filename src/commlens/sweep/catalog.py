@@ -25,13 +25,16 @@ Catalog tables (one row per point in ``points``; the others keyed by ``id``):
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+
+from commlens.errors import UsageError
+from commlens.safefile import check_within, replacing, write_output
+from commlens.trace.rundir import is_own_run_entry, remove_entries
 
 CATALOG = "catalog.duckdb"
 SPEC_FILE = "sweep.toml"
@@ -47,14 +50,65 @@ def is_sweep_dir(path: str | Path) -> bool:
 
 
 def point_dir(sweep: Path, point_id: str) -> Path:
-    return sweep / POINTS_DIR / point_id
+    """The point's directory; a UsageError if it would lie outside ``sweep/points``."""
+    pdir = sweep / POINTS_DIR / point_id
+    if Path(point_id).name != point_id or point_id in ("", ".", ".."):
+        raise UsageError(f"{sweep}: point id {point_id!r} is not a plain name")
+    check_within(pdir, sweep / POINTS_DIR)
+    return pdir
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+def write_json(path: Path, data: dict[str, Any], within: Path | None = None) -> None:
+    """Write ``data`` whole or not at all (under ``within``, if given)."""
+    write_output(path, json.dumps(data, indent=1, default=str), within=within or path.parent)
+
+
+_OWN_POINT_FILES = re.compile(r"^(point\.json|run\.log|\.point\.json\.[0-9a-f.]+\.tmp)$")
+_OWN_SWEEP_FILES = re.compile(
+    rf"^({re.escape(SPEC_FILE)}|{re.escape(CATALOG)}|\.lock"
+    rf"|\.({re.escape(SPEC_FILE)}|{re.escape(CATALOG)})\.[0-9a-f.]+\.tmp(\.wal)?)$"
+)
+
+
+def _own_run(entry: Path) -> bool:
+    if not entry.is_dir() or entry.is_symlink():
+        return False
+    return not [e for e in entry.iterdir() if not is_own_run_entry(e)]
+
+
+def _own_point(entry: Path) -> bool:
+    if entry.is_symlink():
+        return False
+    if entry.is_dir():
+        return entry.name == "run" and _own_run(entry)
+    return entry.is_file() and bool(_OWN_POINT_FILES.match(entry.name))
+
+
+def _own_points(entry: Path) -> bool:
+    return (
+        entry.is_dir()
+        and not entry.is_symlink()
+        and not [e for e in entry.iterdir() if not _own_point(e)]
+    )
+
+
+def _own_sweep_entry(entry: Path) -> bool:
+    if entry.is_symlink():
+        return False
+    if entry.is_dir():
+        return entry.name == POINTS_DIR and not [p for p in entry.iterdir() if not _own_points(p)]
+    return entry.is_file() and bool(_OWN_SWEEP_FILES.match(entry.name))
+
+
+def clear_sweep(sweep: Path) -> None:
+    """Remove the sweep directory's contents, all of them commlens's own files.
+
+    Refuses (one line, naming the entry) a directory that is not a sweep or
+    holds anything a sweep does not write; then nothing is removed.
+    """
+    if not is_sweep_dir(sweep):
+        raise UsageError(f"{sweep} is not a commlens sweep directory; refusing to remove it")
+    remove_entries(sweep, _own_sweep_entry)
 
 
 def read_point(sweep: Path, point_id: str) -> dict[str, Any] | None:
@@ -204,19 +258,16 @@ def write_catalog(sweep: Path, records: list[dict[str, Any]], networks: list[str
     """(Re)write ``catalog.duckdb`` atomically; return its path."""
     tables = build_tables(records, networks)
     final = sweep / CATALOG
-    tmp = sweep / f".{CATALOG}.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    con = duckdb.connect(str(tmp))
-    try:
-        for name, table in tables.items():
-            con.register(f"arrow_{name}", table)
-            con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow_{name}")
-            con.unregister(f"arrow_{name}")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    os.replace(tmp, final)
-    Path(f"{tmp}.wal").unlink(missing_ok=True)
+    with replacing(final, within=sweep) as tmp:
+        con = duckdb.connect(str(tmp))
+        try:
+            for name, table in tables.items():
+                con.register(f"arrow_{name}", table)
+                con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow_{name}")
+                con.unregister(f"arrow_{name}")
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
     return final
 
 

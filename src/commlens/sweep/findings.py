@@ -14,6 +14,7 @@ import math
 import duckdb
 import pyarrow as pa
 
+from commlens.errors import UsageError
 from commlens.netem.rate import parse_rate
 
 # the same job, apart from the link
@@ -21,12 +22,15 @@ _JOB = "model, scheme, dp, tp, pp, seq_len, micro_batch, microbatches, nodes"
 
 
 def link_rate(link: str) -> float:
-    """bit/s of an emulated link; unshaped = inf; loopback = nan."""
+    """bit/s of an emulated link; unshaped = inf; loopback (or a skipped point's bad rate) = nan."""
     if link == "loopback":
         return math.nan
     if link in ("unshaped", "none", ""):
         return math.inf
-    return float(parse_rate(link))
+    try:
+        return float(parse_rate(link))
+    except UsageError:  # a point skipped for its bad link has no rate
+        return math.nan
 
 
 def _with_rates(con: duckdb.DuckDBPyConnection) -> None:

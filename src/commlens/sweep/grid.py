@@ -9,7 +9,9 @@ does not stop a sweep; a grid where nothing can run is an error.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +19,21 @@ from commlens.errors import UsageError
 from commlens.sweep.spec import POINT_KEYS, SweepSpec
 
 UNSHAPED = ("unshaped", "none", "")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+_LONE_DOT = re.compile(r"(?<![A-Za-z0-9])\.|\.(?![A-Za-z0-9])")
+MAX_ID = 120
+
+
+def safe_name(raw: str) -> str:
+    """``raw`` as one safe path component: letters, digits, ``_+-`` and dots between
+    them (so never ``..`` nor a leading dot). A name that had to change, or that
+    was too long, ends in a short hash of ``raw``, so different texts stay apart."""
+    name = _LONE_DOT.sub("-", _UNSAFE.sub("-", raw))
+    if name == raw and 0 < len(name) <= MAX_ID:
+        return name
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+    return f"{name[: MAX_ID - 9]}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -62,7 +79,8 @@ class Point:
 
     @property
     def id(self) -> str:
-        """A readable, unique name, also the point's directory name."""
+        """A readable, unique name, also the point's directory name (a safe one:
+        see :func:`safe_name`)."""
         d, t, p = self.layout if self.layout != (0, 0, 0) else (self.dp, self.tp, self.pp)
         deg = "-".join(
             f"{n}{'x' if v is None else v}"
@@ -79,7 +97,7 @@ class Point:
             parts.append("sp")
         if self.recompute:
             parts.append("recompute")
-        return "_".join(str(x) for x in parts)
+        return safe_name("_".join(str(x) for x in parts))
 
     @property
     def link_label(self) -> str:

@@ -71,13 +71,12 @@ def render_sweep(
 def save_figures(path: str | Path, out_dir: str | Path, prefix: str = "") -> list[Path]:
     """Write every plot of the sweep's report as PNG into ``out_dir``."""
     from commlens.report.plots import png
+    from commlens.safefile import make_dir, write_output
 
-    target = Path(out_dir)
-    target.mkdir(parents=True, exist_ok=True)
+    target = make_dir(out_dir)
     written = []
     for section in build_sweep_document(path).sections:
         for _, make in section.plots:
             file = target / f"{prefix}{section.key}.png"
-            file.write_bytes(png(make()))
-            written.append(file)
+            written.append(write_output(file, png(make()), within=target))
     return written

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import UsageError
+from commlens.safefile import check_within, make_dir, write_output
 from commlens.sweep.catalog import (
     POINT_FILE,
     SPEC_FILE,
@@ -37,6 +37,7 @@ from commlens.sweep.catalog import (
 )
 from commlens.sweep.grid import Point, expand
 from commlens.sweep.spec import SweepSpec
+from commlens.trace.rundir import clear_run
 
 INTERRUPT_GRACE_S = 30.0
 """How long an interrupted point may take to tear down (ranks, emulated links)."""
@@ -75,17 +76,19 @@ def prepare(spec: SweepSpec, out: Path) -> list[Point]:
         raise UsageError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not is_sweep_dir(out):
         raise UsageError(f"{out} is not empty and not a sweep directory; pick another --out")
-    try:
-        (out / "points").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot create ({exc.strerror})") from None
-    (out / SPEC_FILE).write_text(spec.source)
+    make_dir(out / "points")
+    write_output(out / SPEC_FILE, spec.source, within=out)
     return points
 
 
 @contextmanager
 def sweep_lock(out: Path) -> Iterator[None]:
-    with open(out / ".lock", "w") as fh:
+    lock = check_within(out / ".lock", out)
+    try:
+        fh = open(lock, "a")
+    except OSError as exc:
+        raise UsageError(f"{lock}: cannot open ({exc.strerror or exc})") from None
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -115,15 +118,20 @@ def _last_error(log: Path) -> str:
 
 
 def run_point(point: Point, spec: SweepSpec, pdir: Path) -> tuple[str, str]:
-    """Run one point into ``pdir/run``; (status, error)."""
+    """Run one point into ``pdir/run``; (status, error).
+
+    What an earlier, interrupted start left there is removed first (commlens's
+    own files only; anything else is refused)."""
     run_dir = pdir / "run"
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+    check_within(run_dir, pdir)
+    if run_dir.is_dir():
+        clear_run(run_dir, require_manifest=False)
+        run_dir.rmdir()
     s = spec.settings
     argv = [sys.executable, "-m", "commlens", "run"]
     argv += point.run_args(str(run_dir), s.steps, s.warmup_steps, s.seed)
     env = dict(os.environ, COLUMNS="120", PYTHONUNBUFFERED="1")
-    log = pdir / "run.log"
+    log = check_within(pdir / "run.log", pdir)
     with open(log, "w") as fh:
         fh.write("$ commlens run " + " ".join(argv[4:]) + "\n")
         fh.flush()
@@ -223,7 +231,7 @@ def run_sweep(
                     records[point.id]["result"] = measure(point, spec, pdir)
                     write_json(pdir / POINT_FILE, records[point.id])
                 continue
-            pdir.mkdir(parents=True, exist_ok=True)
+            make_dir(pdir, within=out / "points")
             if point.skip_reason:
                 rec = _record(point, "skipped", point.skip_reason)
                 outcome.skipped.append(point.id)

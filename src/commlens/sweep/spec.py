@@ -27,6 +27,7 @@ Every unknown table or key is an error naming the file and the key.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ POINT_DEFAULTS: dict[str, Any] = {
     "recompute": False,
 }
 
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")
+"""A sweep name: one path component, never ``.``, ``..`` or a hidden name."""
+
 SCALE_KEYS = {"models", "nproc", "gpus_per_node", "seq_len", "micro_batch", "networks", "schemes"}
 SCALE_SCHEME_KEYS = {"scheme", "dp", "tp", "pp", "microbatches", "sequence_parallel"}
 
@@ -79,7 +83,8 @@ class Settings:
     """How every point runs and is checked (the [sweep] table's non-point keys)."""
 
     name: str = "sweep"
-    """Name of the sweep (default output directory runs/NAME)."""
+    """Name of the sweep (default output directory runs/NAME): letters, digits and
+    ``._+-``, not starting with a dot."""
     title: str = ""
     """One line shown at the top of the report."""
     steps: int = 4
@@ -192,6 +197,12 @@ def _settings(where: str, table: dict[str, Any]) -> Settings:
                 raise _fail(where, f"{key} must be a {kind.__name__}, got {value!r}")
             values[key] = value
     s = Settings(**values)
+    if not SAFE_NAME.match(s.name):
+        raise _fail(
+            where,
+            f"name {s.name!r} must be 1 to 100 letters, digits or ._+- "
+            "(not starting with a dot); it names the sweep's directory",
+        )
     if s.steps < 2:
         raise _fail(where, f"steps must be at least 2 (step 0 is set-up), got {s.steps}")
     if not 0 <= s.warmup_steps < s.steps:

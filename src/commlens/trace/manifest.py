@@ -43,9 +43,11 @@ def rank_meta_path(run_dir: Path, rank: int) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    """Write ``data`` whole or not at all, inside ``path``'s run directory."""
+    from commlens.safefile import write_output
+
+    text = json.dumps(data, indent=1, sort_keys=True, default=str)
+    write_output(path, text, within=path.parent)
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from commlens.errors import UsageError
 
@@ -49,30 +49,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_query(args: argparse.Namespace) -> int:
     from commlens.analysis.query import open_query
     from commlens.report.formats import format_for
+    from commlens.safefile import open_binary
 
     if args.max_rows < 1:
         raise UsageError(f"--max-rows must be at least 1, not {args.max_rows}")
-    to_file = bool(args.output) and args.output != "-"
     fmt = format_for(args.output, args.format)
     if fmt not in ("text", "csv", "json"):
         raise UsageError(f"query output is text, csv or json, not {fmt}")
-    with open_query(args.run, quiet=False) as session, session.execute(args.sql) as result:
-        if to_file:
-            _to_file(result, args.output, fmt, args)
+    with open_query(args.run, quiet=False) as session:
+        if args.output and args.output != "-":
+            # Written as it streams; a file appears whole or not at all.
+            with open_binary(args.output) as out, session.execute(args.sql) as result:
+                _write(result, out, fmt, args)
         else:
-            _to_stdout(result, fmt, args)
+            with session.execute(args.sql) as result:
+                _to_stdout(result, fmt, args)
     return 0
 
 
-def _to_stdout(result: QueryResult, fmt: str, args: argparse.Namespace) -> None:
+def _write(result: QueryResult, out: IO[bytes], fmt: str, args: argparse.Namespace) -> None:
     from commlens.report.stream import write_stream
 
-    schema = result.schema
+    write_stream(result, result.schema, out, fmt, max_rows=args.max_rows, width=args.width)
+
+
+def _to_stdout(result: QueryResult, fmt: str, args: argparse.Namespace) -> None:
     sys.stdout.flush()
     try:
-        write_stream(
-            result, schema, sys.stdout.buffer, fmt, max_rows=args.max_rows, width=args.width
-        )
+        _write(result, sys.stdout.buffer, fmt, args)
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         # The reader left (``| head``): stop here, and let nothing flush into the
@@ -81,22 +85,3 @@ def _to_stdout(result: QueryResult, fmt: str, args: argparse.Namespace) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         raise
-
-
-def _to_file(result: QueryResult, output: str, fmt: str, args: argparse.Namespace) -> None:
-    import pyarrow as pa
-
-    from commlens.report.document import Column, Document, Section
-    from commlens.report.output import emit
-    from commlens.report.stream import column_format
-
-    table = pa.Table.from_batches(list(result), result.schema)
-    columns = [Column(f.name, f.name, column_format(f.type)) for f in table.schema]
-    doc = Document(
-        title="",
-        facts=[],
-        sections=[Section("query", "", table, columns, max_rows=args.max_rows)],
-        data={"columns": table.schema.names, "rows": table.to_pylist()},
-        csv_table=table,
-    )
-    emit(doc, output, fmt, width=args.width)

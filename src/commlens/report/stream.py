@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +28,7 @@ STREAM_FORMATS = ("text", "csv", "json")
 def write_stream(
     batches: Iterable[pa.RecordBatch],
     schema: pa.Schema,
-    out: BinaryIO,
+    out: IO[bytes],
     fmt: str,
     *,
     max_rows: int = 100,
@@ -55,7 +55,7 @@ def _csv_table(table: pa.Table) -> pa.Table:
     return table
 
 
-def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: BinaryIO) -> int:
+def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: IO[bytes]) -> int:
     options = pacsv.WriteOptions(quoting_style="needed")
     if not schema.names:
         return 0
@@ -94,7 +94,7 @@ def _dumps(value: Any) -> str:
         return json.dumps(_clean(value), allow_nan=False, default=str)
 
 
-def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: BinaryIO) -> int:
+def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: IO[bytes]) -> int:
     out.write(f'{{\n "columns": {_dumps(schema.names)},\n "rows": ['.encode())
     count = 0
     for batch in batches:
@@ -116,7 +116,7 @@ def column_format(dtype: pa.DataType) -> str:
 def _write_text(
     batches: Iterable[pa.RecordBatch],
     schema: pa.Schema,
-    out: BinaryIO,
+    out: IO[bytes],
     max_rows: int,
     width: int | None,
 ) -> int:

@@ -1,0 +1,205 @@
+"""commlens query: reads the run's views and nothing else; results stream; Ctrl-C stops it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from commlens.analysis import open_run
+from commlens.analysis.query import open_query
+from commlens.cli.main import main
+from tests.analysis.synth import write_parts
+
+DATA = Path(__file__).parent.parent / "data"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+# Run from a child interpreter: says "ready" once imports are done and main() is next.
+CHILD = (
+    "import sys\n"
+    "from commlens.cli.main import main\n"
+    "import commlens.analysis.query, commlens.report.stream\n"
+    "print('ready', file=sys.stderr, flush=True)\n"
+    "rc = main(sys.argv[1:])\n"
+    "if rc == 0:\n"  # peak RSS of this program (ru_maxrss would count the forked parent's)
+    "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+    "    print(hwm.strip(), file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return Path(shutil.copytree(DATA / "tiny_run", tmp_path / "run"))
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under ``root``: size, mtime and a hash of its bytes."""
+    return {
+        str(p.relative_to(root)): (
+            p.stat().st_size,
+            p.stat().st_mtime_ns,
+            hashlib.sha256(p.read_bytes()).hexdigest(),
+        )
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _child(args: list[str], **kw: object) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, "query", *args],
+        env=env,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+REFUSED = [
+    "COPY (SELECT 1 AS a) TO 'run/rank-00000.parquet' (FORMAT parquet)",
+    "COPY (SELECT 1 AS a) TO 'run/rank-00000.parquet' (FORMAT csv, USE_TMP_FILE false)",
+    "COPY events TO 'out.csv'",
+    "COPY (SELECT 1 AS a) TO 'run/new.parquet'",
+    "EXPORT DATABASE 'exported'",
+    "ATTACH 'scratch.db' AS scratch",
+    "ATTACH 'run/rank-00001.parquet' AS r1",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SELECT * FROM 'https://example.com/x.csv'",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_text('run/run.json')",
+    "SELECT count(*) FROM read_parquet('run/rank-00000.parquet')",
+    "SELECT * FROM glob('/etc/*')",
+    "SET threads = 1",
+    "SET enable_external_access = true",
+    "RESET lock_configuration",
+    "PRAGMA enable_profiling",
+    "SET lock_configuration = false; COPY events TO 'out.csv'",
+]
+
+
+@pytest.mark.parametrize("sql", REFUSED)
+def test_anything_but_reading_the_run_is_one_line_error(
+    tiny: Path, sql: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tiny.parent
+    before = _snapshot(work)
+    assert main(["query", str(tiny), sql]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("commlens query: error: query failed: "), err
+    assert err.count("\n") == 1
+    assert _snapshot(work) == before  # the run untouched, nothing new beside it
+    assert main(["query", str(tiny), "SELECT count(*) AS n FROM events", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split() == ['"n"', "52"]
+
+
+def test_refusals_say_what_a_query_may_do(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["query", str(tiny), "SELECT * FROM read_csv('/etc/passwd')"]) == 2
+    err = capsys.readouterr().err
+    assert '"/etc/passwd"' in err
+    assert "a query reads only the run's views events, steps and ranks" in err
+
+
+def test_views_read_as_an_open_run_reads_them(tiny: Path) -> None:
+    table = pq.read_table(tiny / "rank-00003.parquet")
+    (tiny / "rank-00003.parquet").unlink()
+    write_parts(tiny / ".rank-00003.parts", table)  # one rank read from its flushed parts
+    plain = open_run(tiny)
+    with open_query(tiny) as session:
+        for sql in (
+            "SELECT * FROM events ORDER BY rank, seq",
+            "SELECT * FROM steps ORDER BY rank, step",
+            "SELECT * FROM ranks ORDER BY rank",
+        ):
+            with session.execute(sql) as result:
+                rows = [row for batch in result for row in batch.to_pylist()]
+            assert rows == plain.sql(sql).to_pylist() and rows, sql
+    plain.close()
+
+
+def test_text_shows_the_first_rows_and_counts_the_rest(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["query", str(tiny), "SELECT range AS i FROM range(250)"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.strip() for line in lines[2:4]] == ["0", "1"]
+    assert lines[101].strip() == "99"
+    assert lines[102].strip() == "... 150 more rows (250 in all; --max-rows N or --format csv/json)"
+    assert len(lines) == 103
+    assert main(["query", str(tiny), "SELECT range AS i FROM range(250)", "--max-rows", "3"]) == 0
+    assert capsys.readouterr().out.split()[2:6] == ["0", "1", "2", "..."]
+    assert main(["query", str(tiny), "SELECT 1 AS i", "--max-rows", "0"]) == 2
+    assert "--max-rows must be at least 1" in capsys.readouterr().err
+
+
+def test_csv_and_json_carry_every_row(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sql = "SELECT range AS i, CASE WHEN range = 7 THEN 'nan'::DOUBLE END AS x FROM range(200000)"
+    assert main(["query", str(tiny), sql, "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ['"i","x"', "0,"] and lines[8] == "7,nan"
+    assert len(lines) == 200_001 and lines[-1] == "199999,"
+    assert main(["query", str(tiny), sql, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["columns"] == ["i", "x"]
+    assert len(data["rows"]) == 200_000
+    assert data["rows"][7] == {"i": 7, "x": None} and data["rows"][-1]["i"] == 199_999
+    assert main(["query", str(tiny), "SELECT pg_ranks FROM events LIMIT 1", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ['"pg_ranks"', '"0-1"']
+    assert main(["query", str(tiny), "SELECT 1 AS a WHERE false", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"columns": ["a"], "rows": []}
+
+
+def test_a_big_result_streams_in_bounded_memory(tiny: Path) -> None:
+    # 20 million rows: streamed, the program peaks near 160 MB; holding them as one
+    # Arrow table takes it to 290 MB, as Python rows to several GB.
+    proc = _child(
+        [str(tiny), "SELECT * FROM range(20000000)", "--format", "csv"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    peak_mb = int(err.split("VmHWM:")[1].split()[0]) / 1024
+    assert peak_mb < 250, f"peak RSS {peak_mb:.0f} MB"
+
+
+def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
+    # A cross join of 4e10 rows: minutes of work unless interrupted.
+    sql = "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b"
+    for _ in range(5):
+        proc = _child([str(tiny), sql], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "ready\n"
+        time.sleep(0.5)  # the statement is running by now
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - sent < 5
+        assert proc.returncode == 130
+        assert (out, err) == ("", "commlens query: interrupted\n")
+
+
+def test_a_closed_pipe_ends_the_query_quietly(tiny: Path) -> None:
+    proc = _child(
+        [str(tiny), "SELECT * FROM range(1000000000)", "--format", "csv"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stderr.readline() == "ready\n"
+    assert [proc.stdout.readline(), proc.stdout.readline()] == ['"range"\n', "0\n"]
+    proc.stdout.close()  # as `| head -2` does
+    assert proc.wait(timeout=30) == 0
+    assert proc.stderr.read().startswith("VmHWM:")

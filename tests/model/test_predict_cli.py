@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -90,7 +89,7 @@ def test_shape_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     assert wide["per_step"]["total_bytes"] > 1.5 * base["per_step"]["total_bytes"]
 
 
-def test_gpt13b_on_4096_gpus_is_instant() -> None:
+def test_gpt13b_on_4096_gpus_models_one_rank_per_stage() -> None:
     job = Job(
         get_preset("gpt-13b"),
         "3d",
@@ -100,9 +99,9 @@ def test_gpt13b_on_4096_gpus_is_instant() -> None:
         dtype="bf16",
     )
     nets = get_profiles("tcp-10g,ipoib-100g,rdma-100g,ib-ndr-400g")
-    t0 = time.perf_counter()
     pred = predict(job, nets, gpus_per_node=8)
-    assert time.perf_counter() - t0 < 1.0
+    # The work is one rank per pipeline stage, not one per GPU: 16 ranks of 4096.
+    assert sorted(pred.per_rank) == [job.dims.rank_of(0, 0, p) for p in range(16)]
     assert pred.networks[-1].step_time_s < pred.networks[0].step_time_s
 
 

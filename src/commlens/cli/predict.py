@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from commlens.errors import UsageError
 from commlens.model.cost import ALGORITHMS
 from commlens.model.job import SCHEDULES, Job
+from commlens.model.limits import check_scales
 from commlens.model.predict import DEFAULT_TFLOPS, Prediction, predict
 from commlens.model.profiles import get_profile, get_profiles
 from commlens.spec.models import SCHEMES, ModelConfig, get_preset
@@ -99,10 +100,32 @@ def model_from_args(args: argparse.Namespace) -> ModelConfig:
     return cfg
 
 
-def job_from_args(args: argparse.Namespace) -> Job:
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse a bad or oversized scale argument before anything is modelled."""
     for flag in ("dp", "tp", "pp"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
+    scales: dict[str, float] = {
+        "dp": args.dp,
+        "tp": args.tp,
+        "pp": args.pp,
+        "world_size": args.dp * args.tp * args.pp,
+        "micro_batch": args.micro_batch,
+        "microbatches": args.microbatches,
+        "gpus_per_node": args.gpus_per_node,
+        "nics_per_node": args.nics_per_node,
+        "tflops": args.tflops,
+    }
+    if args.seq_len is not None:
+        scales["seq_len"] = args.seq_len
+    for flag in SHAPE_FLAGS:
+        if getattr(args, flag, None) is not None:
+            scales[flag] = getattr(args, flag)
+    check_scales(scales)
+
+
+def job_from_args(args: argparse.Namespace) -> Job:
+    check_args(args)
     dims = ParallelDims(args.dp * args.tp * args.pp, dp=args.dp, tp=args.tp, pp=args.pp)
     model = model_from_args(args)
     return Job(

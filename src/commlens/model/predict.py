@@ -16,6 +16,7 @@ from typing import Any
 from commlens.model.calls import Call, OpVolume, aggregate, by_role
 from commlens.model.exact import rank_calls
 from commlens.model.job import Job
+from commlens.model.limits import check_job
 from commlens.model.profiles import NetworkProfile, get_profile
 from commlens.model.textbook import textbook_calls
 from commlens.model.timing import NetworkEstimate, estimate
@@ -119,10 +120,7 @@ def predict(
     ``intra`` is the link inside a node (default ``nvlink``), used for groups
     whose ranks share a node when ``gpus_per_node`` > 1.
     """
-    from commlens.errors import UsageError
-
-    if tflops <= 0:
-        raise UsageError(f"--tflops must be positive, got {tflops}")
+    check_job(job, gpus_per_node, nics_per_node, tflops)
     per_rank = {r: rank_calls(job, r) for r in modelled_ranks(job)}
     shown = max(per_rank, key=lambda r: (sum(c.wire_bytes for c in per_rank[r]), -r))
     intra = intra or get_profile("nvlink")

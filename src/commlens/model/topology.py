@@ -45,7 +45,7 @@ class Fabric:
     """Collective algorithm: ring, tree, direct or auto (fastest per call)."""
     nics_per_node: int = 1
     """Inter-node links per node; concurrent flows share them evenly."""
-    _shape_cache: dict[tuple[int, ...], tuple[int, int]] = field(
+    _shape_cache: dict[int, tuple[tuple[int, ...], tuple[int, int]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -64,12 +64,15 @@ class Fabric:
 
     def shape(self, group: tuple[int, ...]) -> tuple[int, int]:
         """(nodes spanned, most members on one node) of ``group``."""
-        cached = self._shape_cache.get(group)
-        if cached is None:
+        # Keyed by identity (the entry holds the group, so its id stays unique): a
+        # rank's calls share one tuple per group, and hashing a 100k-rank tuple
+        # on every call would dominate the prediction.
+        entry = self._shape_cache.get(id(group))
+        if entry is None or entry[0] is not group:
             per_node = Counter(self.node(r) for r in group)
-            cached = (len(per_node), max(per_node.values()))
-            self._shape_cache[group] = cached
-        return cached
+            entry = (group, (len(per_node), max(per_node.values())))
+            self._shape_cache[id(group)] = entry
+        return entry[1]
 
     def _intra(self, op: str, size: float, n: int) -> float:
         p = self.intra

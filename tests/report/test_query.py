@@ -56,13 +56,14 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
     }
 
 
-def _child(args: list[str], **kw: object) -> subprocess.Popen[str]:
+def _child(args: list[str], stdout: int) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, "query", *args],
         env=env,
         text=True,
-        **kw,  # type: ignore[call-overload]
+        stdout=stdout,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -159,15 +160,17 @@ def test_csv_and_json_carry_every_row(tiny: Path, capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out.splitlines() == ['"pg_ranks"', '"0-1"']
     assert main(["query", str(tiny), "SELECT 1 AS a WHERE false", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"columns": ["a"], "rows": []}
+    failing = "SELECT CASE WHEN range < 150000 THEN range ELSE error('boom') END FROM range(200000)"
+    assert main(["query", str(tiny), failing, "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert err == "commlens query: error: query failed: Invalid Input Error: boom\n"
 
 
 def test_a_big_result_streams_in_bounded_memory(tiny: Path) -> None:
     # 20 million rows: streamed, the program peaks near 160 MB; holding them as one
     # Arrow table takes it to 290 MB, as Python rows to several GB.
     proc = _child(
-        [str(tiny), "SELECT * FROM range(20000000)", "--format", "csv"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        [str(tiny), "SELECT * FROM range(20000000)", "--format", "csv"], subprocess.DEVNULL
     )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -179,7 +182,7 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
     # A cross join of 4e10 rows: minutes of work unless interrupted.
     sql = "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b"
     for _ in range(5):
-        proc = _child([str(tiny), sql], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = _child([str(tiny), sql], subprocess.PIPE)
         assert proc.stderr is not None
         assert proc.stderr.readline() == "ready\n"
         time.sleep(0.5)  # the statement is running by now
@@ -193,9 +196,7 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
 
 def test_a_closed_pipe_ends_the_query_quietly(tiny: Path) -> None:
     proc = _child(
-        [str(tiny), "SELECT * FROM range(1000000000)", "--format", "csv"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        [str(tiny), "SELECT * FROM range(1000000000)", "--format", "csv"], subprocess.PIPE
     )
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stderr.readline() == "ready\n"
@@ -203,3 +204,25 @@ def test_a_closed_pipe_ends_the_query_quietly(tiny: Path) -> None:
     proc.stdout.close()  # as `| head -2` does
     assert proc.wait(timeout=30) == 0
     assert proc.stderr.read().startswith("VmHWM:")
+
+
+def test_an_output_file_is_written_whole_or_not_at_all(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sql = "SELECT range AS i FROM range(200000)"
+    assert main(["query", str(tiny), sql, "-o", "out.csv"]) == 0
+    assert capsys.readouterr().out == ""
+    lines = Path("out.csv").read_text().splitlines()
+    assert len(lines) == 200_001 and lines[-1] == "199999"
+    assert main(["query", str(tiny), sql, "-o", "out.json"]) == 0  # the suffix picks the format
+    assert len(json.loads(Path("out.json").read_text())["rows"]) == 200_000
+    assert main(["query", str(tiny), sql, "-o", "/dev/null", "--format", "csv"]) == 0
+    before = _snapshot(tiny.parent)
+    failing = "SELECT CASE WHEN range < 150000 THEN range ELSE error('boom') END FROM range(200000)"
+    assert main(["query", str(tiny), failing, "-o", "out.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commlens query: error: query failed: ") and "boom" in err
+    assert err.count("\n") == 1
+    assert _snapshot(tiny.parent) == before  # out.csv as it was, no temporary file left
+    assert main(["query", str(tiny), sql, "-o", "out.html"]) == 2
+    assert "query output is text, csv or json, not html" in capsys.readouterr().err

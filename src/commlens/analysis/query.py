@@ -128,12 +128,12 @@ def _quote(text: str) -> str:
     return text.replace("'", "''")
 
 
-def explain(exc: duckdb.Error) -> str:
-    """DuckDB's error as one line, saying what a query may do when it was refused."""
+def explain(exc: BaseException) -> str:
+    """A DuckDB error as one line, saying what a query may do when it was refused."""
     lines = str(exc).strip().splitlines()
     message = lines[0] if lines else type(exc).__name__
-    refused = isinstance(exc, duckdb.PermissionException) or "configuration has been locked" in (
-        message
+    refused = isinstance(exc, duckdb.PermissionException) or any(
+        mark in message for mark in ("Permission Error", "configuration has been locked")
     )
     return f"{message} ({_WHAT_A_QUERY_MAY_DO})" if refused else message
 
@@ -184,6 +184,10 @@ class QueryResult:
                 if not self._put(batch):
                     return
             self._put(_END)
+        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+            # DuckDB's own errors, and the same errors met while reading the
+            # result (pyarrow passes them on as OSError)
+            self._put(QueryError(f"query failed: {explain(exc)}"))
         except BaseException as exc:  # handed to the caller's thread
             self._put(exc)
 
@@ -197,8 +201,8 @@ class QueryResult:
                 if not self.thread.is_alive() and self._queue.empty():
                     return _END
                 continue
-            if isinstance(item, duckdb.Error):
-                raise QueryError(f"query failed: {explain(item)}") from None
+            if isinstance(item, QueryError):
+                raise QueryError(str(item)) from None
             if isinstance(item, BaseException):
                 raise item
             return item

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from commlens.errors import UsageError
 from commlens.safefile import check_within, replacing, write_output
-from commlens.trace.rundir import is_own_run_entry, remove_entries
+from commlens.trace.rundir import first_foreign, foreign_in_run, remove_entries
 
 CATALOG = "catalog.duckdb"
 SPEC_FILE = "sweep.toml"
@@ -70,34 +70,26 @@ _OWN_SWEEP_FILES = re.compile(
 )
 
 
-def _own_run(entry: Path) -> bool:
-    if not entry.is_dir() or entry.is_symlink():
-        return False
-    return not [e for e in entry.iterdir() if not is_own_run_entry(e)]
-
-
-def _own_point(entry: Path) -> bool:
+def _foreign_in_point(entry: Path) -> Path | None:
     if entry.is_symlink():
-        return False
+        return entry
     if entry.is_dir():
-        return entry.name == "run" and _own_run(entry)
-    return entry.is_file() and bool(_OWN_POINT_FILES.match(entry.name))
+        return first_foreign(entry, foreign_in_run) if entry.name == "run" else entry
+    return None if entry.is_file() and _OWN_POINT_FILES.match(entry.name) else entry
 
 
-def _own_points(entry: Path) -> bool:
-    return (
-        entry.is_dir()
-        and not entry.is_symlink()
-        and not [e for e in entry.iterdir() if not _own_point(e)]
-    )
+def _foreign_in_points(entry: Path) -> Path | None:
+    if entry.is_symlink() or not entry.is_dir():
+        return entry
+    return first_foreign(entry, _foreign_in_point)
 
 
-def _own_sweep_entry(entry: Path) -> bool:
+def _foreign_in_sweep(entry: Path) -> Path | None:
     if entry.is_symlink():
-        return False
+        return entry
     if entry.is_dir():
-        return entry.name == POINTS_DIR and not [p for p in entry.iterdir() if not _own_points(p)]
-    return entry.is_file() and bool(_OWN_SWEEP_FILES.match(entry.name))
+        return first_foreign(entry, _foreign_in_points) if entry.name == POINTS_DIR else entry
+    return None if entry.is_file() and _OWN_SWEEP_FILES.match(entry.name) else entry
 
 
 def clear_sweep(sweep: Path) -> None:
@@ -108,7 +100,7 @@ def clear_sweep(sweep: Path) -> None:
     """
     if not is_sweep_dir(sweep):
         raise UsageError(f"{sweep} is not a commlens sweep directory; refusing to remove it")
-    remove_entries(sweep, _own_sweep_entry)
+    remove_entries(sweep, _foreign_in_sweep)
 
 
 def read_point(sweep: Path, point_id: str) -> dict[str, Any] | None:

@@ -33,7 +33,8 @@ OWN_DIRS = re.compile(r"^\.rank-\d{5,}\.parts$")
 PART_FILES = re.compile(r"^(sites\.jsonl|part-\d+\.(bin|tmp)|\.part-\d+\.bin(\.[0-9a-f]+)*\.tmp)$")
 """Files of a parts directory."""
 
-Matcher = Callable[[Path], bool]
+Checker = Callable[[Path], Path | None]
+"""Given an entry: None when it is commlens's own, else the foreign path (it or one inside)."""
 
 
 def is_run_dir(path: Path) -> bool:
@@ -45,32 +46,37 @@ def is_run_dir(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == FORMAT_NAME
 
 
-def is_own_run_entry(entry: Path) -> bool:
-    """Whether ``entry`` (in a run directory) is one of commlens's own files."""
+def foreign_in_run(entry: Path) -> Path | None:
+    """None when ``entry`` (in a run directory) is one of commlens's own files."""
     if entry.is_symlink():
-        return False
+        return entry
     if entry.is_dir():
-        return bool(OWN_DIRS.match(entry.name)) and all(
-            PART_FILES.match(f.name) and f.is_file() and not f.is_symlink()
-            for f in entry.iterdir()
-        )
-    return entry.is_file() and bool(OWN_FILES.match(entry.name))
+        if not OWN_DIRS.match(entry.name):
+            return entry
+        for f in sorted(entry.iterdir()):
+            if f.is_symlink() or not f.is_file() or not PART_FILES.match(f.name):
+                return f
+        return None
+    return None if entry.is_file() and OWN_FILES.match(entry.name) else entry
 
 
-def foreign_entries(path: Path, own: Matcher) -> list[Path]:
-    """The entries of ``path`` that ``own`` does not recognise, sorted."""
+def first_foreign(path: Path, check: Checker) -> Path | None:
+    """The first entry under ``path`` that ``check`` does not recognise."""
     try:
-        return sorted(e for e in path.iterdir() if not own(e))
+        for entry in sorted(path.iterdir()):
+            if (bad := check(entry)) is not None:
+                return bad
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return None
 
 
-def remove_entries(path: Path, own: Matcher) -> None:
-    """Delete the entries of ``path`` that ``own`` recognises (after checking them all)."""
-    foreign = foreign_entries(path, own)
-    if foreign:
+def remove_entries(path: Path, check: Checker) -> None:
+    """Delete every entry of ``path``, after checking that all are commlens's own."""
+    bad = first_foreign(path, check)
+    if bad is not None:
         raise UsageError(
-            f"{path}: holds {foreign[0].name!r}, which commlens did not write; "
+            f"{path}: holds {str(bad.relative_to(path))!r}, which commlens did not write; "
             "refusing to replace it (move it away or pick another directory)"
         )
     try:
@@ -93,7 +99,7 @@ def clear_run(path: Path, *, require_manifest: bool = True) -> None:
         raise UsageError(
             f"{path} is not a commlens run (no valid {MANIFEST}); refusing to replace it"
         )
-    remove_entries(path, is_own_run_entry)
+    remove_entries(path, foreign_in_run)
 
 
 def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
@@ -107,7 +113,7 @@ def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
         raise UsageError(f"{flag} {out} is a symlink to no directory; pick another directory")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag} {out} exists and is not a directory; pick a directory")
-    if out.is_dir() and foreign_entries(out, lambda e: False):
+    if out.is_dir() and first_foreign(out, lambda e: e) is not None:
         if not is_run_dir(out):
             raise UsageError(
                 f"{flag} {out} is not empty and not a commlens run; choose a new directory"

@@ -1,0 +1,171 @@
+"""--force replaces only a commlens run, and only commlens's own files in it;
+a bad --out is one line, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlens.cli.main import main
+from commlens.errors import UsageError
+from commlens.sweep.catalog import clear_sweep
+from commlens.trace.rundir import prepare_run_dir
+
+DATA = Path(__file__).parent.parent / "data"
+RUN_ARGS = ["run", "--model", "gpt-tiny", "--scheme", "dp", "--nproc", "2", "--steps", "2"]
+
+
+def _run_copy(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(DATA / "tiny_run", tmp_path / "run"))
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "thesis"
+    (folder / "chapters").mkdir(parents=True)
+    (folder / "chapters" / "one.tex").write_text("precious")
+    (folder / "notes.txt").write_text("precious")
+    return folder
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _one_error_line(err: str, cmd: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"commlens {cmd}: error: "), err
+    return lines[0]
+
+
+def test_force_replaces_a_run_with_every_file_commlens_writes(tmp_path: Path) -> None:
+    run = _run_copy(tmp_path)
+    parts = run / ".rank-00000.parts"
+    parts.mkdir()
+    (parts / "sites.jsonl").write_text("")
+    (parts / "part-000000.bin").write_bytes(b"x")
+    for name in (
+        ".run.lock",
+        "nic.parquet",
+        ".run.json.123.ab12cd34.tmp",
+        ".rank-00001.parquet.tmp",
+    ):
+        (run / name).write_bytes(b"")
+    prepare_run_dir(run, force=True)
+    assert run.is_dir() and list(run.iterdir()) == []
+
+
+def test_force_refuses_a_run_holding_a_foreign_file(tmp_path: Path) -> None:
+    run = _run_copy(tmp_path)
+    (run / "analysis.ipynb").write_text("mine")
+    before = _listing(run)
+    with pytest.raises(UsageError, match=r"analysis\.ipynb"):
+        prepare_run_dir(run, force=True)
+    assert _listing(run) == before
+
+
+@pytest.mark.parametrize("manifest", [None, "not json", {"format": "someone-else"}])
+def test_force_refuses_a_directory_that_is_not_a_run(
+    tmp_path: Path, manifest: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _user_folder(tmp_path)
+    if manifest is not None:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        (folder / "run.json").write_text(text)
+    (folder / "rank-00000.parquet").write_bytes(b"PAR1")
+    before = _listing(folder)
+    cmd = ["trace", "--force", "--out", str(folder), "--", sys.executable, "-c", "pass"]
+    assert main(cmd) == 2
+    assert "not a commlens run" in _one_error_line(capsys.readouterr().err, "trace")
+    assert _listing(folder) == before
+    assert main([*RUN_ARGS, "--force", "--out", str(folder)]) == 2
+    assert "not a commlens run" in _one_error_line(capsys.readouterr().err, "run")
+    assert _listing(folder) == before
+
+
+def test_a_symlinked_file_in_a_run_is_not_followed(tmp_path: Path) -> None:
+    run = _run_copy(tmp_path)
+    victim = _user_folder(tmp_path) / "notes.txt"
+    (run / "rank-00009.json").symlink_to(victim)
+    with pytest.raises(UsageError, match=r"rank-00009\.json"):
+        prepare_run_dir(run, force=True)
+    assert victim.read_text() == "precious" and (run / "run.json").exists()
+
+
+def test_run_out_an_existing_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "report.txt"
+    file.write_text("precious")
+    assert main([*RUN_ARGS, "--out", str(file)]) == 2
+    assert "not a directory" in _one_error_line(capsys.readouterr().err, "run")
+    assert file.read_text() == "precious"
+
+
+def test_trace_out_under_proc_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = ["trace", "--out", "/proc/commlens-run", "--", sys.executable, "-c", "pass"]
+    assert main(cmd) == 2
+    assert "cannot write there" in _one_error_line(capsys.readouterr().err, "trace")
+
+
+def test_trace_out_on_a_read_only_mount_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)]).returncode:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        for out in (ro, ro / "run"):
+            cmd = ["trace", "--out", str(out), "--", sys.executable, "-c", "pass"]
+            assert main(cmd) == 2
+            line = _one_error_line(capsys.readouterr().err, "trace")
+            assert "Read-only" in line
+        assert list(ro.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+
+
+def test_demo_fresh_removes_only_a_sweeps_own_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "demo" / "sweep"
+    point = sweep / "points" / "gpt-tiny_dp"
+    shutil.copytree(DATA / "tiny_run", point / "run")
+    (sweep / "sweep.toml").write_text("")
+    (point / "point.json").write_text("{}")
+    (point / "run.log").write_text("")
+    (sweep / "points" / "gpt-tiny_dp" / "run" / "mine.csv").write_text("precious")
+    before = _listing(sweep)
+    cmd = ["demo", "--out", str(tmp_path / "demo"), "--fresh", "--loopback"]
+    assert main(cmd) == 2
+    line = _one_error_line(capsys.readouterr().err, "demo")
+    assert "points/gpt-tiny_dp/run/mine.csv" in line
+    assert _listing(sweep) == before
+    (point / "run" / "mine.csv").unlink()
+    clear_sweep(sweep)
+    assert list(sweep.iterdir()) == []
+    with pytest.raises(UsageError, match="not a commlens sweep"):
+        clear_sweep(_user_folder(tmp_path))
+
+
+def test_trace_force_replaces_its_own_earlier_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    cmd = ["trace", "--out", str(out), "--", sys.executable, "-c", "pass"]
+    assert main(cmd) == 0
+    capsys.readouterr()
+    (out / "rank-00007.json").write_text("{}")  # a stale file of an earlier, larger run
+    assert main(cmd) == 2
+    assert "already holds a run" in _one_error_line(capsys.readouterr().err, "trace")
+    assert main([*cmd[:1], "--force", *cmd[1:]]) == 0
+    assert not (out / "rank-00007.json").exists()
+    assert json.loads((out / "run.json").read_text())["format"] == "commlens-run"

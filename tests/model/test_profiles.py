@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from commlens.errors import UsageError
-from commlens.model.profiles import builtin_names, builtin_profiles, get_profile, get_profiles
+from commlens.model.profiles import (
+    MIN_GBPS,
+    NetworkProfile,
+    OpOverride,
+    builtin_names,
+    builtin_profiles,
+    get_profile,
+    get_profiles,
+)
 
 REQUIRED = {"loopback", "tcp-10g", "ipoib-100g", "rdma-100g", "roce-200g", "ib-ndr-400g", "nvlink"}
 
@@ -97,3 +105,107 @@ def test_unknown_names() -> None:
         get_profile("/nonexistent/net.toml")
     with pytest.raises(UsageError, match="no network profile"):
         get_profiles(" , ")
+
+
+LINK = "name = 'x'\n[link]\nlatency_s = {lat}\nbandwidth_Gbps = {bw}\nefficiency = {eff}\n"
+
+
+@pytest.mark.parametrize(
+    ("lat", "bw", "eff", "key"),
+    [
+        ("nan", "10", "0.9", "latency_s"),
+        ("1e-6", "inf", "0.9", "bandwidth_Gbps"),
+        ("1e-6", "-inf", "0.9", "bandwidth_Gbps"),
+        ("1e-6", "10", "nan", "efficiency"),
+        ("1e-6", "1e-300", "0.9", "bandwidth_Gbps"),
+        ("1e-6", "0", "0.9", "bandwidth_Gbps"),
+        ("1e-6", "1e12", "0.9", "bandwidth_Gbps"),
+        ("-1e-6", "10", "0.9", "latency_s"),
+        ("1e9", "10", "0.9", "latency_s"),
+        ("1e-6", "10", "1e-300", "efficiency"),
+    ],
+)
+def test_non_finite_or_implausible_link_is_refused(
+    tmp_path: Path, lat: str, bw: str, eff: str, key: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(LINK.format(lat=lat, bw=bw, eff=eff))
+    with pytest.raises(UsageError, match=key) as err:
+        get_profile(str(path))
+    assert "\n" not in str(err.value) and "bad.toml" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("alpha_s = nan", "alpha_s"),
+        ("beta_s_per_byte = inf", "beta_s_per_byte"),
+        ("beta_s_per_byte = 0.0", "beta_s_per_byte"),
+        ("beta_s_per_byte = 1e-300", "beta_s_per_byte"),
+        ("alpha_s = 1e300", "alpha_s"),
+        ("r2 = nan", "r2"),
+        ("weight = 1.0", "unknown key 'weight'"),
+    ],
+)
+def test_bad_op_override_is_refused(tmp_path: Path, override: str, key: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(LINK.format(lat=1e-6, bw=10, eff=0.9) + f"[ops.all_reduce]\n{override}\n")
+    with pytest.raises(UsageError, match=key) as err:
+        get_profile(str(path))
+    assert "\n" not in str(err.value) and "ops.all_reduce" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        ("name = 'x'\n" + "# padding\n" * 10000, "over 65,536 bytes"),
+        (LINK.format(lat=1e-6, bw=10, eff=0.9) + "speed = 'warp'\n", "unknown key 'speed'"),
+        ("colour = 'red'\n" + LINK.format(lat=1e-6, bw=10, eff=0.9), "unknown key 'colour'"),
+        ("source = 7\n" + LINK.format(lat=1e-6, bw=10, eff=0.9), "source must be a string"),
+        ("source = [[[1]]]\n" + LINK.format(lat=1e-6, bw=10, eff=0.9), "source must be a string"),
+        ('name = "a\\nb"\n[link]\nlatency_s = 0\nbandwidth_Gbps = 1\n', "printable line"),
+        ("name = 'x'\n[link]\nlatency_s = true\nbandwidth_Gbps = 1\n", "number"),
+        ("name = 'x'\nops = 3\n[link]\nlatency_s = 0\nbandwidth_Gbps = 1\n", r"\[ops\]"),
+    ],
+)
+def test_hostile_file_is_one_line_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as err:
+        get_profile(str(path))
+    assert "\n" not in str(err.value) and "bad.toml" in str(err.value)
+
+
+def test_a_folder_is_not_a_profile(tmp_path: Path) -> None:
+    folder = tmp_path / "net.toml"
+    folder.mkdir()
+    with pytest.raises(UsageError, match="is a folder"):
+        get_profile(str(folder))
+
+
+def test_profiles_built_in_code_are_checked_too() -> None:
+    with pytest.raises(UsageError, match="bandwidth_Gbps"):
+        NetworkProfile(name="x", latency_s=1e-6, bandwidth_Gbps=float("nan"))
+    with pytest.raises(UsageError, match="alpha_s"):
+        NetworkProfile(
+            name="x", latency_s=0, bandwidth_Gbps=1, ops={"send": OpOverride(float("inf"))}
+        )
+    edge = NetworkProfile(name="edge", latency_s=0.0, bandwidth_Gbps=MIN_GBPS)
+    assert edge.beta("all_reduce") == pytest.approx(8 / (MIN_GBPS * 1e9))
+
+
+def test_predict_with_a_nan_profile_exits_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from commlens.cli.main import main
+
+    path = tmp_path / "nan.toml"
+    path.write_text(LINK.format(lat="nan", bw="inf", eff=0.9))
+    code = main(
+        ["predict", "--model", "gpt-125m", "--scheme", "dp", "--dp", "4", "--net", str(path)]
+    )
+    captured = capsys.readouterr()
+    assert code != 0 and captured.out == ""
+    assert captured.err.startswith("commlens predict: error: ") and captured.err.count("\n") == 1
+    assert "latency_s must be a finite number" in captured.err

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
 from commlens.analysis.rankagg import GroupInfo, learn_groups, rank_aggregate
-from commlens.analysis.source import RunView
+from commlens.analysis.source import RankDamaged, RunView
 from commlens.analysis.timeline import segments, spread, step_rows
 
 P2P_OPS = ("send", "recv", "send_object", "recv_object")
@@ -112,9 +112,13 @@ def ensure_pass(run: RunView, *, util_bins: int | None = None, match: bool = Fal
             return cached
         util_bins = util_bins or cached.util_bins
         match = match or cached.matches is not None
-    result = _run_pass(run, util_bins, match)
-    run.cache["rank_pass"] = result
-    return result
+    while True:  # again without a rank whose file turned out damaged while read
+        try:
+            result = _run_pass(run, util_bins, match)
+        except RankDamaged:
+            continue
+        run.cache["rank_pass"] = result
+        return result
 
 
 def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
@@ -268,12 +272,13 @@ def _groups_touching(run: RunView) -> list[str]:
     """Groups that include a missing rank (left out of cross-rank figures)."""
     if not run.missing_ranks:
         return []
-    missing = ", ".join(str(r) for r in run.missing_ranks)
-    rows = run.con.execute(
-        "SELECT DISTINCT pg_name FROM (SELECT pg_name, any_value(pg_ranks) AS pg_ranks "
-        f"FROM events GROUP BY pg_name) WHERE list_has_any(pg_ranks, [{missing}]::INTEGER[])"
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    missing = set(run.missing_ranks)
+    groups = run.sql("SELECT pg_name, any_value(pg_ranks) AS pg_ranks FROM events GROUP BY pg_name")
+    return [
+        str(row["pg_name"])
+        for row in groups.to_pylist()
+        if not missing.isdisjoint(row["pg_ranks"] or ())
+    ]
 
 
 def _steps_table(parts: list[dict[str, np.ndarray]]) -> pa.Table:

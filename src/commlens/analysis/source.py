@@ -1,10 +1,13 @@
 """Open a run for analysis: DuckDB views over its files, clocks aligned in SQL.
 
 ``load_run`` reads every event into Arrow, which is right for small runs and
-too big for ten million events. ``open_run`` instead checks each rank file's
-footer and schema (the same rules as the reader: foreign or corrupt files are
-a one-line :class:`RunFormatError`, truncated or missing ranks a warning) and
-lets DuckDB scan the Parquet files directly. Views on ``RunView.con``:
+too big for ten million events. ``open_run`` instead checks the manifest and
+each rank file's footer, schema and statistics (the same rules as the reader,
+:mod:`commlens.trace.files`: foreign files are a one-line
+:class:`RunFormatError`, truncated, damaged or missing ranks a warning) and
+lets DuckDB scan the Parquet files directly. A rank whose pages turn out
+damaged when read is left out then, with a warning (:meth:`RunView.drop_rank`).
+Views on ``RunView.con``:
 
 - ``events``: every event, ``t_issue_ns``/``t_end_ns`` on rank 0's clock;
 - ``steps``: ``rank, step, t_start_ns, t_end_ns, duration_s``, aligned too;
@@ -30,17 +33,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from commlens.errors import RunFormatError
 from commlens.trace.files import (
-    check_rank_file,
     clock_table,
     clocks,
-    expected_ranks,
-    ranks_without_events,
-    read_parts,
-    scan,
+    one_line,
+    open_files,
+    ranks_table,
+    step_table,
 )
+from commlens.trace.manifest import Manifest
 from commlens.trace.reader import Run
 from commlens.trace.schema import EVENT_SCHEMA
+
+
+class RankDamaged(RunFormatError):
+    """A rank's file failed while being read; the view has left the rank out."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(message)
+        self.rank = rank
 
 
 @dataclass
@@ -62,6 +74,13 @@ class RunView:
     """Only steps first <= step < stop are seen (None: all); see :func:`open_run`."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Results computed once per run (see ``analysis.rankpass``, ``analysis.ops``)."""
+    info: Manifest | None = None
+    """The checked manifest (``manifest`` is its data)."""
+    quiet: bool = True
+    """Warnings found after opening (:meth:`drop_rank`) are printed unless quiet."""
+    with_events: set[int] = field(default_factory=set)
+    scans: dict[int, str] = field(default_factory=dict)
+    """rank -> the SQL that reads its raw events (the union is ``raw_events``)."""
 
     @property
     def name(self) -> str:
@@ -69,20 +88,62 @@ class RunView:
 
     @property
     def world_size(self) -> int:
-        size = self.manifest.get("world_size")
-        if isinstance(size, int):
-            return size
+        if self.info is not None and self.info.world_size is not None:
+            return self.info.world_size
         row = self.row("SELECT max(rank) + 1 FROM events")
         return int(row[0]) if row and row[0] is not None else 0
 
     def sql(self, query: str, params: list[Any] | None = None) -> pa.Table:
         """Run ``query`` and return the result as an Arrow table."""
-        return self.con.sql(query, params=params).to_arrow_table()
+        return self._retry(lambda: self.con.sql(query, params=params).to_arrow_table())
 
     def row(self, query: str) -> tuple[Any, ...] | None:
         """The first row of ``query`` (the result is consumed whole)."""
-        rows = self.con.execute(query).fetchall()
+        rows = self._retry(lambda: self.con.execute(query).fetchall())
         return tuple(rows[0]) if rows else None
+
+    def _retry(self, run: Callable[[], _T]) -> _T:
+        """``run()``; when DuckDB fails on a rank's damaged file, that rank is left
+        out and ``run`` tried again."""
+        while True:
+            try:
+                return run()
+            except duckdb.Error as exc:
+                rank = self._rank_named_in(str(exc))
+                if rank is None:
+                    raise
+                self.drop_rank(rank, one_line(exc))
+
+    def _rank_named_in(self, message: str) -> int | None:
+        for rank, src in self.sources.items():
+            if isinstance(src, Path) and src.name in message:
+                return rank
+        return None
+
+    def drop_rank(self, rank: int, reason: str) -> str:
+        """Leave out ``rank``, whose file turned out damaged: it joins the missing
+        ranks, its events leave the views and cached results are dropped."""
+        src = self.sources.pop(rank, None)
+        what = src.name if isinstance(src, Path) else f"rank {rank}'s flushed parts"
+        line = f"{what} is damaged ({reason}): rank {rank} skipped"
+        if src is None:
+            return line
+        self.warnings.append(line)
+        if not self.quiet:
+            print(f"commlens: warning: {line}", file=sys.stderr)
+        self.scans.pop(rank, None)
+        self.with_events.discard(rank)
+        self.missing_ranks = sorted({*self.missing_ranks, rank})
+        self.cache.clear()
+        _create_raw_events(self)
+        _create_ranks(self)
+        return line
+
+    def _read(self, rank: int, src: Path, read: Callable[[], _T]) -> _T:
+        try:
+            return read()
+        except Exception as exc:  # pyarrow raises several types for damaged pages
+            raise RankDamaged(rank, self.drop_rank(rank, one_line(exc))) from None
 
     def read_rank(self, rank: int, columns: list[str]) -> pa.Table:
         """One rank's events (only ``columns``; strings dictionary-encoded), in file
@@ -92,7 +153,10 @@ class RunView:
             return self.sql(f"SELECT {', '.join(columns)} FROM events WHERE rank = {int(rank)}")
         if isinstance(src, Path):
             strings = [c for c in columns if pa.types.is_string(EVENT_SCHEMA.field(c).type)]
-            table = pq.read_table(src, columns=columns, read_dictionary=strings)
+            path = src
+            table = self._read(
+                rank, src, lambda: pq.read_table(path, columns=columns, read_dictionary=strings)
+            )
         else:
             table = src.select(columns)
         if self.aligned or rank not in self.clocks:
@@ -116,14 +180,16 @@ class RunView:
         if not isinstance(src, Path):
             table = self.read_rank(rank, [column])
             return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
-        meta = pq.ParquetFile(src).metadata
+        path = src
+        meta = pq.ParquetFile(path).metadata
         bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
         out: list[Any] = []
         cache: dict[int, pa.Table] = {}
         for row in rows:
             g = int(np.searchsorted(bounds, row, side="right")) - 1
             if g not in cache:
-                cache[g] = pq.ParquetFile(src).read_row_group(g, columns=[column])
+                read = functools.partial(pq.ParquetFile(path).read_row_group, g, columns=[column])
+                cache[g] = self._read(rank, path, read)
             out.append(cache[g].column(column)[row - int(bounds[g])].as_py())
         return out
 
@@ -215,34 +281,39 @@ def open_run(
             list(source.warnings),
             list(source.missing_ranks),
             steps=steps,
+            info=source.checked,
+            quiet=quiet,
+            with_events=set(source.ranks),
         )
         _create_steps(view)
-        _create_ranks(view, set(source.ranks))
+        _create_ranks(view)
         return view
     run_dir = Path(source)
-    manifest, files, parts = scan(run_dir)
-    warnings: list[str] = []
-    sources: list[str] = []
-    sources_by_rank: dict[int, Path | pa.Table] = {}
-    for rank, file in files.items():
-        if check_rank_file(file, rank, warnings):
-            sources_by_rank[rank] = file
-            sources.append(f"SELECT * FROM read_parquet('{_quote(file)}')")
-    for rank in parts:
-        table = read_parts(run_dir / f".rank-{rank:05d}.parts")
+    try:
+        found = open_files(run_dir)
+    except BaseException:
+        con.close()
+        raise
+    view = RunView(
+        run_dir,
+        found.manifest.data,
+        con,
+        found.warnings,
+        clocks=clocks(found.manifest),
+        steps=steps,
+        info=found.manifest,
+        quiet=quiet,
+    )
+    for rank, file in found.files.items():
+        view.sources[rank] = file
+        view.scans[rank] = f"SELECT * FROM read_parquet('{_quote(file)}')"
+    for rank, table in found.parts.items():
         con.register(f"parts_{rank}", table)
-        sources_by_rank[rank] = table
-        sources.append(f"SELECT * FROM parts_{rank}")
-        warnings.append(
-            f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
-        )
-    empty = EVENT_SCHEMA.empty_table()
-    con.register("empty_events", empty)
-    sources.append("SELECT * FROM empty_events")
-    cols = ", ".join(EVENT_SCHEMA.names)
-    union = " UNION ALL ".join(f"SELECT {cols} FROM ({s})" for s in sources)
-    con.execute(f"CREATE VIEW raw_events AS {union}")
-    con.register("clocks", clock_table(manifest))
+        view.sources[rank] = table
+        view.scans[rank] = f"SELECT * FROM parts_{rank}"
+    con.register("empty_events", EVENT_SCHEMA.empty_table())
+    _create_raw_events(view)
+    con.register("clocks", clock_table(found.manifest))
     con.execute(
         "CREATE VIEW events AS SELECT e.* REPLACE ("
         + _aligned("e.t_issue_ns")
@@ -252,28 +323,22 @@ def open_run(
         + ") FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank"
         + f" WHERE {step_filter(steps, 'e.step')}"
     )
-    expected = expected_ranks(manifest) | set(files) | set(parts)
-    with_events = {r for r, src in sources_by_rank.items() if _has_rows(src)}
-    missing = sorted(expected - with_events - ranks_without_events(manifest))
-    for rank in missing:
-        if rank not in files and rank not in parts:
-            warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
-    view = RunView(
-        run_dir,
-        manifest,
-        con,
-        warnings,
-        missing,
-        sources=sources_by_rank,
-        clocks=clocks(manifest),
-        steps=steps,
-    )
+    view.with_events = {r for r, src in view.sources.items() if _has_rows(src)}
+    view.missing_ranks = found.missing(view.with_events)
     _create_steps(view)
-    _create_ranks(view, with_events)
+    _create_ranks(view)
     if not quiet:
-        for line in warnings:
+        for line in view.warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
     return view
+
+
+def _create_raw_events(view: RunView) -> None:
+    """``raw_events``: the union of every rank's scan (times as written)."""
+    cols = ", ".join(EVENT_SCHEMA.names)
+    scans = [*view.scans.values(), "SELECT * FROM empty_events"]
+    union = " UNION ALL ".join(f"SELECT {cols} FROM ({s})" for s in scans)
+    view.con.execute(f"CREATE OR REPLACE VIEW raw_events AS {union}")
 
 
 def _has_rows(src: Path | pa.Table) -> bool:
@@ -296,13 +361,8 @@ def _aligned(col: str) -> str:
 
 def _create_steps(view: RunView) -> None:
     """Per-rank step windows from the manifest, moved onto rank 0's clock."""
-    rows: dict[str, list[int]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
-    for key, meta in view.manifest.get("ranks", {}).items():
-        for step in meta.get("steps", []) or []:
-            rows["rank"].append(int(key))
-            rows["step"].append(int(step["step"]))
-            rows["t_start_ns"].append(int(step["t_start_ns"]))
-            rows["t_end_ns"].append(int(step["t_end_ns"]))
+    assert view.info is not None
+    rows = step_table(view.info)
     view.con.register(
         "raw_steps",
         pa.table(
@@ -315,7 +375,7 @@ def _create_steps(view: RunView) -> None:
         ),
     )
     if "clocks" not in {r[0] for r in view.con.execute("SHOW TABLES").fetchall()}:
-        view.con.register("clocks", clock_table(view.manifest))
+        view.con.register("clocks", clock_table(view.info))
     view.con.execute(
         "CREATE VIEW steps AS SELECT s.rank, s.step, "
         + _aligned("s.t_start_ns")
@@ -328,27 +388,6 @@ def _create_steps(view: RunView) -> None:
     )
 
 
-def _create_ranks(view: RunView, with_events: set[int]) -> None:
-    meta = view.manifest.get("ranks", {})
-    keys = sorted({int(k) for k in meta} | with_events | set(view.missing_ranks))
-    view.con.register(
-        "ranks",
-        pa.table(
-            {
-                "rank": pa.array(keys, pa.int32()),
-                "status": pa.array(
-                    [
-                        "missing"
-                        if r in view.missing_ranks
-                        else meta.get(str(r), {}).get("status", "unknown")
-                        for r in keys
-                    ],
-                    pa.string(),
-                ),
-                "host": pa.array([str(meta.get(str(r), {}).get("host", "")) for r in keys]),
-                "events": pa.array(
-                    [int(meta.get(str(r), {}).get("events", 0)) for r in keys], pa.int64()
-                ),
-            }
-        ),
-    )
+def _create_ranks(view: RunView) -> None:
+    assert view.info is not None
+    view.con.register("ranks", ranks_table(view.info, view.with_events, view.missing_ranks))

@@ -1,79 +1,260 @@
 """The files of a run directory, checked without reading the events.
 
 One set of rules for every reader (:func:`commlens.load_run`, which loads
-everything, and the analyses' lazy views): a foreign or corrupt file is a
-one-line :class:`RunFormatError` naming it; a truncated or missing rank file
-is a warning and the rank is left out; a rank that died before joining its
-parts is read from its flushed parts.
+everything, and the analyses' lazy views), applied once by :func:`open_files`:
+
+- fatal, a one-line :class:`RunFormatError` naming the file: a missing or
+  foreign directory, a bad ``run.json`` (see
+  :func:`commlens.trace.manifest.read_manifest`), a rank file that is not
+  Parquet, has a foreign schema or holds another rank;
+- partial, a warning and the rank left out: a missing or truncated rank file
+  (even one of 0 bytes), a damaged one (corrupt footer or pages, a column of
+  the wrong type, values out of bounds), one that is not a regular file (a
+  directory, a symlink loop), a rank number out of bounds;
+- a rank that died before joining its parts is read from its flushed parts.
+
+Damage inside a file's pages shows only when they are read; the lazy view
+then leaves the rank out the same way (``RunView.drop_rank``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
-from commlens.trace.manifest import FORMAT_NAME, MANIFEST, collect_rank_meta, read_json
+from commlens.trace.manifest import Manifest, read_manifest
 from commlens.trace.packed import read_packed_parts
-from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY, SCHEMA_KEY
+from commlens.trace.schema import (
+    COLUMN_BOUNDS,
+    EVENT_SCHEMA,
+    MAX_WORLD,
+    RANK_KEY,
+    SCHEMA_KEY,
+)
 
 _RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
 _PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
+_MIN_PARQUET = 12  # magic, footer length, magic: a smaller file cannot hold a footer
 
 
-def scan(run_dir: Path) -> tuple[dict[str, Any], dict[int, Path], list[int]]:
+@dataclass
+class RunFiles:
+    """What :func:`open_files` found: the checked manifest and the usable files."""
+
+    manifest: Manifest
+    files: dict[int, Path] = field(default_factory=dict)
+    """rank -> its events file, checked (footer, schema, bounds)."""
+    parts: dict[int, pa.Table] = field(default_factory=dict)
+    """rank -> the events of a rank that did not finish, from its flushed parts."""
+    skipped: set[int] = field(default_factory=set)
+    """Ranks with a file that could not be used (each has a warning)."""
+    warnings: list[str] = field(default_factory=list)
+
+    def missing(self, with_events: set[int]) -> list[int]:
+        """Ranks expected but without events (and not known to have none); warns once
+        about those without any file."""
+        expected = set(self.manifest.ranks) | set(self.files) | set(self.parts) | self.skipped
+        if self.manifest.world_size is not None:
+            expected |= set(range(self.manifest.world_size))
+        empty = {
+            r for r, info in self.manifest.ranks.items() if info.status == "ok" and info.events == 0
+        }
+        missing = sorted(expected - with_events - empty)
+        absent = [r for r in missing if r not in self.files and r not in self.skipped]
+        absent = [r for r in absent if r not in self.parts]
+        self.warnings += [
+            f"rank {a}: no events file (rank-{a:05d}.parquet is missing)"
+            if a == b
+            else f"ranks {a}..{b}: no events files ({b - a + 1} ranks)"
+            for a, b in rank_ranges(absent)
+        ]
+        return missing
+
+
+def rank_ranges(ranks: list[int]) -> list[tuple[int, int]]:
+    """Sorted ranks as (first, last) runs of consecutive numbers."""
+    out: list[tuple[int, int]] = []
+    for r in ranks:
+        if out and r == out[-1][1] + 1:
+            out[-1] = (out[-1][0], r)
+        else:
+            out.append((r, r))
+    return out
+
+
+def format_ranks(ranks: list[int]) -> str:
+    """Sorted ranks for a reader, runs of three or more as ``a..b``: "0, 2, 5..9"."""
+    return ", ".join(
+        str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}..{b}"
+        for a, b in rank_ranges(ranks)
+    )
+
+
+def one_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line, cut to ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def open_files(run_dir: Path) -> RunFiles:
+    """Check the run directory's manifest and every rank file (footers only)."""
     if not run_dir.is_dir():
         raise RunFormatError(f"{run_dir}: no such run directory")
-    manifest_path = run_dir / MANIFEST
-    manifest: dict[str, Any] = {}
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        if manifest.get("format") != FORMAT_NAME:
-            raise RunFormatError(f"{manifest_path}: not a commlens run manifest")
-    manifest["ranks"] = {**manifest.get("ranks", {}), **collect_rank_meta(run_dir)}
-    files: dict[int, Path] = {}
-    parts: list[int] = []
+    run = RunFiles(read_manifest(run_dir))
+    run.warnings += run.manifest.warnings
+    candidates: dict[int, Path] = {}
+    part_dirs: dict[int, Path] = {}
     for entry in sorted(run_dir.iterdir()):
         if match := _RANK_FILE.match(entry.name):
-            files[int(match.group(1))] = entry
+            rank = int(match.group(1))
+            if rank >= MAX_WORLD:
+                run.warnings.append(
+                    f"{entry.name}: rank out of bounds (0..{MAX_WORLD - 1}): skipped"
+                )
+            elif not entry.is_file():
+                kind = "a directory" if entry.is_dir() else "a broken link or special file"
+                run.warnings.append(f"{entry.name} is {kind}, not a file: rank {rank} skipped")
+                run.skipped.add(rank)
+            else:
+                candidates[rank] = entry
         elif (match := _PARTS_DIR.match(entry.name)) and entry.is_dir():
-            parts.append(int(match.group(1)))
-    parts = sorted(r for r in parts if r not in files)
-    if not manifest_path.exists() and not files and not parts and not manifest["ranks"]:
-        raise RunFormatError(f"{run_dir}: not a commlens run (no run.json or rank-*.parquet)")
-    return manifest, files, parts
+            if int(match.group(1)) < MAX_WORLD:
+                part_dirs[int(match.group(1))] = entry
+    if not run.manifest.found and not candidates and not part_dirs and not run.manifest.ranks:
+        if not run.skipped:
+            raise RunFormatError(f"{run_dir}: not a commlens run (no run.json or rank-*.parquet)")
+    for rank, file in candidates.items():
+        if check_rank_file(file, rank, run.warnings):
+            run.files[rank] = file
+        else:
+            run.skipped.add(rank)
+    for rank, part_dir in part_dirs.items():
+        if rank in candidates:
+            continue
+        try:
+            table = read_parts(part_dir)
+        except Exception as exc:  # a damaged parts directory costs that rank only
+            run.warnings.append(
+                f"{part_dir.name} is damaged ({one_line(exc)}): rank {rank} skipped"
+            )
+            run.skipped.add(rank)
+            continue
+        problem = out_of_bounds(table)
+        if problem:
+            run.warnings.append(f"{part_dir.name}: {problem}: rank {rank} skipped")
+            run.skipped.add(rank)
+            continue
+        run.warnings.append(
+            f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
+        )
+        run.parts[rank] = table
+    return run
 
 
 def check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
-    """True when ``file`` is a readable commlens events file of ``rank``."""
-    with open(file, "rb") as fh:
-        head = fh.read(4)
-        fh.seek(0, 2)
-        size = fh.tell()
-        fh.seek(max(0, size - 4))
-        tail = fh.read(4)
-    if head != b"PAR1":
+    """True when ``file`` is a readable commlens events file of ``rank``; False (with a
+    warning) when it is truncated or damaged; a :class:`RunFormatError` when foreign."""
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(4)
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 4))
+            tail = fh.read(4)
+    except OSError as exc:
+        warnings.append(f"{file.name} is unreadable ({exc.strerror}): rank {rank} skipped")
+        return False
+    if not b"PAR1".startswith(head):
         raise RunFormatError(f"{file}: not a Parquet file, so not a commlens events file")
-    if tail != b"PAR1":
+    if size < _MIN_PARQUET or tail != b"PAR1":
         warnings.append(f"{file.name} is truncated ({size} bytes, no footer): rank {rank} skipped")
         return False
     try:
-        schema = pq.ParquetFile(file).schema_arrow
+        pf = pq.ParquetFile(file)
+        schema = pf.schema_arrow
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise RunFormatError(f"{file}: corrupt Parquet file ({exc})") from None
+        warnings.append(f"{file.name} is damaged ({one_line(exc)}): rank {rank} skipped")
+        return False
     metadata = schema.metadata or {}
     if SCHEMA_KEY not in metadata:
         raise RunFormatError(f"{file}: not a commlens events file (foreign Parquet schema)")
     if metadata.get(RANK_KEY) not in (None, str(rank).encode()):
-        raise RunFormatError(f"{file}: holds rank {metadata[RANK_KEY].decode()}, not {rank}")
+        held = metadata[RANK_KEY].decode(errors="replace")[:20]
+        raise RunFormatError(f"{file}: holds rank {held}, not {rank}")
+    problem = schema_problem(schema)
+    if problem is None:
+        try:
+            problem = _bounds_from_statistics(pf, file, rank)
+        except RunFormatError:
+            raise
+        except Exception as exc:
+            problem = f"unreadable statistics ({one_line(exc)})"
+    if problem:
+        warnings.append(f"{file.name}: {problem}: rank {rank} skipped")
+        return False
+    return True
+
+
+def schema_problem(schema: pa.Schema) -> str | None:
+    """What keeps ``schema`` from being read as the events schema, or None."""
     missing = [name for name in EVENT_SCHEMA.names if name not in schema.names]
     if missing:
-        raise RunFormatError(f"{file}: missing columns {', '.join(missing)}")
-    return True
+        return f"missing columns {', '.join(missing)}"
+    for want in EVENT_SCHEMA:
+        got = schema.field(want.name).type
+        if got != want.type and not (_is_string(got) and _is_string(want.type)):
+            return f"column {want.name} is {got}, not {want.type}"
+    return None
+
+
+def _is_string(typ: pa.DataType) -> bool:
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return bool(pa.types.is_string(typ) or pa.types.is_large_string(typ))
+
+
+def _bounds_from_statistics(pf: pq.ParquetFile, file: Path, rank: int) -> str | None:
+    """Values out of :data:`COLUMN_BOUNDS` (or a rank column naming another rank),
+    from the row groups' statistics; a column chunk without them is read."""
+    meta = pf.metadata
+    index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    bounds = {**COLUMN_BOUNDS, "rank": (rank, rank)}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows == 0:
+            continue
+        for name, (lo, hi) in bounds.items():
+            stats = group.column(index[name]).statistics
+            if stats is not None and stats.has_min_max:
+                low, high = stats.min, stats.max
+            elif stats is not None and stats.null_count == group.num_rows:
+                continue
+            else:
+                pair = pc.min_max(pf.read_row_group(g, columns=[name]).column(name))
+                low, high = pair["min"].as_py(), pair["max"].as_py()
+                if low is None:
+                    continue
+            if not (isinstance(low, int) and isinstance(high, int)) or low < lo or high > hi:
+                if name == "rank":
+                    raise RunFormatError(f"{file}: holds rank {low}, not {rank}")
+                return f"{name} values {low}..{high} out of bounds {lo}..{hi}"
+    return None
+
+
+def out_of_bounds(table: pa.Table) -> str | None:
+    """Like the statistics check, over a table in memory."""
+    for name, (lo, hi) in COLUMN_BOUNDS.items():
+        pair = pc.min_max(table.column(name))
+        low, high = pair["min"].as_py(), pair["max"].as_py()
+        if low is not None and (low < lo or high > hi):
+            return f"{name} values {low}..{high} out of bounds {lo}..{hi}"
+    return None
 
 
 def read_parts(part_dir: Path) -> pa.Table:
@@ -84,48 +265,58 @@ def read_parts(part_dir: Path) -> pa.Table:
     return pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
 
 
-def expected_ranks(manifest: dict[str, Any]) -> set[int]:
-    size = manifest.get("world_size")
-    ranks = {int(k) for k in manifest.get("ranks", {})}
-    return ranks | set(range(size)) if isinstance(size, int) else ranks
-
-
-def ranks_without_events(manifest: dict[str, Any]) -> set[int]:
+def clocks(manifest: Manifest) -> dict[int, tuple[int, float, int]]:
+    """rank -> (offset_ns, drift, t_ref_ns) of every rank with a measured clock."""
     return {
-        int(k)
-        for k, meta in manifest.get("ranks", {}).items()
-        if meta.get("status") == "ok" and int(meta.get("events", 0)) == 0
+        r: (info.clock.offset_ns, info.clock.drift, info.clock.t_ref_ns)
+        for r, info in manifest.ranks.items()
+        if info.clock is not None
     }
 
 
-def clocks(manifest: dict[str, Any]) -> dict[int, tuple[int, float, int]]:
-    out = {}
-    for key, meta in manifest.get("ranks", {}).items():
-        clock = meta.get("clock") or {}
-        if "offset_ns" in clock:
-            out[int(key)] = (
-                int(clock["offset_ns"]),
-                float(clock.get("drift", 0.0)),
-                int(clock.get("t_ref_ns", 0)),
-            )
-    return out
-
-
-def clock_table(manifest: dict[str, Any]) -> pa.Table:
-    rows: dict[str, list[Any]] = {"rank": [], "offset_ns": [], "drift": [], "t_ref_ns": []}
-    for key, meta in manifest.get("ranks", {}).items():
-        clock = meta.get("clock") or {}
-        if "offset_ns" not in clock:
-            continue
-        rows["rank"].append(int(key))
-        rows["offset_ns"].append(int(clock["offset_ns"]))
-        rows["drift"].append(float(clock.get("drift", 0.0)))
-        rows["t_ref_ns"].append(int(clock.get("t_ref_ns", 0)))
+def clock_table(manifest: Manifest) -> pa.Table:
+    offsets = clocks(manifest)
     return pa.table(
         {
-            "rank": pa.array(rows["rank"], pa.int32()),
-            "offset_ns": pa.array(rows["offset_ns"], pa.int64()),
-            "drift": pa.array(rows["drift"], pa.float64()),
-            "t_ref_ns": pa.array(rows["t_ref_ns"], pa.int64()),
+            "rank": pa.array(list(offsets), pa.int32()),
+            "offset_ns": pa.array([c[0] for c in offsets.values()], pa.int64()),
+            "drift": pa.array([c[1] for c in offsets.values()], pa.float64()),
+            "t_ref_ns": pa.array([c[2] for c in offsets.values()], pa.int64()),
+        }
+    )
+
+
+def step_table(manifest: Manifest) -> dict[str, list[Any]]:
+    """Every rank's step windows from the manifest, raw (not yet aligned)."""
+    rows: dict[str, list[Any]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
+    for rank, info in manifest.ranks.items():
+        for step in info.steps:
+            rows["rank"].append(rank)
+            rows["step"].append(step.step)
+            rows["t_start_ns"].append(step.t_start_ns)
+            rows["t_end_ns"].append(step.t_end_ns)
+    return rows
+
+
+def ranks_table(manifest: Manifest, with_events: set[int], missing: list[int]) -> pa.Table:
+    """``rank, status, host, events`` of every rank known to the run."""
+    gone = set(missing)
+    keys = sorted(set(manifest.ranks) | with_events | gone)
+    infos = [manifest.ranks.get(r) for r in keys]
+    return pa.table(
+        {
+            "rank": pa.array(keys, pa.int32()),
+            "status": pa.array(
+                [
+                    "missing" if r in gone else (i.status if i else "unknown")
+                    for r, i in zip(keys, infos, strict=True)
+                ],
+                pa.string(),
+            ),
+            "host": pa.array([i.host if i else "" for i in infos], pa.string()),
+            "events": pa.array(
+                [(i.events or 0) if i else 0 for i in infos],
+                pa.int64(),
+            ),
         }
     )

@@ -1,8 +1,9 @@
 """Read a run directory: manifest plus every rank's events.
 
-Readers accept any rank count, tolerate a missing or truncated rank file with
-a warning (the rank is listed in ``Run.missing_ranks``), and reject foreign or
-corrupt files with a one-line :class:`RunFormatError` naming the file. Event
+Readers accept any rank count, tolerate a missing, truncated or damaged rank
+file with a warning (the rank is listed in ``Run.missing_ranks``), and reject
+foreign files or a bad manifest with a one-line :class:`RunFormatError` naming
+the file (the rules are in :mod:`commlens.trace.files`). Event
 times are moved onto rank 0's clock using each rank's measured offset and
 drift (see ``commlens.capture.clock``).
 """
@@ -20,15 +21,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.trace.files import (
-    check_rank_file,
     clocks,
-    expected_ranks,
-    ranks_without_events,
-    read_parts,
-    scan,
+    one_line,
+    open_files,
+    ranks_table,
+    step_table,
 )
+from commlens.trace.manifest import Manifest, read_manifest
 from commlens.trace.schema import EVENT_SCHEMA
-from commlens.trace.writer import parts_dir
 
 
 @dataclass
@@ -40,11 +40,19 @@ class Run:
     events: pa.Table
     warnings: list[str] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
+    info: Manifest | None = None
+    """The checked manifest (``manifest`` is its data); read from ``path`` when None."""
+
+    @property
+    def checked(self) -> Manifest:
+        if self.info is None:
+            self.info = read_manifest(self.path)
+        return self.info
 
     @property
     def world_size(self) -> int:
-        size = self.manifest.get("world_size")
-        if isinstance(size, int):
+        size = self.checked.world_size
+        if size is not None:
             return size
         ranks = self.events.column("rank").to_pylist() if self.events.num_rows else []
         return (max(ranks) + 1) if ranks else 0
@@ -72,16 +80,14 @@ class Run:
 
     def steps_table(self) -> pa.Table:
         """Step windows of every rank, on rank 0's clock like the events."""
-        rows: dict[str, list[Any]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
-        offsets = clocks(self.manifest)
-        for key, meta in self.manifest.get("ranks", {}).items():
-            offset, drift, t_ref = offsets.get(int(key), (0, 0.0, 0))
-            for step in meta.get("steps", []):
-                rows["rank"].append(int(key))
-                rows["step"].append(int(step["step"]))
-                for col in ("t_start_ns", "t_end_ns"):
-                    t = int(step[col])
-                    rows[col].append(t + offset + round(drift * (t - t_ref)))
+        rows = step_table(self.checked)
+        offsets = clocks(self.checked)
+        for col in ("t_start_ns", "t_end_ns"):
+            rows[col] = [
+                t + offset + round(drift * (t - t_ref))
+                for r, t in zip(rows["rank"], rows[col], strict=True)
+                for offset, drift, t_ref in [offsets.get(r, (0, 0.0, 0))]
+            ]
         return pa.table(
             {
                 "rank": pa.array(rows["rank"], pa.int32()),
@@ -99,60 +105,28 @@ class Run:
         )
 
     def ranks_table(self) -> pa.Table:
-        ranks = self.manifest.get("ranks", {})
-        keys = sorted(set(int(k) for k in ranks) | set(self.ranks) | set(self.missing_ranks))
-        return pa.table(
-            {
-                "rank": pa.array(keys, pa.int32()),
-                "status": pa.array(
-                    [
-                        "missing"
-                        if r in self.missing_ranks
-                        else ranks.get(str(r), {}).get("status", "unknown")
-                        for r in keys
-                    ],
-                    pa.string(),
-                ),
-                "host": pa.array([ranks.get(str(r), {}).get("host", "") for r in keys]),
-                "events": pa.array(
-                    [int(ranks.get(str(r), {}).get("events", 0)) for r in keys], pa.int64()
-                ),
-            }
-        )
+        return ranks_table(self.checked, set(self.ranks), self.missing_ranks)
 
 
 def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True) -> Run:
     """Load the run in ``path``; warnings go to stderr unless ``quiet``."""
     run_dir = Path(path)
-    manifest, files, part_ranks = scan(run_dir)
-    warnings: list[str] = []
+    found = open_files(run_dir)
     tables: list[pa.Table] = []
-    seen: set[int] = set()
-    for rank, file in files.items():
-        seen.add(rank)
-        if not check_rank_file(file, rank, warnings):
-            continue
+    for rank, file in found.files.items():
         try:
             table = pq.ParquetFile(file).read(columns=EVENT_SCHEMA.names)
-        except Exception as exc:
-            warnings.append(f"{file.name} is damaged ({exc}): rank {rank} skipped")
-            continue
-        tables.append(table.cast(EVENT_SCHEMA))
-    for rank in part_ranks:
-        table = read_parts(parts_dir(run_dir, rank))
-        seen.add(rank)
-        warnings.append(
-            f"rank {rank} did not finish: read {table.num_rows} events from its flushed parts"
-        )
-        tables.append(table)
+            tables.append(table.cast(EVENT_SCHEMA))
+        except Exception as exc:  # damaged pages: that rank is left out
+            found.warnings.append(f"{file.name} is damaged ({one_line(exc)}): rank {rank} skipped")
+            found.skipped.add(rank)
+    tables += found.parts.values()
     events = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
     events = events.replace_schema_metadata(EVENT_SCHEMA.metadata)
     read_ranks = set(pc.unique(events.column("rank")).to_pylist()) if events.num_rows else set()
-    expected = expected_ranks(manifest)
-    missing = sorted((expected | seen) - read_ranks - ranks_without_events(manifest))
-    for rank in missing:
-        if rank not in seen:
-            warnings.append(f"rank {rank}: no events file (rank-{rank:05d}.parquet is missing)")
+    missing = found.missing(read_ranks)
+    manifest = found.manifest
+    warnings = found.warnings
     if align_clocks and events.num_rows:
         events = _align(events, manifest)
     if events.num_rows:
@@ -160,10 +134,10 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
     if not quiet:
         for line in warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
-    return Run(run_dir, manifest, events, warnings, missing)
+    return Run(run_dir, manifest.data, events, warnings, missing, manifest)
 
 
-def _align(events: pa.Table, manifest: dict[str, Any]) -> pa.Table:
+def _align(events: pa.Table, manifest: Manifest) -> pa.Table:
     """Shift each rank's times onto rank 0's clock: t + offset + drift·(t − t0)."""
     ranks = events.column("rank").to_numpy()
     issue = events.column("t_issue_ns").to_numpy().copy()

@@ -15,6 +15,11 @@ from commlens.spec.ops import PHASES as PHASES
 FORMAT_VERSION = 1
 SCHEMA_KEY = b"commlens.format"
 RANK_KEY = b"commlens.rank"
+MAX_WORLD = 1_000_000
+"""Largest world size (and rank + 1) a reader accepts."""
+MAX_TIME_NS = 1 << 62
+"""Times are nanoseconds in 0..MAX_TIME_NS (to the year 2116): far from the ends of
+int64, so that clock alignment and differences of times never overflow."""
 
 # (name, type, meaning) — the one place that defines an event.
 _COLUMNS: list[tuple[str, pa.DataType, str]] = [
@@ -48,3 +53,17 @@ EVENT_SCHEMA = pa.schema(
     [pa.field(name, typ) for name, typ, _ in _COLUMNS],
     metadata={SCHEMA_KEY: str(FORMAT_VERSION).encode()},
 )
+
+# Bounds the values of these columns must lie in (nulls aside), checked when a
+# rank file is opened, so no analysis meets an overflowing time or size.
+COLUMN_BOUNDS: dict[str, tuple[int, int]] = {
+    "seq": (0, MAX_TIME_NS),
+    "count": (0, MAX_TIME_NS),
+    "bytes_in": (0, MAX_TIME_NS),
+    "bytes_out": (0, MAX_TIME_NS),
+    "size_bytes": (0, MAX_TIME_NS),
+    "group_size": (0, MAX_WORLD),
+    "t_issue_ns": (0, MAX_TIME_NS),
+    "t_end_ns": (0, MAX_TIME_NS),
+    "t_wait_ns": (-(1 << 40), MAX_TIME_NS),  # a wall clock stepping back may leave a little below 0
+}

@@ -11,6 +11,7 @@ from commlens.analysis.rankpass import ensure_pass
 from commlens.analysis.source import RunView
 from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
+from commlens.trace.files import format_ranks
 
 C = Column
 OP_COLUMNS = (
@@ -154,7 +155,7 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
         facts.append(
             (
                 "missing ranks",
-                ", ".join(str(r) for r in run.missing_ranks)
+                format_ranks(run.missing_ranks)
                 + " (excluded from cross-rank figures)",
             )
         )
@@ -213,7 +214,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
     tput_sum = throughput.throughput_summary(tput_t)
 
     cross_note = (
-        f"Ranks {', '.join(map(str, run.missing_ranks))} are missing: groups that "
+        f"Ranks {format_ranks(run.missing_ranks)} are missing: groups that "
         "include them are left out."
         if run.missing_ranks
         else ""

@@ -17,11 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commlens.errors import RunFormatError
-from commlens.trace.schema import FORMAT_VERSION
+from commlens.trace.schema import FORMAT_VERSION, MAX_TIME_NS, MAX_WORLD
 
 MANIFEST = "run.json"
 FORMAT_NAME = "commlens-run"
@@ -135,3 +136,226 @@ def _deep_update(target: dict[str, Any], extra: dict[str, Any]) -> None:
             _deep_update(target[key], value)
         else:
             target[key] = value
+
+
+# -- reading: the manifest checked once, at the door ---------------------------
+
+MAX_OFFSET_NS = 1 << 60
+"""Clock offsets and drift are bounded so that moving a time in 0..MAX_TIME_NS
+onto rank 0's clock stays within int64."""
+MAX_DRIFT = 0.01
+MAX_STEP = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How to move a rank's times onto rank 0's clock: t + offset + drift·(t − t_ref)."""
+
+    offset_ns: int
+    drift: float
+    t_ref_ns: int
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    step: int
+    t_start_ns: int
+    t_end_ns: int
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One rank's checked metadata."""
+
+    rank: int
+    status: str = "unknown"
+    host: str = ""
+    events: int | None = None
+    clock: Clock | None = None
+    steps: tuple[StepWindow, ...] = ()
+
+
+@dataclass
+class Manifest:
+    """A run's manifest after :func:`read_manifest`: every value the readers use has
+    its type and bounds checked."""
+
+    world_size: int | None
+    ranks: dict[int, RankInfo]
+    data: dict[str, Any]
+    """``run.json`` as read, with ``ranks`` replaced by the checked rank entries."""
+    warnings: list[str] = field(default_factory=list)
+    found: bool = False
+    """True when the run has a ``run.json``."""
+
+
+class _Bad(Exception):
+    """A value out of type or bounds (the message says which)."""
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int(value: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _Bad(f"{what} is {_show(value)}, not an integer in {lo}..{hi}")
+    return value
+
+
+def _float(value: Any, bound: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= bound:
+        raise _Bad(f"{what} is {_show(value)}, not a number within ±{bound}")
+    return float(value)
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"{what} is {_show(value)}, not a string")
+    return value
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(f"{what} is {_show(value)}, not an object")
+    return value
+
+
+def _clock(value: Any) -> Clock | None:
+    clock = _dict(value, "clock")
+    if "offset_ns" not in clock:
+        return None
+    return Clock(
+        _int(clock["offset_ns"], -MAX_OFFSET_NS, MAX_OFFSET_NS, "clock.offset_ns"),
+        _float(clock.get("drift", 0.0), MAX_DRIFT, "clock.drift"),
+        _int(clock.get("t_ref_ns", 0), 0, MAX_TIME_NS, "clock.t_ref_ns"),
+    )
+
+
+def _steps(value: Any) -> tuple[StepWindow, ...]:
+    if not isinstance(value, list):
+        raise _Bad(f"steps is {_show(value)}, not a list")
+    out = []
+    for i, item in enumerate(value):
+        step = _dict(item, f"steps[{i}]")
+        out.append(
+            StepWindow(
+                _int(step.get("step"), 0, MAX_STEP, f"steps[{i}].step"),
+                _int(step.get("t_start_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_start_ns"),
+                _int(step.get("t_end_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_end_ns"),
+            )
+        )
+    return tuple(out)
+
+
+# Optional fields of a rank's metadata: how each is checked. A null is absent.
+_RANK_FIELDS: dict[str, Any] = {
+    "status": lambda v: _str(v, "status"),
+    "host": lambda v: _str(v, "host"),
+    "events": lambda v: _int(v, 0, MAX_TIME_NS, "events"),
+    "clock": _clock,
+    "steps": _steps,
+}
+
+
+def check_rank_info(rank: int, meta: dict[str, Any]) -> tuple[RankInfo, dict[str, Any], list[str]]:
+    """``rank``'s metadata checked field by field: a bad field is left out (its
+    problem is returned), the rest kept. Also returns the entry without the bad fields."""
+    checked: dict[str, Any] = {}
+    problems: list[str] = []
+    kept = dict(meta)
+    for key, check in _RANK_FIELDS.items():
+        if meta.get(key) is None:
+            continue
+        try:
+            checked[key] = check(meta[key])
+        except _Bad as exc:
+            problems.append(str(exc))
+            del kept[key]
+    if meta.get("world_size") is not None:
+        try:
+            _int(meta["world_size"], 1, MAX_WORLD, "world_size")
+        except _Bad as exc:
+            problems.append(str(exc))
+            del kept["world_size"]
+    return RankInfo(rank, **checked), kept, problems
+
+
+def _rank_of(key: Any) -> int:
+    """A rank number from a ``ranks`` key (a decimal string) or a ``rank`` value."""
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 7:
+        key = int(key)
+    return _int(key, 0, MAX_WORLD - 1, "rank")
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    """``run.json`` merged with the ranks' ``rank-NNNNN.json``, checked once.
+
+    A bad ``run.json`` (unreadable, foreign, or a known key of the wrong type or out
+    of bounds) is a one-line :class:`RunFormatError`. A bad rank entry costs only
+    that rank's metadata, or the bad fields of it, with one warning per entry.
+    """
+    path = run_dir / MANIFEST
+    warnings: list[str] = []
+    found = os.path.lexists(path)
+    data: dict[str, Any] = {}
+    if found:
+        if not path.is_file():
+            raise RunFormatError(f"{path}: not a regular file")
+        data = read_json(path)
+        if data.get("format") != FORMAT_NAME:
+            raise RunFormatError(f"{path}: not a commlens run manifest")
+    try:
+        world_size: int | None = None
+        if "world_size" in data:
+            world_size = _int(data["world_size"], 1, MAX_WORLD, "world_size")
+        if "format_version" in data:
+            _int(data["format_version"], 0, 1_000_000, "format_version")
+        entries = _dict(data.get("ranks", {}), "ranks")
+        for key in ("backend", "torch_version", "commlens_version"):
+            if key in data:
+                _str(data[key], key)
+    except _Bad as exc:
+        raise RunFormatError(f"{path}: {exc}") from None
+    raw: dict[int, tuple[str, dict[str, Any]]] = {}
+    for key, meta in entries.items():
+        try:
+            raw[_rank_of(key)] = (f"{MANIFEST} ranks[{_show(key)}]", _dict(meta, "the entry"))
+        except _Bad as exc:
+            warnings.append(f"{MANIFEST}: ranks[{_show(key)}] ignored ({exc})")
+    for rank, where, meta in _rank_files(run_dir, warnings):
+        raw[rank] = (where, meta)
+    ranks: dict[int, RankInfo] = {}
+    cleaned: dict[str, Any] = {}
+    for rank in sorted(raw):
+        where, meta = raw[rank]
+        info, kept, problems = check_rank_info(rank, meta)
+        if problems:
+            warnings.append(f"{where}: {'; '.join(problems)}: ignored")
+        if world_size is None and isinstance(kept.get("world_size"), int):
+            world_size = kept["world_size"]
+        ranks[rank] = info
+        cleaned[str(rank)] = kept
+    data = {**data, "ranks": cleaned}
+    if world_size is not None:
+        data["world_size"] = world_size
+    return Manifest(world_size, ranks, data, warnings, found)
+
+
+def _rank_files(run_dir: Path, warnings: list[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(rank, file name, content) of every readable ``rank-NNNNN.json``; the rank
+    is the one the content names."""
+    for path in sorted(run_dir.glob("rank-*.json")):
+        if not path.is_file():
+            warnings.append(f"{path.name} is not a regular file: ignored")
+            continue
+        try:
+            meta = read_json(path)
+            if meta.get("format") != FORMAT_NAME + "-rank":
+                raise _Bad("not a commlens rank file")
+            yield _rank_of(meta.get("rank")), path.name, meta
+        except RunFormatError as exc:
+            warnings.append(f"{path.name} is unreadable ({str(exc).split(': ', 1)[-1]}): ignored")
+        except _Bad as exc:
+            warnings.append(f"{path.name}: {exc}: ignored")

@@ -127,6 +127,10 @@ def test_views_read_as_an_open_run_reads_them(tiny: Path) -> None:
             with session.execute(sql) as result:
                 rows = [row for batch in result for row in batch.to_pylist()]
             assert rows == plain.sql(sql).to_pylist() and rows, sql
+        with session.execute("SELECT current_setting('temp_directory') AS d") as result:
+            spill = Path(next(iter(result)).to_pylist()[0]["d"])
+        assert spill == session.temp_dir and spill.is_dir()  # private, not the cwd's .tmp
+    assert not spill.exists()
     plain.close()
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
+from commlens.spec.memory import check_local_ranks
 from commlens.spec.models import PRESETS, SCHEMES
 from commlens.workloads.config import (
     DTYPES,
@@ -169,6 +170,7 @@ def _launch(
 
 
 def run_command(args: argparse.Namespace) -> int:
+    check_local_ranks(args.nproc)
     wcfg = build_config(args)
     emulated = _check_emulation(args)
     check_fits(wcfg)

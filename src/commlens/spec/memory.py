@@ -7,6 +7,41 @@ from dataclasses import dataclass
 from commlens.errors import UsageError
 from commlens.spec.models import SCHEMES, ModelConfig, param_shapes, stage_layers
 
+PROCESS_BASELINE_BYTES = 228_000_000
+"""Host memory one rank takes before it holds any tensor, in bytes.
+
+Measured as the peak RSS of a bare ``python -c "import torch, torch.distributed"``
+(torch 2.13 CPU, Python 3.11, Linux x86-64): 223,000 KiB = 228 MB, of which
+146 MB private and 77 MB shared libraries. A ``commlens run`` rank, with
+commlens imported and a gloo group joined, peaked at 311 MiB (201 MiB
+private); the bare import is the floor every rank pays.
+"""
+
+MAX_LOCAL_RANKS = 512
+"""Most ranks ``commlens run`` and ``commlens bench`` start on one host.
+
+Each rank is a process with its own copy of torch (:data:`PROCESS_BASELINE_BYTES`),
+and gloo opens a socket to every peer, so past a few hundred ranks a host
+spends its memory and file descriptors on processes, not on the job.
+"""
+
+
+def check_local_ranks(nproc: int) -> None:
+    """A one-line :class:`UsageError` unless 1 <= ``nproc`` <= :data:`MAX_LOCAL_RANKS`."""
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    if nproc > MAX_LOCAL_RANKS:
+        raise UsageError(
+            f"--nproc {nproc:,} is more ranks than one host runs (at most {MAX_LOCAL_RANKS}; "
+            f"each is a process of at least {PROCESS_BASELINE_BYTES / 1e6:.0f} MB)"
+        )
+
+
+def host_bytes(model_bytes_per_rank: int, ranks: int, on_gpu: bool = False) -> int:
+    """Host memory ``ranks`` local processes need: each its baseline, plus (on CPU) its share."""
+    per_rank = PROCESS_BASELINE_BYTES + (0 if on_gpu else model_bytes_per_rank)
+    return per_rank * ranks
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:

@@ -74,11 +74,9 @@ class LaunchResult:
     def failure(self) -> str:
         """Why the launch failed, in words: ``"rank 1 was killed by SIGKILL"``."""
         if self.interrupted:
-            return (
-                "interrupted"
-                if self.stop_signal in (None, signal.SIGINT)
-                else (f"stopped by {signal_name(self.stop_signal or 0)}")
-            )
+            if self.stop_signal is None or self.stop_signal == signal.SIGINT:
+                return "interrupted"
+            return f"stopped by {signal_name(self.stop_signal)}"
         failed = self.first_failed
         if failed is None:
             failed = next((r for r, c in enumerate(self.exit_codes) if c != 0), None)

@@ -147,6 +147,8 @@ def test_text_shows_the_first_rows_and_counts_the_rest(
     assert capsys.readouterr().out.split()[2:6] == ["0", "1", "2", "..."]
     assert main(["query", str(tiny), "SELECT 1 AS i", "--max-rows", "0"]) == 2
     assert "--max-rows must be at least 1" in capsys.readouterr().err
+    assert main(["query", str(tiny), "  "]) == 2
+    assert capsys.readouterr().err == "commlens query: error: the query is empty\n"
 
 
 def test_csv_and_json_carry_every_row(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:

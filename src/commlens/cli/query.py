@@ -51,6 +51,8 @@ def run_query(args: argparse.Namespace) -> int:
     from commlens.report.formats import format_for
     from commlens.safefile import open_binary
 
+    if not args.sql.strip():
+        raise UsageError("the query is empty")
     if args.max_rows < 1:
         raise UsageError(f"--max-rows must be at least 1, not {args.max_rows}")
     fmt = format_for(args.output, args.format)
@@ -58,7 +60,8 @@ def run_query(args: argparse.Namespace) -> int:
         raise UsageError(f"query output is text, csv or json, not {fmt}")
     with open_query(args.run, quiet=False) as session:
         if args.output and args.output != "-":
-            # Written as it streams; a file appears whole or not at all.
+            # Written as it streams: a regular file appears whole or not at all, a
+            # device or FIFO is written in place (commlens.safefile).
             with open_binary(args.output) as out, session.execute(args.sql) as result:
                 _write(result, out, fmt, args)
         else:

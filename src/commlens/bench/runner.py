@@ -13,9 +13,15 @@ from typing import Any
 
 from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.ops import DTYPE_ALIASES, DTYPES
+from commlens.bench.sizes import MAX_SIZE_BYTES, format_size
 from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
+from commlens.spec.memory import PROCESS_BASELINE_BYTES, check_local_ranks, host_bytes
+
+MAX_ITERS = 10_000
+"""Most timed (or warm-up) calls per op and size; every rank gathers all ranks' times."""
+GB = 1e9
 
 
 @dataclass
@@ -54,14 +60,21 @@ class BenchConfig:
             raise UsageError(
                 f"unknown --backend {self.backend!r}; choose from {', '.join(BACKENDS)}"
             )
-        if self.nproc < 1 or self.nodes < 1 or self.nproc % self.nodes:
+        check_local_ranks(self.nproc)
+        if self.nodes < 1 or self.nproc % self.nodes:
             raise UsageError(
                 f"--nproc {self.nproc} must be a positive multiple of --nodes {self.nodes}"
             )
         if self.iters < 1 or self.warmup < 0:
             raise UsageError("--iters must be at least 1 and --warmup at least 0")
+        if self.iters > MAX_ITERS or self.warmup > MAX_ITERS:
+            raise UsageError(
+                f"--iters {self.iters} / --warmup {self.warmup}: at most {MAX_ITERS:,} calls each"
+            )
         if not self.sizes:
             raise UsageError("--sizes is empty")
+        if not all(0 < s <= MAX_SIZE_BYTES for s in self.sizes):
+            raise UsageError(f"--sizes must lie between 1 byte and {format_size(MAX_SIZE_BYTES)}")
 
     @property
     def emulated(self) -> bool:
@@ -83,6 +96,50 @@ class BenchConfig:
                 "use --backend gloo"
             )
         return "nccl"
+
+
+def rank_bytes(cfg: BenchConfig) -> int:
+    """Peak bytes of buffers one rank holds for the largest size (an upper estimate).
+
+    Two buffers of S (all-to-all, send/recv), one expected result and one
+    pattern of S for the check, and the check's int64 index temporaries
+    (three of S / element size elements, 8 bytes each).
+    """
+    import torch
+
+    elem = torch.tensor([], dtype=DTYPES[cfg.dtype]).element_size()
+    size = max(cfg.sizes)
+    return 4 * size + 3 * 8 * (size // elem)
+
+
+def check_bench_fits(cfg: BenchConfig, available: int | None = None) -> None:
+    """A one-line :class:`UsageError` when the ranks cannot hold their buffers here.
+
+    Every rank is a process on this host (emulated nodes share it), paying
+    :data:`~commlens.spec.memory.PROCESS_BASELINE_BYTES`; on CPU the buffers
+    too. With NCCL the buffers are on the GPUs and checked there.
+    """
+    from commlens.workloads.fit import device_memory_available, host_memory_available
+
+    on_gpu = cfg.resolved_backend() == "nccl"
+    buffers = rank_bytes(cfg)
+    host = host_memory_available() if available is None else available
+    need = host_bytes(buffers, cfg.nproc, on_gpu=on_gpu)
+    if need > host:
+        detail = f"{PROCESS_BASELINE_BYTES / GB:.2f} GB per process"
+        if not on_gpu:
+            detail += f" and {buffers / GB:.2f} GB of buffers at {format_size(max(cfg.sizes))}"
+        raise UsageError(
+            f"{cfg.nproc} ranks need about {need / GB:.1f} GB of host memory ({detail}), "
+            f"but only {host / GB:.1f} GB is available; use fewer --nproc or smaller --sizes"
+        )
+    if on_gpu:
+        free = device_memory_available()
+        if buffers > free:
+            raise UsageError(
+                f"buffers of {format_size(max(cfg.sizes))} need about {buffers / GB:.1f} GB "
+                f"per GPU, but only {free / GB:.1f} GB is free; use smaller --sizes"
+            )
 
 
 @dataclass

@@ -12,6 +12,8 @@ from commlens.errors import UsageError
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]?)(i?b)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 MAX_SIZES = 64
+MAX_SIZE_BYTES = 1 << 36
+"""Largest message a bench runs: 64 GiB (nccl-tests sweeps stop at a few GiB)."""
 
 
 def parse_size(text: str) -> int:
@@ -22,6 +24,10 @@ def parse_size(text: str) -> int:
     value = int(match[1]) * _SCALE[match[2].lower()]
     if value <= 0:
         raise UsageError(f"size {text!r} must be positive")
+    if value > MAX_SIZE_BYTES:
+        raise UsageError(
+            f"size {text!r} is above the largest message, {format_size(MAX_SIZE_BYTES)}"
+        )
     return value
 
 

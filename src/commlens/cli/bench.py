@@ -15,6 +15,7 @@ from commlens.errors import UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from commlens.bench.fit import OpFit
     from commlens.bench.runner import BenchConfig, BenchReport
 
 
@@ -95,19 +96,107 @@ def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
         return run_bench(cfg, on_row=on_row)
 
 
+def _check_fit(args: argparse.Namespace, cfg: BenchConfig) -> tuple[Path | None, int]:
+    """The --fit target and minimum size, checked so that the fit cannot fail for them later."""
+    import torch
+
+    from commlens.bench.ops import DTYPES, element_count
+    from commlens.model.profiles import check_profile_name
+
+    if not args.fit:
+        if args.fit_name is not None or args.fit_min_size != "0":
+            raise UsageError("--fit-name and --fit-min-size need --fit FILE.toml")
+        return None, 0
+    fit_path = Path(args.fit)
+    if fit_path.suffix != ".toml":
+        raise UsageError(f"--fit {args.fit}: the profile file must end in .toml")
+    where = "--fit-name" if args.fit_name is not None else f"--fit {args.fit} (the profile's name)"
+    check_profile_name(fit_path.stem if args.fit_name is None else args.fit_name, where)
+    if cfg.nproc < 2:
+        raise UsageError("--fit needs at least 2 ranks (--nproc 2 or more)")
+    fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
+    elem = torch.tensor([], dtype=DTYPES[cfg.dtype]).element_size()
+    fitted = [
+        op
+        for op in cfg.ops
+        if len(
+            {
+                c * elem
+                for c in (element_count(op, s, elem, cfg.nproc) for s in cfg.sizes)
+                if c and c * elem >= fit_min
+            }
+        )
+        >= 2
+    ]
+    if not fitted:
+        least = f" of at least {format_size(fit_min)}" if fit_min else ""
+        raise UsageError(
+            f"--fit needs at least two sizes{least} that {cfg.nproc} ranks can split; "
+            "give more --sizes or a smaller --fit-min-size"
+        )
+    return fit_path, fit_min
+
+
+def _check_targets(args: argparse.Namespace, fit_path: Path | None) -> None:
+    """-o and --fit can be written (a directory or a missing folder fails before the bench)."""
+    import os
+
+    from commlens.safefile import resolve_target
+
+    targets = {}
+    for flag, path in (("-o", args.output), ("--fit", args.fit)):
+        if path:
+            real, in_place = resolve_target(path)
+            if not in_place and not os.access(real.parent, os.W_OK):
+                raise UsageError(f"{path}: folder {real.parent} is not writable")
+            targets[flag] = real
+    if fit_path is not None and targets.get("-o") == targets.get("--fit"):
+        raise UsageError(f"-o and --fit name the same file {args.fit}; give them different names")
+
+
+def check_args(args: argparse.Namespace) -> tuple[BenchConfig, Path | None, int]:
+    """Every argument checked, before any rank starts: the config, --fit target and min size."""
+    cfg = _config(args)
+    fit_path, fit_min = _check_fit(args, cfg)
+    _check_targets(args, fit_path)
+    if cfg.link is not None:
+        from commlens.netem.rate import parse_rate
+
+        parse_rate(cfg.link)
+    if cfg.emulated:
+        from commlens.netem import iproute
+
+        iproute.require_netns("an emulated link (--link/--nodes)")
+    from commlens.bench.runner import check_bench_fits
+
+    check_bench_fits(cfg)  # also resolves --backend (nccl needs GPUs)
+    return cfg, fit_path, fit_min
+
+
+def _fitted_profile(
+    report: BenchReport, fit_min: int, fit_path: Path, name: str
+) -> tuple[list[OpFit], dict[str, Any]]:
+    """The fits and the profile dict, refused (nothing written) if the model would not load it."""
+    from commlens.bench.fit import fit_report, profile_dict
+    from commlens.model.profiles import profile_from_dict
+
+    fits = fit_report(report, min_size=fit_min)
+    profile = profile_dict(report, fits, name)
+    try:
+        profile_from_dict(profile, f"fitted profile for {fit_path}")
+    except UsageError as exc:
+        raise UsageError(
+            f"{exc}; nothing written (fit larger sizes with --fit-min-size, or a slower --link)"
+        ) from None
+    return fits, profile
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from commlens.safefile import resolve_target, write_output
+    from commlens.safefile import write_output
 
-    cfg = _config(args)
-    fit_path = Path(args.fit) if args.fit else None
-    if fit_path is not None and fit_path.suffix != ".toml":
-        raise UsageError(f"--fit {args.fit}: the profile file must end in .toml")
-    for path in (args.output, args.fit):
-        if path:
-            resolve_target(path)  # a directory or a missing folder fails before the benchmark
-    fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
+    cfg, fit_path, fit_min = check_args(args)
     err = Console(stderr=True)
     if cfg.link and cfg.nodes == 1:
         err.print("note: with --nodes 1 every rank talks over loopback; --link shapes nothing")
@@ -122,10 +211,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_render(report, args.format))
     if fit_path is not None:
-        from commlens.bench.fit import fit_report, profile_dict, write_profile
+        from commlens.bench.fit import write_profile
 
-        fits = fit_report(report, min_size=fit_min)
-        write_profile(fit_path, profile_dict(report, fits, args.fit_name or fit_path.stem))
+        name = fit_path.stem if args.fit_name is None else args.fit_name
+        fits, profile = _fitted_profile(report, fit_min, fit_path, name)
+        write_profile(fit_path, profile)
         for f in fits:
             rate = 1 / f.slope_s_per_byte / 1e9 if f.slope_s_per_byte else float("inf")
             err.print(

@@ -172,6 +172,13 @@ class NetworkProfile:
         return out
 
 
+def check_profile_name(name: str, where: str) -> None:
+    """A one-line :class:`UsageError` unless ``name`` can name a profile."""
+    if not name:
+        raise UsageError(f"{where}: a network profile needs a non-empty name")
+    _check_text("name", name, where)
+
+
 def _check_text(key: str, value: str, where: str) -> None:
     if len(value) > MAX_TEXT or not value.isprintable():
         raise UsageError(

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
-from commlens.trace.manifest import Manifest, read_manifest
+from commlens.trace.manifest import Manifest, bounds_text, read_manifest
 from commlens.trace.packed import read_packed_parts
 from commlens.trace.schema import (
     COLUMN_BOUNDS,
@@ -243,7 +243,7 @@ def _bounds_from_statistics(pf: pq.ParquetFile, file: Path, rank: int) -> str | 
             if not (isinstance(low, int) and isinstance(high, int)) or low < lo or high > hi:
                 if name == "rank":
                     raise RunFormatError(f"{file}: holds rank {low}, not {rank}")
-                return f"{name} values {low}..{high} out of bounds {lo}..{hi}"
+                return f"{name} values {low}..{high} out of bounds {bounds_text(lo, hi)}"
     return None
 
 
@@ -253,7 +253,7 @@ def out_of_bounds(table: pa.Table) -> str | None:
         pair = pc.min_max(table.column(name))
         low, high = pair["min"].as_py(), pair["max"].as_py()
         if low is not None and (low < lo or high > hi):
-            return f"{name} values {low}..{high} out of bounds {lo}..{hi}"
+            return f"{name} values {low}..{high} out of bounds {bounds_text(lo, hi)}"
     return None
 
 

@@ -90,8 +90,9 @@ def torch_version() -> str | None:
 def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunFormatError(f"{path}: not a readable JSON file ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or text
+        reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise RunFormatError(f"{path}: not a readable JSON file ({reason})") from None
     if not isinstance(data, dict):
         raise RunFormatError(f"{path}: expected a JSON object")
     return data
@@ -198,9 +199,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def bounds_text(lo: int, hi: int) -> str:
+    """``lo..hi`` for a reader: powers of two as ``2^k``."""
+
+    def one(n: int) -> str:
+        m = abs(n)
+        if m >= 1 << 32 and m & (m - 1) == 0:
+            return f"{'-' if n < 0 else ''}2^{m.bit_length() - 1}"
+        return str(n)
+
+    return f"{one(lo)}..{one(hi)}"
+
+
 def _int(value: Any, lo: int, hi: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _Bad(f"{what} is {_show(value)}, not an integer in {lo}..{hi}")
+        raise _Bad(f"{what} is {_show(value)}, not an integer in {bounds_text(lo, hi)}")
     return value
 
 

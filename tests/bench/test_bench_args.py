@@ -1,0 +1,118 @@
+"""``commlens bench`` refuses bad arguments in one line before any rank starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from commlens.bench import runner
+from commlens.bench.runner import BenchConfig, check_bench_fits, rank_bytes
+from commlens.cli.main import main
+from commlens.errors import UsageError
+from commlens.spec.memory import PROCESS_BASELINE_BYTES
+
+
+@pytest.fixture
+def no_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a benchmark starts."""
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr(runner, "run_bench", refuse)
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = main(["bench", *argv])
+    captured = capsys.readouterr()
+    assert code != 0 and captured.out == ""
+    assert captured.err.startswith("commlens bench: error: ") and captured.err.count("\n") == 1
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--fit", "{tmp}/p.txt"], "must end in .toml"),
+        (["--fit", "{tmp}/missing/p.toml"], "does not exist"),
+        (["--fit", "{tmp}/dir.toml"], "is a directory"),
+        (["--fit", "{tmp}/p.toml", "--nproc", "1"], "--fit needs at least 2 ranks"),
+        (["--fit", "{tmp}/p.toml", "--sizes", "1K"], "at least two sizes that 2 ranks can split"),
+        (
+            ["--fit", "{tmp}/p.toml", "--sizes", "1K,2K", "--fit-min-size", "4K"],
+            "at least two sizes of at least 4K",
+        ),
+        (["--fit", "{tmp}/p.toml", "--fit-min-size", "lots"], "bad size 'lots'"),
+        (["--fit", "{tmp}/p.toml", "--fit-name", ""], "non-empty name"),
+        (["--fit", "{tmp}/p.toml", "--fit-name", "a\nb"], "printable line"),
+        (["--fit-name", "lab"], "need --fit FILE.toml"),
+        (["--fit", "{tmp}/p.toml", "-o", "{tmp}/p.toml"], "name the same file"),
+        (["--nproc", "2000"], "--nproc 2,000 is more ranks than one host runs"),
+        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--iters", "1000000"], "at most 10,000 calls"),
+        (["--warmup", "1000000"], "at most 10,000 calls"),
+        (["--sizes", "1,100G"], "above the largest message, 64G"),
+        (["--sizes", "32G"], "GB of host memory"),
+        (["--nodes", "2", "--link", "fast"], "bad link rate 'fast'"),
+    ],
+)
+def test_refused_before_the_benchmark(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    no_ranks: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "dir.toml").mkdir()
+    err = _refused([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert message in err
+    assert not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_unwritable_fit_folder_is_refused_first(
+    tmp_path: Path, no_ranks: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert "is not writable" in _refused(["--fit", str(locked / "p.toml")], capsys)
+    finally:
+        locked.chmod(0o700)
+
+
+def test_memory_counts_the_process_baseline_per_rank() -> None:
+    cfg = BenchConfig(ops=["all_reduce"], sizes=[1 << 20], nproc=8, backend="gloo")
+    per_rank = rank_bytes(cfg)
+    assert 4 << 20 <= per_rank <= 16 << 20  # buffers and check temporaries of 1 MiB
+    need = 8 * (PROCESS_BASELINE_BYTES + per_rank)
+    check_bench_fits(cfg, available=need)
+    with pytest.raises(UsageError, match=r"8 ranks need about 1\.\d GB of host memory"):
+        check_bench_fits(cfg, available=need - 1)
+
+
+def test_unloadable_fit_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Times that fall as sizes grow give a negative slope: the model would refuse the profile.
+    def fake_bench(cfg: BenchConfig, on_row: Any = None) -> runner.BenchReport:
+        rows = [
+            {"op": "all_reduce", "size_bytes": s, "count": s // 4, "dtype": "float32",
+             "ranks": 2, "nodes": 1, "iters": 2, "ok": True, "time_min_s": t,
+             "time_mean_s": t, "time_max_s": t, "time_p50_s": t, "time_p99_s": t,
+             "algbw_GB/s": s / t / 1e9, "busbw_GB/s": s / t / 1e9, "busbw_Gbit/s": 8 * s / t / 1e9}
+            for s, t in ((1024, 3e-3), (4096, 2e-3), (16384, 1e-3))
+        ]  # fmt: skip
+        return runner.BenchReport(cfg, rows)
+
+    monkeypatch.setattr(runner, "run_bench", fake_bench)
+    target = tmp_path / "p.toml"
+    code = main(["bench", "--sizes", "1K,4K,16K", "--fit", str(target), "-o", os.devnull])
+    err = capsys.readouterr().err.strip()  # after the (transient) progress bar
+    assert code != 0 and err.startswith("commlens bench: error: ") and "\n" not in err
+    assert "beta_s_per_byte" in err and "nothing written" in err
+    assert not target.exists()

@@ -55,7 +55,10 @@ def _set_clock(key: str, value: Any) -> Damage:
 
 
 def _write_json_text(name: str, text: str) -> Damage:
-    return lambda run: (run / name).write_text(text)
+    def damage(run: Path) -> None:
+        (run / name).write_text(text)
+
+    return damage
 
 
 def _corrupt_page(run: Path) -> None:
@@ -83,7 +86,10 @@ def _replace_column(name: str, values: Callable[[int], pa.Array]) -> Damage:
 
 
 def _size(n: int) -> Damage:
-    return lambda run: (run / RANK1).write_bytes(b"PAR1"[:n])
+    def damage(run: Path) -> None:
+        (run / RANK1).write_bytes(b"PAR1"[:n])
+
+    return damage
 
 
 def _symlink_loop(run: Path) -> None:

@@ -50,8 +50,11 @@ def check_within(path: StrPath, root: StrPath) -> Path:
     return real
 
 
-def _target(path: StrPath, within: StrPath | None) -> tuple[Path, bool]:
-    """(the path to write, whether it is written in place rather than replaced)."""
+def resolve_target(path: StrPath, within: StrPath | None = None) -> tuple[Path, bool]:
+    """(the path to write, whether it is written in place rather than replaced).
+
+    A one-line UsageError for a target that cannot be written at all.
+    """
     shown = os.fspath(path)
     if not shown:
         raise UsageError("an empty path cannot be written")
@@ -120,7 +123,7 @@ def replacing(path: StrPath, *, within: StrPath | None = None) -> Iterator[Path]
     regular file or absent. The temporary file (and anything named after it
     plus a suffix, such as a journal) is removed if the block fails.
     """
-    real, in_place = _target(path, within)
+    real, in_place = resolve_target(path, within)
     if in_place:
         raise _fail(path, "is not a regular file; refusing to replace it")
     tmp = _temp_name(real)
@@ -137,7 +140,7 @@ def replacing(path: StrPath, *, within: StrPath | None = None) -> Iterator[Path]
 
 @contextmanager
 def _open(path: StrPath, binary: bool, within: StrPath | None, fsync: bool) -> Iterator[IO[Any]]:
-    real, in_place = _target(path, within)
+    real, in_place = resolve_target(path, within)
     if in_place:  # a device or FIFO: write into it as it is
         try:
             fd = os.open(real, os.O_WRONLY | os.O_NOCTTY)

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import IO, TYPE_CHECKING
 
+from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("sql", help="the query")
     parser.add_argument("--format", choices=("text", "csv", "json"), default=None)
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
-    parser.add_argument("--width", type=int, default=None, help="text width in columns")
+    add_width_option(parser)
     parser.add_argument(
         "--max-rows",
         type=int,

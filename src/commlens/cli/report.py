@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from commlens.errors import UsageError
 from commlens.report.formats import FORMATS
+
+MIN_WIDTH, MAX_WIDTH = 40, 1000
+"""Text widths a table can be laid out in, in columns."""
+MAX_STEP = 10**9
+"""Largest step number a --steps range may name."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,35 +38,93 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         help="output format (default: from -o's suffix, else text)",
     )
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
-    parser.add_argument("--width", type=int, default=None, help="text width in columns")
+    add_width_option(parser)
     add_steps_option(parser)
+
+
+class CheckedOption(argparse.Action):
+    """Stores ``parse(value)``; a bad value ends the command with one line and exit code 2.
+
+    The line reads like every other user error: ``commlens CMD: error: --flag ...``.
+    """
+
+    def __init__(self, *args: Any, parse: Callable[[str], object], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parse = parse
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            value = self.parse(str(values))
+        except UsageError as exc:
+            parser.exit(2, f"{parser.prog}: error: {option_string or self.dest} {exc}\n")
+        setattr(namespace, self.dest, value)
+
+
+def add_width_option(parser: argparse.ArgumentParser) -> None:
+    """--width COLUMNS, checked to lie in MIN_WIDTH..MAX_WIDTH."""
+    parser.add_argument(
+        "--width",
+        action=CheckedOption,
+        parse=parse_width,
+        default=None,
+        metavar="COLUMNS",
+        help=f"text width in columns ({MIN_WIDTH}..{MAX_WIDTH}; default: the terminal's)",
+    )
+
+
+def parse_width(text: str) -> int:
+    """Columns from ``text``; a :class:`UsageError` outside MIN_WIDTH..MAX_WIDTH."""
+    try:
+        width = int(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a number of columns") from None
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise UsageError(f"{width} is outside {MIN_WIDTH}..{MAX_WIDTH} columns")
+    return width
 
 
 def add_steps_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps",
-        type=parse_steps,
+        action=CheckedOption,
+        parse=parse_steps,
         default=None,
         metavar="A:B",
         help="only steps A..B-1, like a Python slice: '1:' leaves out step 0 (warm-up), "
-        "':10' the first ten, '3' step 3 alone",
+        "':10' the first ten, '3' step 3 alone; steps are numbered from 0",
     )
 
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
-    """'A:B', 'A:', ':B' or 'A' -> (first, stop) with first <= step < stop."""
+    """'A:B', 'A:', ':B' or 'A' -> (first, stop) with 0 <= first <= step < stop.
+
+    A bad range (not integers, a negative step, B <= A, past MAX_STEP) is a
+    :class:`UsageError`.
+    """
     try:
         if ":" not in text:
             first = int(text)
-            return first, first + 1
-        a, b = text.split(":", 1)
-        steps = (int(a) if a.strip() else None, int(b) if b.strip() else None)
+            steps: tuple[int | None, int | None] = (first, first + 1)
+        else:
+            a, b = text.split(":", 1)
+            steps = (int(a) if a.strip() else None, int(b) if b.strip() else None)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a step range: use A:B, A:, :B or A (integers)"
-        ) from None
+        raise UsageError(f"{text!r} is not a step range: use A:B, A:, :B or A (integers)") from None
+    for value in steps:
+        if value is not None and value < 0:
+            raise UsageError(f"{text!r}: steps are numbered from 0; negative steps do not exist")
+        if value is not None and value > MAX_STEP + 1:
+            raise UsageError(f"{text!r}: steps go up to {MAX_STEP:,}")
     if steps[0] is not None and steps[1] is not None and steps[1] <= steps[0]:
-        raise argparse.ArgumentTypeError(f"{text!r} holds no step: B must be greater than A")
+        raise UsageError(f"{text!r} holds no step: B must be greater than A")
+    if steps[1] == 0:
+        raise UsageError(f"{text!r} holds no step: B must be greater than 0")
     return steps
 
 

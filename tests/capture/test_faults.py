@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,13 +16,21 @@ import pytest
 import commlens
 from commlens.errors import RunFormatError
 from commlens.launch import free_port, launch_ranks
-from commlens.trace.schema import EVENT_COLUMNS
+from commlens.trace.packed import expand, read_packed_parts
+from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA
 from commlens.trace.writer import EventWriter
 from tests.capture.test_api import _all_ops
 from tests.distributed import run_ranks
 
 PROG = Path(__file__).with_name("faultprog.py")
 EXIT_PROG = Path(__file__).with_name("exitprog.py")
+KILL_PROG = Path(__file__).with_name("killprog.py")
+# The kill test's writer period, and the bound it must meet: the period plus
+# the time one part takes to write (milliseconds; 0.75 s allowed for a busy
+# machine). The killed rank spends QUIET_S past its marker, more than the bound.
+FLUSH_S = 0.25
+BOUND_S = FLUSH_S + 0.75
+QUIET_S = 1.25
 
 
 def _job(out: Path, mode: str) -> subprocess.CompletedProcess[str]:
@@ -56,18 +66,54 @@ def test_sigterm_writes_the_completed_ops_not_yet_written(tmp_path: Path) -> Non
 
 
 def test_sigkill_of_one_rank_leaves_the_others_readable(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    job = _job(out, "kill")
-    assert job.returncode != 0
-    run = commlens.load_run(out, quiet=True)
-    # Rank 1 died by SIGKILL; the launcher then stopped rank 0 (blocked in a collective).
-    assert run.manifest["ranks"]["1"]["status"] == "running"
-    assert run.ranks == [0, 1]  # both read, from their flushed row groups
-    assert any("rank 1 did not finish" in w for w in run.warnings)
-    steps = dict(
-        run.duckdb().execute("select rank, max(step) from events group by rank").fetchall()
-    )
-    assert steps[1] >= 1 and steps[0] >= 2  # steps before the kill survived
+    """Ops completed, steps ended and clocks measured past the bound before a SIGKILL survive.
+
+    The killed rank's last ops sit in the recorder, never collected by the
+    recording thread: only the writer thread's timed drain writes them.
+    Repeated, with the rank idle and busy at the kill.
+    """
+    for attempt, how in enumerate(["quiet", "busy", "quiet", "busy", "quiet"]):
+        out = tmp_path / f"{attempt}-{how}"
+        argv = [sys.executable, str(KILL_PROG), str(out), str(FLUSH_S), str(QUIET_S), how]
+        launch = launch_ranks(argv, 2)
+        # Rank 1 died by SIGKILL; the launcher then stopped rank 0 by SIGTERM.
+        assert launch.exit_codes == [-15, -9] and launch.first_failed == 1, how
+        killed_ns = json.loads((out / "kill-1.json").read_text())["t_ns"]
+        marker = json.loads((out / "marker-1.json").read_text())
+        assert not (out / "rank-00001.parquet").exists()  # never a partial rank file
+        run = commlens.load_run(out, quiet=True)
+        assert run.ranks == [0, 1]
+        assert any("rank 1 did not finish" in w for w in run.warnings)
+        ranks = run.manifest["ranks"]
+        assert ranks["0"]["status"] == "terminated" and ranks["1"]["status"] == "running"
+        # The killed rank's step windows and clock offset, from its rank json.
+        steps = ranks["1"]["steps"]
+        assert [s["step"] for s in steps] == list(range(marker["steps"]))
+        assert all(s["t_start_ns"] < s["t_end_ns"] < killed_ns for s in steps)
+        assert {"offset_ns", "rtt_ns", "t_ref_ns"} <= set(ranks["1"]["clock"])
+        events = {
+            rank: run.duckdb()
+            .execute(
+                "select seq, api, is_async, step, t_end_ns from events"
+                f" where rank = {rank} order by seq"
+            )
+            .fetchall()
+            for rank in (0, 1)
+        }
+        seqs = {rank: [e[0] for e in rows] for rank, rows in events.items()}
+        # No op lost in the middle; the stopped rank kept every op it recorded.
+        assert seqs[1] == list(range(len(seqs[1]))) and seqs[0] == list(range(len(seqs[0])))
+        assert len(seqs[0]) >= len(seqs[1]) >= marker["ops"]
+        before = events[1][: marker["ops"]]  # what the rank recorded before its quiet spell
+        assert [e[1] for e in before].count("c10d") == 4  # DDP buckets, read later
+        assert [e[1:3] for e in before].count(("python", True)) == 5  # async, never waited
+        assert [e[3] for e in before if e[1] == "c10d"] == [0, 1, 2, 3]
+        assert ranks["1"]["events"] >= marker["ops"]
+        # Every op rank 0 completed more than the bound before the kill, rank 1 has
+        # too (both ranks record the same ops under the same seqs).
+        settled = [e for e in events[0] if e[4] < killed_ns - BOUND_S * 1e9]
+        assert len(settled) >= marker["ops"]
+        assert len(seqs[1]) >= len(settled), (how, len(seqs[1]), len(settled))
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +210,62 @@ def test_a_write_error_in_the_writer_thread_is_reported_once(tmp_path: Path) -> 
     assert writer.buffered == 0  # what could not be written is dropped, not held
     final = writer.close()  # what reached the disk is kept
     assert pq.read_table(final).column("seq").to_pylist() == list(range(25))
+
+
+def test_the_writer_thread_drains_writes_and_checkpoints_on_its_timer(tmp_path: Path) -> None:
+    """Without any kick: the drained events reach the disk, then the checkpoint runs."""
+    calls: list[str] = []
+    row = _row()
+    holder: list[EventWriter] = []
+
+    def drain() -> None:
+        calls.append("drain")
+        if len(calls) == 1:  # past the back-pressure bound: the writer thread never waits
+            for i in range(10 * (EventWriter.max_pending + 2)):
+                holder[0].append((0, i, *row[2:]))
+
+    def checkpoint() -> None:
+        on_disk = sum(t.num_rows for t in read_packed_parts(parts, 0, EVENT_SCHEMA))
+        calls.append(f"checkpoint {on_disk}")
+
+    parts = tmp_path / ".rank-00000.parts"
+    writer = EventWriter(
+        tmp_path, 0, flush_events=10, flush_seconds=0.05, drain=drain, checkpoint=checkpoint
+    )
+    holder.append(writer)
+    deadline = time.monotonic() + 30
+    while calls.count("drain") < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    final = writer.close()
+    n = 10 * (EventWriter.max_pending + 2)
+    assert calls[:4] == ["drain", f"checkpoint {n}", "drain", f"checkpoint {n}"]
+    assert pq.read_table(final).column("seq").to_pylist() == list(range(n))
+
+
+def test_a_failed_close_leaves_the_parts_and_no_rank_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank file appears whole or not at all; until then the parts are what reads."""
+    writer = EventWriter(tmp_path, 0, flush_events=4, flush_seconds=3600)
+    row = _row()
+    for i in range(10):
+        writer.append((0, i, *row[2:]))
+    writer.flush()
+    calls = 0
+
+    def failing_expand(*args: object) -> pa.Table:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError("disk failed")
+        return expand(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("commlens.trace.writer.expand", failing_expand)
+    with pytest.raises(OSError, match="disk failed"):
+        writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rank-00000.parts"]
+    parts = read_packed_parts(tmp_path / ".rank-00000.parts", 0, EVENT_SCHEMA)
+    assert [seq for t in parts for seq in t.column("seq").to_pylist()] == list(range(10))
 
 
 def test_recording_stops_once_when_parts_cannot_be_written(tmp_path: Path) -> None:

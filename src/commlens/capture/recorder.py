@@ -4,11 +4,20 @@ It owns the rank's writer (opened once the process group exists), the
 sequence counter, async ops waiting for completion and the fail-safe: the
 first error inside recording is reported once on stderr and recording stops,
 while every collective keeps running with the caller's arguments.
+
+What a killed rank keeps: completed async ops are written by the recording
+threads in batches (every :data:`COLLECT_AT`, at each step, wait and close),
+and whatever is left of them is taken by the writer thread every
+``flush_seconds``, just before it writes and fsyncs a part; right after, it
+rewrites this rank's ``rank-NNNNN.json`` (step windows so far, clock offsets)
+when that changed. So an op completed, or a step ended, more than
+``flush_seconds`` plus one part's write before a SIGKILL is on disk.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 import sys
@@ -29,15 +38,19 @@ from commlens.capture.groups import GroupRegistry
 from commlens.capture.ops import Call, dtype_name
 from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
-from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path, write_json_atomic
+from commlens.safefile import write_output
+from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
 from commlens.trace.writer import EventWriter
 
 Work = torch._C._distributed_c10d.Work
 _pack = PACKED_EVENT.pack
 # Completed ops are written in batches of this many (and at each step, wait
-# and close): the code that writes them then runs warm, once per batch.
+# and close): the code that writes them then runs warm, once per batch. The
+# writer thread takes the rest every flush_seconds (Recorder._drain).
 COLLECT_AT = 64
+# The writer thread's rank-json rewrites take at most this share of its time.
+META_SHARE = 0.01
 
 
 @dataclass(slots=True)
@@ -100,6 +113,17 @@ class Recorder:
         self._sites: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._sites_changed
         self.steps.on_advance = self._collect
+        self._new_locks()
+
+    def _new_locks(self) -> None:
+        # Held by the writer thread's drain and by resolve_deferred: ops read
+        # later are never read from the writer thread once their groups may go.
+        self._drain_lock = threading.Lock()
+        self._cuda_lock = threading.Lock()  # CudaTimer is not thread-safe
+        self._meta_lock = threading.Lock()  # one rank-json write at a time
+        self._closing = False  # the writer thread's hooks do nothing from now on
+        self._meta_seen: tuple[Any, ...] | None = None  # what the last rank json held
+        self._meta_due = 0.0  # monotonic time before which no rewrite is made
 
     def forked(self) -> None:
         """A forked child records on its own, under its own rank, once it has one."""
@@ -112,6 +136,7 @@ class Recorder:
         self._done = deque()
         self._armed = set()
         self._sites = {}
+        self._new_locks()
 
     # -- lifecycle ---------------------------------------------------------
     def ensure_open(self) -> EventWriter | None:
@@ -131,6 +156,8 @@ class Recorder:
                 flush_events=self.flush_events,
                 flush_seconds=self.flush_seconds,
                 on_error=self.fail,
+                drain=self._drain,
+                checkpoint=self._checkpoint,
             )
             self.write_meta("running")
         except Exception as exc:
@@ -154,6 +181,8 @@ class Recorder:
     def close(self) -> None:
         """Flush everything, finish the rank file and the manifest."""
         self._settle()
+        with self._drain_lock:  # a drain under way ends first; none starts again
+            self._closing = True
         self._collect()
         for work, pending in list(self._pending.values()):
             if work is not None and pending.t_end is None:
@@ -170,7 +199,8 @@ class Recorder:
         if self.writer is None:
             return
         try:
-            self.cuda.drain(self._append)
+            with self._cuda_lock:
+                self.cuda.drain(self._append)
             self.writer.close()
         except Exception as exc:
             self.fail(exc)
@@ -193,13 +223,18 @@ class Recorder:
         if not writer._lock.acquire(blocking=False):
             return
         writer._lock.release()
-        # Completed ops not yet written, unless the interrupted thread is writing them.
-        if self._lock.acquire(blocking=False):
-            self._lock.release()
+        self._closing = True
+        # Completed ops not yet written, unless the interrupted thread (or the
+        # writer thread, which then writes them) is collecting them.
+        if self._drain_lock.acquire(blocking=False):
             try:
-                self._collect()
+                if self._lock.acquire(blocking=False):
+                    self._lock.release()
+                    self._collect()
             except Exception:
                 pass
+            finally:
+                self._drain_lock.release()
         try:
             writer.close(timeout=5.0)
             self.write_meta(status)
@@ -208,26 +243,80 @@ class Recorder:
             pass
 
     def write_meta(self, status: str) -> None:
+        """Write this rank's ``rank-NNNNN.json`` whole (temporary file, fsync, rename)."""
         assert self.rank is not None
-        write_json_atomic(
-            rank_meta_path(self.run_dir, self.rank),
-            {
-                "format": FORMAT_NAME + "-rank",
-                "rank": self.rank,
-                "world_size": self.world_size,
-                "backend": self.backend,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "status": status,
-                "events": self.writer.n_events if self.writer else 0,
-                "t_start_ns": self.t_start_ns,
-                "t_end_ns": self.clock(),
-                "steps": self.steps.steps,
-                "clock": self.clock_info,
-                "recording_error": self.error,
-                "meta": self.meta,
-            },
-        )
+        # Copies: another thread may add steps or meta while this one writes.
+        steps, meta, clock_info = list(self.steps.steps), dict(self.meta), self.clock_info
+        data = {
+            "format": FORMAT_NAME + "-rank",
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "status": status,
+            "events": self.writer.n_events if self.writer else 0,
+            "t_start_ns": self.t_start_ns,
+            "t_end_ns": self.clock(),
+            "steps": steps,
+            "clock": clock_info,
+            "recording_error": self.error,
+            "meta": meta,
+        }
+        text = json.dumps(data, sort_keys=True, default=str)
+        if not self._meta_lock.acquire(timeout=5.0):  # a signal handler never hangs here
+            raise TimeoutError(f"rank {self.rank}: rank metadata still being written")
+        try:
+            write_output(rank_meta_path(self.run_dir, self.rank), text)
+            self._meta_seen = (len(steps), clock_info, meta, data["events"])
+        finally:
+            self._meta_lock.release()
+
+    # -- the writer thread's hooks ------------------------------------------
+    def _drain(self) -> None:
+        """Write the completed ops no recording thread has collected (writer thread).
+
+        Skipped while another thread holds the drain (it is collecting them).
+        """
+        if self.disabled or not self._drain_lock.acquire(blocking=False):
+            return
+        try:
+            if self._closing:
+                return
+            self._collect()
+            if self.gpu and self._cuda_lock.acquire(blocking=False):
+                try:
+                    self.cuda.poll(self._append)
+                finally:
+                    self._cuda_lock.release()
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            self._drain_lock.release()
+
+    def _checkpoint(self) -> None:
+        """Rewrite the rank json if its steps, clock, meta or events changed (writer thread).
+
+        For a rank json grown large (100,000 steps) rewrites are spaced so
+        that they take at most :data:`META_SHARE` of the time.
+        """
+        if self.disabled or self._closing or self.rank is None:
+            return
+        seen = self._meta_seen
+        now = time.monotonic()
+        if now < self._meta_due or (
+            seen is not None
+            and seen[0] == len(self.steps.steps)
+            and seen[1] is self.clock_info
+            and seen[2] == self.meta
+            and seen[3] == (self.writer.n_events if self.writer else 0)
+        ):
+            return
+        try:
+            self.write_meta("running")
+        except Exception as exc:
+            self.fail(exc)
+        self._meta_due = now + (time.monotonic() - now) / META_SHARE
 
     # -- recording ---------------------------------------------------------
     def on_call(
@@ -279,7 +368,8 @@ class Recorder:
             return head
         if gpu_token is not None:  # CUDA events time it on the device
             work = result if isinstance(result, Work) else None
-            self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue, work)
+            with self._cuda_lock:  # the writer thread polls finished ones too
+                self.cuda.finish(gpu_token, self._append, head, self.steps.step, t_issue, work)
         elif isinstance(result, Work):
             self._track(result, Pending(head, self.steps.step, t_issue))
         else:
@@ -315,15 +405,17 @@ class Recorder:
         """Read the calls of ops recorded by :meth:`on_deferred` now.
 
         Called before a process group is destroyed: afterwards its ranks can
-        no longer be looked up. Never raises.
+        no longer be looked up. It holds the drain, so the writer thread is
+        not reading any of them meanwhile. Never raises.
         """
         try:
-            self._collect()
-            for _, pending in list(self._pending.values()):
-                later = pending.later
-                if later is not None and pending.head is None:
-                    pending.head = self._head(later)
-                    pending.later = None
+            with self._drain_lock:
+                self._collect()
+                for _, pending in list(self._pending.values()):
+                    later = pending.later
+                    if later is not None and pending.head is None:
+                        pending.head = self._head(later)
+                        pending.later = None
         except Exception as exc:
             self.fail(exc)
 
@@ -394,7 +486,11 @@ class Recorder:
             time.sleep(0.001)
 
     def _collect(self) -> None:
-        """Write the ops whose completion was stamped (and nobody waits on)."""
+        """Write the ops whose completion was stamped (and nobody waits on).
+
+        Runs on recording threads and on the writer thread (:meth:`_drain`):
+        an op is claimed (``done``) under the lock, so exactly one writes it.
+        """
         done = self._done
         while done:
             try:
@@ -406,10 +502,12 @@ class Recorder:
                     pending.t_end = t_end
                 if pending.waiting or pending.done:
                     continue
+                pending.done = True
                 entry = self._pending.get(pending.key)
                 if entry is not None and entry[1] is pending:
                     del self._pending[pending.key]
-            self._safe_emit(pending)
+            if not self.disabled:
+                self._safe_write(pending)
 
     def before_wait(self, work: Any) -> Pending | None:
         if not self._pending:  # blocking ops wait internally: keep that path cheap
@@ -429,7 +527,11 @@ class Recorder:
             if pending.t_end is None:
                 pending.t_end = t1
             self._pending.pop(id(work), None)
-        self._safe_emit(pending)
+            if pending.done:
+                return
+            pending.done = True
+        if not self.disabled:
+            self._safe_write(pending)
 
     def _safe_emit(self, pending: Pending) -> None:
         try:
@@ -437,10 +539,20 @@ class Recorder:
         except Exception as exc:
             self.fail(exc)
 
+    def _safe_write(self, pending: Pending) -> None:
+        try:
+            self._write(pending)
+        except Exception as exc:
+            self.fail(exc)
+
     def _emit(self, pending: Pending, force: bool = False) -> None:
         if pending.done or self.writer is None or (self.disabled and not force):
             return
         pending.done = True
+        self._write(pending)
+
+    def _write(self, pending: Pending) -> None:
+        """Append the event of a claimed op (its ``done`` set by the caller)."""
         later = pending.later  # read first: resolve_deferred sets head, then clears later
         head = pending.head if later is None else self._head(later)
         pending.later = None  # lets go of the op's arguments

@@ -1,8 +1,10 @@
 """``commlens.capture(dir)``: start and stop recording in this process.
 
 Starting installs the interceptions (Python API, DDP buckets, functional
-collectives, optimizer-step hooks); stopping removes them, joins the rank
-file, writes this rank's metadata and re-merges ``run.json``. One capture can
+collectives, optimizer-step hooks) and writes this rank's metadata with its
+clock offset; while it runs the writer thread keeps that file current (step
+windows so far); stopping removes the interceptions, joins the rank file,
+writes this rank's final metadata and re-merges ``run.json``. One capture can
 be active per process. The object reloads what it wrote with ``load()``.
 """
 
@@ -166,6 +168,7 @@ class Capture:
                 self._t_offset = time.time_ns()
                 self._start_offset = measure_offset()
                 rec.clock_info = clock_record(self._start_offset, self._t_offset, None, 0)
+                rec.write_meta("running")  # the offsets survive even a rank killed at once
         except Exception as exc:
             rec.fail(exc)
 

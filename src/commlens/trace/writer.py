@@ -1,13 +1,18 @@
 """Streaming writer of one rank's events.
 
-Appending only buffers packed records (:mod:`commlens.trace.packed`). Every
-``flush_events`` events, or every ``flush_seconds`` seconds, a writer thread
-writes the buffer as it is into ``.rank-NNNNN.parts/`` (new sites first,
-then one ``part-NNNNNN.bin``, renamed into place whole), so the caller never
-converts anything and a rank killed mid-run loses at most what was not yet
-written. ``close()`` turns the parts (one at a time: memory stays bounded)
-into the row groups of ``rank-NNNNN.parquet``, renames it into place
-atomically and removes the parts.
+Appending only buffers packed records (:mod:`commlens.trace.packed`). A
+writer thread writes the buffer as it is into ``.rank-NNNNN.parts/`` (new
+sites first, then one ``part-NNNNNN.bin``, written under a temporary name,
+fsynced and renamed into place whole) whenever ``flush_events`` events are
+queued, and everything queued at least every ``flush_seconds`` seconds, so
+the caller never converts anything. Before each timed write the thread runs
+the caller's ``drain`` (events the caller holds back join the queue), after
+it the caller's ``checkpoint``. An event appended at time t is therefore on
+disk by t + ``flush_seconds`` + the time one such write takes; a rank killed
+mid-run loses only what came later. ``close()`` turns the parts (one at a
+time: memory stays bounded) into the row groups of ``rank-NNNNN.parquet``,
+written under a temporary name and renamed into place once complete, and
+removes the parts: a reader never sees a partial rank file.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +54,15 @@ def parts_dir(run_dir: Path, rank: int) -> Path:
     return run_dir / f".rank-{rank:05d}.parts"
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's (or a directory's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class EventWriter:
     """Append events of one rank; write them in the background; finish into one file.
 
@@ -69,12 +84,16 @@ class EventWriter:
         flush_events: int = 16384,
         flush_seconds: float = 2.0,
         on_error: Callable[[BaseException], None] | None = None,
+        drain: Callable[[], None] | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.flush_events = max(1, flush_events)
-        self.flush_seconds = flush_seconds
+        self.flush_seconds = max(0.01, flush_seconds)
         self.on_error = on_error
+        self.drain = drain
+        self.checkpoint = checkpoint
         self.schema = EVENT_SCHEMA.with_metadata(
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
@@ -121,11 +140,17 @@ class EventWriter:
             self.kick()
 
     def kick(self) -> None:
-        """A batch is queued: wake the writer thread; wait if too much is queued."""
+        """A batch is queued: wake the writer thread; wait if too much is queued.
+
+        The writer thread itself (appending from ``drain``) never waits: it is
+        the one that makes room.
+        """
         with self._lock:
             self._wake.notify()
             limit = self.max_pending * self.flush_events
-            while len(self.queue) >= limit and self._thread.is_alive() and self.error is None:
+            writer = self._thread
+            waits = threading.get_ident() != writer.ident
+            while waits and len(self.queue) >= limit and writer.is_alive() and self.error is None:
                 self._room.wait(0.1)
             if self.error is not None:
                 self.queue.clear()  # background writing ended: the events are dropped
@@ -175,16 +200,22 @@ class EventWriter:
 
     # -- the writer thread ------------------------------------------------
     def _run(self) -> None:
-        queue, size = self.queue, self.flush_events
+        queue, size, period = self.queue, self.flush_events, self.flush_seconds
+        due = time.monotonic() + period  # the next timed write
         while True:
             with self._lock:
-                timed_out = False
                 if not self._stop and not self._flush_now and len(queue) < size:
-                    timed_out = not self._wake.wait(self.flush_seconds)
-                # Full batches only, unless it is time (or asked) to write it all.
-                everything = self._stop or self._flush_now or timed_out
+                    self._wake.wait(max(0.0, due - time.monotonic()))
+                stop, asked = self._stop, self._flush_now
                 self._flush_now = False
-                stop = self._stop
+            now = time.monotonic()
+            timed = not stop and now >= due
+            if timed:
+                due = now + period
+                if not self._hook(self.drain):
+                    return
+            # Full batches only, unless it is time (or asked) to write it all.
+            everything = stop or asked or timed
             while len(queue) >= size or (queue and everything):
                 n = min(len(queue), size)
                 self._writing = n
@@ -200,8 +231,21 @@ class EventWriter:
                     self._writing = 0
                     self.next_kick = min(len(queue) + size, self.max_pending * size)
                     self._room.notify_all()
+            if timed and not self._hook(self.checkpoint):
+                return
             if stop:
                 return
+
+    def _hook(self, hook: Callable[[], None] | None) -> bool:
+        """Run a caller's hook on this thread; False (background writing ends) if it raised."""
+        if hook is None:
+            return True
+        try:
+            hook()
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        return True
 
     def _write_part(self, packed: bytes) -> None:
         # Sites before the events that name them: a part on disk is readable.
@@ -209,12 +253,16 @@ class EventWriter:
         if new:
             self._sites_file.write("".join(site_line(site) for site in new))
             self._sites_file.flush()
+            os.fsync(self._sites_file.fileno())
             self._sites_written += len(new)
         path = self._parts / part_name(self._n_parts)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(".tmp")  # not a part to a reader until renamed
         with open(tmp, "wb") as fh:
             fh.write(packed)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_path(self._parts)  # the rename too survives a crash of the machine
         self._n_parts += 1
 
     def _failed(self, exc: BaseException) -> None:
@@ -251,12 +299,18 @@ class EventWriter:
         self._raise_error()
         sites = list(self._sites)
         tmp = final.with_name(f".{final.name}.tmp")
-        with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
-            parts = sorted(self._parts.glob(PART_GLOB))
-            for part in parts:
-                out.write_table(expand(part.read_bytes(), sites, self.rank, self.schema))
-            if not parts:
-                out.write_table(self.schema.empty_table())
-        os.replace(tmp, final)
+        try:
+            with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
+                parts = sorted(self._parts.glob(PART_GLOB))
+                for part in parts:
+                    out.write_table(expand(part.read_bytes(), sites, self.rank, self.schema))
+                if not parts:
+                    out.write_table(self.schema.empty_table())
+            fsync_path(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # the parts stay: the rank reads as unfinished
+            raise
+        os.replace(tmp, final)  # complete: only now does a reader see it
+        fsync_path(self.run_dir)
         shutil.rmtree(self._parts, ignore_errors=True)
         return final

@@ -69,13 +69,40 @@ def test_fit_needs_two_sizes() -> None:
         fit_report(report)
 
 
+def test_profile_fitted_on_calibration_sizes_predicts_the_sizes_between(tmp_path: Path) -> None:
+    # A 100 Mbit/s link seen by 2 ranks (t = 300 µs + S·8/1e8 per all-reduce),
+    # measured with ±3% alternating noise: the profile fitted on powers of two
+    # predicts the sizes in between within that noise (and the 10% a live link
+    # is held to in benchmarks/fit_holdout.py).
+    alpha, beta = 300e-6, 8 / 1e8
+    calib_sizes = [1 << k for k in range(16, 21)]
+    check_sizes = [96 << 10, 384 << 10, 768 << 10]
+    rows = []
+    for i, s in enumerate(calib_sizes):
+        t = (alpha + beta * s) * (1.03 if i % 2 else 0.97)
+        rows.append({"op": "all_reduce", "size_bytes": s, "ranks": 2, "ok": True, "time_p50_s": t})
+    cfg = BenchConfig(ops=["all_reduce"], sizes=calib_sizes, nproc=2, nodes=2, link="100mbit")
+    calib = BenchReport(cfg, rows, topology={"link_bits_per_s": 1e8})
+    path = write_profile(tmp_path / "link.toml", profile_dict(calib, fit_report(calib), "link"))
+    profile = load_profile_file(path)
+    assert profile.bandwidth_Gbps == pytest.approx(0.1) and 0.9 < profile.efficiency <= 1.0
+    for s in check_sizes:
+        predicted = flat_time(
+            "all_reduce", s, 2, profile.alpha("all_reduce"), profile.beta("all_reduce"), "ring"
+        )
+        assert predicted == pytest.approx(alpha + beta * s, rel=0.05), s
+
+
 @pytest.mark.root
 @needs_netns
-def test_profile_fitted_on_a_link_predicts_bench_times(tmp_path: Path) -> None:
+def test_profile_fitted_on_a_link_has_the_link_rate(tmp_path: Path) -> None:
     # 100 Mbit/s: a 64 KiB all-reduce takes ~5 ms on the link, well above the
     # scheduling noise of a busy 2-core machine, and above the 4 ms tbf bucket.
-    # Calibrate on powers of two, check the sizes in between (same run, so a
-    # machine that gets busier halfway does not favour one set over the other).
+    # Only what load cannot move is held here: the nominal rate (from the
+    # emulated topology), a per-byte cost set by the shaped link (CPU work per
+    # byte is ~100x below it, so even a machine slowed 10x keeps it above half
+    # the link rate), and predictions of the sizes in between within a factor
+    # of two. The 10% timing comparison runs in benchmarks/fit_holdout.py.
     calib_sizes = [1 << k for k in range(16, 21)]
     check_sizes = [96 << 10, 384 << 10, 768 << 10]
     cfg = BenchConfig(
@@ -88,12 +115,13 @@ def test_profile_fitted_on_a_link_predicts_bench_times(tmp_path: Path) -> None:
         iters=10,
     )
     report = run_bench(cfg)
+    assert all(r["ok"] for r in report.measured)
     calib = BenchReport(
         cfg, [r for r in report.rows if r["size_bytes"] in calib_sizes], report.topology
     )
     path = write_profile(tmp_path / "link.toml", profile_dict(calib, fit_report(calib), "link"))
     profile = load_profile_file(path)
-    assert profile.bandwidth_Gbps == pytest.approx(0.1) and 0.8 < profile.efficiency <= 1.0
+    assert profile.bandwidth_Gbps == pytest.approx(0.1) and 0.5 < profile.efficiency <= 1.0
     checked = [r for r in report.measured if r["size_bytes"] in check_sizes]
     assert len(checked) == 3
     for row in checked:
@@ -105,4 +133,4 @@ def test_profile_fitted_on_a_link_predicts_bench_times(tmp_path: Path) -> None:
             profile.beta("all_reduce"),
             "ring",
         )
-        assert predicted == pytest.approx(row["time_p50_s"], rel=0.10), row
+        assert 0.5 < predicted / row["time_p50_s"] < 2.0, row

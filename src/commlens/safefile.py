@@ -60,7 +60,8 @@ def resolve_target(path: StrPath, within: StrPath | None = None) -> tuple[Path, 
         raise UsageError("an empty path cannot be written")
     real = check_within(path, within) if within is not None else Path(os.path.realpath(path))
     try:
-        mode = os.stat(real).st_mode
+        # os.stat follows links the way open() does (also /dev/stdout -> pipe:[N])
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
@@ -72,7 +73,7 @@ def resolve_target(path: StrPath, within: StrPath | None = None) -> tuple[Path, 
     if stat.S_ISDIR(mode):
         raise _fail(shown, "is a directory; give a file name")
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return real, True
+        return Path(path), True
     kind = "a block device" if stat.S_ISBLK(mode) else "not a regular file"
     raise _fail(shown, f"is {kind}; refusing to write to it")
 

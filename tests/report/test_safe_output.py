@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,3 +253,28 @@ def test_markdown_escapes_html_and_markup_from_run_data() -> None:
     assert "| a\\|b | all_reduce |" in md
     assert "\\[x\\](http://e)" in md and "\\*b\\* \\`c\\`" in md
     assert md_text("line\nbreak") == "line break" and md_text("# x") == "\\# x"
+
+
+@pytest.mark.parametrize("cmd", ["report", "query"])
+def test_output_to_a_device_without_a_suffix_is_text(
+    cmd: str, tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev = _char_device(tmp_path / "null")
+    argv = [cmd, str(tiny)] + (["SELECT 1 AS x"] if cmd == "query" else [])
+    assert main([*argv, "-o", str(dev)]) == 0
+    assert stat.S_ISCHR(dev.lstat().st_mode)
+    assert main([*argv, "-o", str(tmp_path / "r.pdf")]) == 2  # a file still needs a suffix
+    assert "cannot tell the format" in _one_error_line(capsys.readouterr().err, cmd)
+
+
+def test_report_to_dev_stdout_through_a_pipe(tiny: Path) -> None:
+    argv = ["report", str(tiny), "--format", "md", "-o", "/dev/stdout"]
+    done = subprocess.run(
+        [sys.executable, "-m", "commlens", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# commlens report: tiny_run")
+    assert "](data:image/png;base64," in done.stdout  # no asset folder beside a pipe

@@ -49,14 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_query(args: argparse.Namespace) -> int:
     from commlens.analysis.query import open_query
-    from commlens.report.formats import format_for
+    from commlens.report.output import output_format
     from commlens.safefile import open_binary
 
     if not args.sql.strip():
         raise UsageError("the query is empty")
     if args.max_rows < 1:
         raise UsageError(f"--max-rows must be at least 1, not {args.max_rows}")
-    fmt = format_for(args.output, args.format)
+    fmt = output_format(args.output, args.format)  # -o /dev/null: text
     if fmt not in ("text", "csv", "json"):
         raise UsageError(f"query output is text, csv or json, not {fmt}")
     with open_query(args.run, quiet=False) as session:

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import sys
 
+from commlens.errors import UsageError
 from commlens.report.document import Document
 from commlens.report.formats import format_for, get_renderer
 from commlens.safefile import resolve_target, write_output
+
+
+def output_format(output: str | None, fmt: str | None) -> str:
+    """The format to write ``output`` in: ``fmt``, else from its suffix; a device or
+    FIFO without a known suffix (``-o /dev/null``) gets text, like stdout."""
+    try:
+        return format_for(output, fmt)
+    except UsageError:
+        if not output or output == "-" or not resolve_target(output)[1]:
+            raise
+        return format_for(None, fmt)
 
 
 def emit(doc: Document, output: str | None, fmt: str | None, *, width: int | None = None) -> str:
@@ -18,11 +30,11 @@ def emit(doc: Document, output: str | None, fmt: str | None, *, width: int | Non
     written through. Every failure is one line, checked before rendering
     where it can be.
     """
-    name = format_for(output, fmt)
-    renderer = get_renderer(name, width=width)
     to_file = bool(output) and output != "-"
-    if output and to_file:
-        real, in_place = resolve_target(output)
+    real, in_place = resolve_target(output) if output and to_file else (None, False)
+    name = output_format(output, fmt)
+    renderer = get_renderer(name, width=width)
+    if real is not None:
         if hasattr(renderer, "asset_dir") and not in_place:  # Markdown's plots beside it
             renderer.asset_dir = real.with_name(real.stem + "_files")
     content = renderer.render(doc)

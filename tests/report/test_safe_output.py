@@ -278,3 +278,27 @@ def test_report_to_dev_stdout_through_a_pipe(tiny: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("# commlens report: tiny_run")
     assert "](data:image/png;base64," in done.stdout  # no asset folder beside a pipe
+
+
+# -- commlens's other writers ----------------------------------------------------
+
+
+def test_profile_through_a_symlink_and_manifest_never_out_of_its_run(tmp_path: Path) -> None:
+    from commlens.bench.fit import write_profile
+    from commlens.trace.manifest import write_json_atomic
+
+    real = tmp_path / "profiles" / "lab.toml"
+    real.parent.mkdir()
+    (tmp_path / "lab.toml").symlink_to(real)
+    profile = {"name": "lab", "description": "d", "scope": "inter", "source": "s"}
+    write_profile(tmp_path / "lab.toml", {**profile, "link": {"latency_s": 1e-5}, "ops": {}})
+    assert (tmp_path / "lab.toml").is_symlink() and 'name = "lab"' in real.read_text()
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep")
+    (run / "run.json").symlink_to(victim)
+    with pytest.raises(UsageError, match="outside"):
+        write_json_atomic(run / "run.json", {"format": "commlens-run"})
+    assert victim.read_text() == "keep"
+    _no_temp(tmp_path, real.parent, run)

@@ -165,7 +165,7 @@ def _late_wait(rank: int, world: int, out: str) -> None:
         dist.init_process_group("gloo")
         waited = dist.all_reduce(torch.ones(16), async_op=True)
         unwaited = dist.all_reduce(torch.ones(16), async_op=True)
-        time.sleep(0.5)  # both complete long before anyone looks
+        time.sleep(1.5)  # both complete long before anyone looks
         waited.wait()
         dist.barrier()
         unwaited.get_future().wait()
@@ -182,4 +182,4 @@ def test_async_op_ends_when_it_completes_not_when_waited(tmp_path: Path) -> None
     )
     assert len(rows) == 4  # two per rank, the un-waited one too
     for _, _, took, wait in rows:
-        assert 0 < took < 0.25e9 and wait < 0.25e9
+        assert 0 < took < 0.75e9 and wait < 0.75e9  # half the late look: room for a busy machine

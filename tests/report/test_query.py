@@ -195,7 +195,7 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-        assert time.monotonic() - sent < 5
+        assert time.monotonic() - sent < 20  # the join alone would run for minutes
         assert proc.returncode == 130
         assert (out, err) == ("", "commlens query: interrupted\n")
 

@@ -309,7 +309,7 @@ def test_a_huge_world_with_two_files_is_quick(
     _set("run.json", "world_size", 1_000_000)(tiny)
     start = time.perf_counter()
     code, err = _report(tiny, tmp_path / "report.json", capsys)
-    assert time.perf_counter() - start < 15  # about 1 s; quadratic checks took minutes
+    assert time.perf_counter() - start < 60  # about 1 s idle; quadratic checks took many minutes
     assert code == 0
     assert err == ["commlens: warning: ranks 2..999999: no events files (999998 ranks)"]
     doc = json.loads((tmp_path / "report.json").read_text())
@@ -322,7 +322,7 @@ def test_a_world_too_large_is_refused_at_once(
     _set("run.json", "world_size", 10**12)(tiny)
     start = time.perf_counter()
     assert main(["report", str(tiny)]) == RunFormatError.exit_code
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 30  # no per-rank work: well under 1 s on an idle machine
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"commlens report: error: {tiny / 'run.json'}: world_size is 1000000000000, "

@@ -49,6 +49,8 @@ MIN_GBPS = 1e-4
 """Slowest link a profile may describe, Gbit/s (100 kbit/s, the slowest emulated link)."""
 MAX_GBPS = 1e6
 """Fastest link a profile may describe, Gbit/s (1 Pbit/s, ~300x NVLink 4)."""
+MIN_EFFECTIVE_GBPS = MIN_GBPS / 10
+"""Slowest achieved rate (bandwidth x efficiency, or 8 / beta), Gbit/s."""
 MAX_LATENCY_S = 10.0
 """Longest latency per message a profile may give, seconds."""
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -56,7 +58,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "bandwidth_Gbps": (MIN_GBPS, MAX_GBPS),
     "efficiency": (1e-3, 1.0),
     "alpha_s": (0.0, MAX_LATENCY_S),
-    "beta_s_per_byte": (8.0 / (MAX_GBPS * 1e9), 8.0 / (MIN_GBPS * 1e9)),
+    "beta_s_per_byte": (8.0 / (MAX_GBPS * 1e9), 8.0 / (MIN_EFFECTIVE_GBPS * 1e9)),
 }
 """Inclusive [low, high] of every numeric field (beta: 8 bits per byte over the link range)."""
 MAX_FILE_BYTES = 64 * 1024
@@ -117,10 +119,10 @@ class NetworkProfile:
         _check_text("name", self.name, where)
         for key in LINK_KEYS:
             check_number(key, getattr(self, key), where)
-        if self.effective_Gbps < MIN_GBPS:
+        if self.effective_Gbps < MIN_EFFECTIVE_GBPS:
             raise UsageError(
                 f"{where}: bandwidth_Gbps x efficiency is {self.effective_Gbps:g} Gbit/s, "
-                f"below the slowest link a profile may describe ({MIN_GBPS:g})"
+                f"below the slowest rate a profile may describe ({MIN_EFFECTIVE_GBPS:g})"
             )
         if self.scope not in SCOPES:
             raise UsageError(

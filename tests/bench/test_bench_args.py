@@ -57,6 +57,7 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["--sizes", "1,100G"], "above the largest message, 64G"),
         (["--sizes", "32G"], "GB of host memory"),
         (["--nodes", "2", "--link", "fast"], "bad link rate 'fast'"),
+        (["--ops", "all_reduce,broadcast,all_reduce"], "--ops names all_reduce more than once"),
     ],
 )
 def test_refused_before_the_benchmark(

@@ -105,6 +105,8 @@ def test_unknown_names() -> None:
         get_profile("/nonexistent/net.toml")
     with pytest.raises(UsageError, match="no network profile"):
         get_profiles(" , ")
+    with pytest.raises(UsageError, match="at most 32 at once"):
+        get_profiles(",".join(["tcp-10g"] * 10_000))
 
 
 LINK = "name = 'x'\n[link]\nlatency_s = {lat}\nbandwidth_Gbps = {bw}\nefficiency = {eff}\n"

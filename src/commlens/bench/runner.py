@@ -53,6 +53,9 @@ class BenchConfig:
             raise UsageError(
                 f"unknown op {', '.join(bad) or '(none)'}; choose from {','.join(OPS)}"
             )
+        twice = sorted({op for op in self.ops if self.ops.count(op) > 1})
+        if twice:
+            raise UsageError(f"--ops names {', '.join(twice)} more than once")
         self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown --dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")

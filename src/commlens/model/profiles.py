@@ -63,6 +63,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 """Inclusive [low, high] of every numeric field (beta: 8 bits per byte over the link range)."""
 MAX_FILE_BYTES = 64 * 1024
 """Largest profile file read (a fitted profile is about 2 KB)."""
+MAX_NETWORKS = 32
+"""Most profiles one comma list may name."""
 MAX_TEXT = 2000
 """Longest name, source or description, in characters."""
 
@@ -357,4 +359,6 @@ def get_profiles(specs: str) -> list[NetworkProfile]:
     names = [s.strip() for s in specs.split(",") if s.strip()]
     if not names:
         raise UsageError("no network profile given; try --net tcp-10g,rdma-100g")
+    if len(names) > MAX_NETWORKS:
+        raise UsageError(f"{len(names)} network profiles given; at most {MAX_NETWORKS} at once")
     return [get_profile(name) for name in names]

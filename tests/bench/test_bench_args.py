@@ -117,3 +117,17 @@ def test_unloadable_fit_is_not_written(
     assert code != 0 and err.startswith("commlens bench: error: ") and "\n" not in err
     assert "beta_s_per_byte" in err and "nothing written" in err
     assert not target.exists()
+
+
+def test_with_nccl_the_buffers_are_checked_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import commlens.workloads.fit as fit
+
+    monkeypatch.setattr(BenchConfig, "resolved_backend", lambda self: "nccl")
+    monkeypatch.setattr(fit, "device_memory_available", lambda: 64 << 30)
+    cfg = BenchConfig(ops=["all_reduce"], sizes=[1 << 30], nproc=2, backend="nccl")
+    check_bench_fits(cfg, available=3 * PROCESS_BASELINE_BYTES)  # the host: processes only
+    with pytest.raises(UsageError, match="GB of host memory"):
+        check_bench_fits(cfg, available=PROCESS_BASELINE_BYTES)
+    monkeypatch.setattr(fit, "device_memory_available", lambda: 1 << 30)
+    with pytest.raises(UsageError, match=r"buffers of 1G need about \d+\.\d GB per GPU"):
+        check_bench_fits(cfg, available=1 << 40)

@@ -74,3 +74,16 @@ def test_run_refuses_too_many_ranks_in_one_line(
     assert code != 0 and err.count("\n") == 1
     assert err.startswith(f"commlens run: error: {message}")
     assert not out.exists()
+
+
+def test_on_gpus_the_host_still_holds_every_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import commlens.workloads.fit as fit
+
+    wcfg = WorkloadConfig(
+        get_preset("gpt-tiny"), "dp", resolve_dims("dp", 8), seq_len=16, backend="nccl"
+    )
+    monkeypatch.setattr(fit, "host_memory_available", lambda: 8 * PROCESS_BASELINE_BYTES - 1)
+    with pytest.raises(UsageError, match=r"8 ranks need about 1\.8 GB of host memory"):
+        check_fits(wcfg, available=10**12)  # the GPUs have room
+    monkeypatch.setattr(fit, "host_memory_available", lambda: 8 * PROCESS_BASELINE_BYTES)
+    assert check_fits(wcfg, available=10**12) > 0

@@ -211,3 +211,16 @@ def test_predict_with_a_nan_profile_exits_with_one_line(
     assert code != 0 and captured.out == ""
     assert captured.err.startswith("commlens predict: error: ") and captured.err.count("\n") == 1
     assert "latency_s must be a finite number" in captured.err
+
+
+def test_any_parser_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tomllib
+
+    def explode(text: str) -> dict[str, object]:
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(tomllib, "loads", explode)
+    path = tmp_path / "net.toml"
+    path.write_text(LINK.format(lat=1e-6, bw=10, eff=0.9))
+    with pytest.raises(UsageError, match=r"net\.toml cannot be parsed as TOML: out of memory"):
+        get_profile(str(path))

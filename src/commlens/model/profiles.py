@@ -294,7 +294,7 @@ def parse_profile_text(text: str, where: str) -> NetworkProfile:
         raise UsageError(f"{where} is not valid TOML: {_one_line(exc)}") from None
     except RecursionError:
         raise UsageError(f"{where} is nested too deeply to be a network profile") from None
-    except (ValueError, MemoryError, OverflowError) as exc:
+    except Exception as exc:  # whatever else hostile text makes the parser raise
         raise UsageError(f"{where} cannot be parsed as TOML: {_one_line(exc)}") from None
     return profile_from_dict(data, where)
 

@@ -107,6 +107,16 @@ def _half(run: Path) -> None:
     (run / RANK1).write_bytes(data[: len(data) // 2])
 
 
+def _sizes_summing_past_int64(run: Path) -> None:
+    """5000 events of 1 TiB each: every value within bounds, their total not."""
+    file = run / RANK1
+    pf = pq.ParquetFile(file)
+    table = pa.concat_tables([pf.read()] * 420)
+    i = table.schema.get_field_index("bytes_out")
+    table = table.set_column(i, "bytes_out", pa.array([1 << 40] * table.num_rows, pa.int64()))
+    pq.write_table(table.replace_schema_metadata(pf.schema_arrow.metadata), file)
+
+
 def _run_json_directory(run: Path) -> None:
     (run / "run.json").unlink()
     (run / "run.json").mkdir()
@@ -125,6 +135,7 @@ RANK_FILE_DAMAGE: dict[str, Damage] = {
     "int64_min_issue_time": _replace_column("t_issue_ns", lambda n: pa.array([INT64_MIN] * n)),
     "int64_min_wait": _replace_column("t_wait_ns", lambda n: pa.array([INT64_MIN] * n)),
     "int64_max_size": _replace_column("size_bytes", lambda n: pa.array([INT64_MAX] * n)),
+    "sizes_summing_past_int64": _sizes_summing_past_int64,
     "symlink_loop": _symlink_loop,
     "directory": _directory,
     "empty": _size(0),

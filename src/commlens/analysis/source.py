@@ -142,7 +142,7 @@ class RunView:
     def _read(self, rank: int, src: Path, read: Callable[[], _T]) -> _T:
         try:
             return read()
-        except Exception as exc:  # pyarrow raises several types for damaged pages
+        except (OSError, pa.ArrowException, ValueError) as exc:  # damaged pages
             raise RankDamaged(rank, self.drop_rank(rank, one_line(exc))) from None
 
     def read_rank(self, rank: int, columns: list[str]) -> pa.Table:

@@ -34,9 +34,11 @@ from commlens.trace.packed import read_packed_parts
 from commlens.trace.schema import (
     COLUMN_BOUNDS,
     EVENT_SCHEMA,
+    MAX_RANK_BYTES,
     MAX_WORLD,
     RANK_KEY,
     SCHEMA_KEY,
+    SUMMED_COLUMNS,
 )
 
 _RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
@@ -178,7 +180,7 @@ def check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
     try:
         pf = pq.ParquetFile(file)
         schema = pf.schema_arrow
-    except Exception as exc:  # pyarrow raises several types for corrupt files
+    except (OSError, pa.ArrowException, ValueError) as exc:  # a corrupt footer
         warnings.append(f"{file.name} is damaged ({one_line(exc)}): rank {rank} skipped")
         return False
     metadata = schema.metadata or {}
@@ -191,9 +193,7 @@ def check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
     if problem is None:
         try:
             problem = _bounds_from_statistics(pf, file, rank)
-        except RunFormatError:
-            raise
-        except Exception as exc:
+        except (OSError, pa.ArrowException, ValueError) as exc:  # damaged statistics
             problem = f"unreadable statistics ({one_line(exc)})"
     if problem:
         warnings.append(f"{file.name}: {problem}: rank {rank} skipped")
@@ -225,6 +225,7 @@ def _bounds_from_statistics(pf: pq.ParquetFile, file: Path, rank: int) -> str | 
     meta = pf.metadata
     index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
     bounds = {**COLUMN_BOUNDS, "rank": (rank, rank)}
+    largest: dict[str, int] = {}
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         if group.num_rows == 0:
@@ -244,6 +245,14 @@ def _bounds_from_statistics(pf: pq.ParquetFile, file: Path, rank: int) -> str | 
                 if name == "rank":
                     raise RunFormatError(f"{file}: holds rank {low}, not {rank}")
                 return f"{name} values {low}..{high} out of bounds {bounds_text(lo, hi)}"
+            largest[name] = max(largest.get(name, 0), high)
+    return _too_much(largest, meta.num_rows)
+
+
+def _too_much(largest: dict[str, int], rows: int) -> str | None:
+    for name in SUMMED_COLUMNS:
+        if largest.get(name, 0) * rows > MAX_RANK_BYTES:
+            return f"{name} up to {largest[name]} in {rows} events: totals out of bounds"
     return None
 
 
@@ -254,7 +263,8 @@ def out_of_bounds(table: pa.Table) -> str | None:
         low, high = pair["min"].as_py(), pair["max"].as_py()
         if low is not None and (low < lo or high > hi):
             return f"{name} values {low}..{high} out of bounds {bounds_text(lo, hi)}"
-    return None
+    largest = {name: pc.max(table.column(name)).as_py() or 0 for name in SUMMED_COLUMNS}
+    return _too_much(largest, table.num_rows)
 
 
 def read_parts(part_dir: Path) -> pa.Table:

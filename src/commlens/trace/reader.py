@@ -117,7 +117,7 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
         try:
             table = pq.ParquetFile(file).read(columns=EVENT_SCHEMA.names)
             tables.append(table.cast(EVENT_SCHEMA))
-        except Exception as exc:  # damaged pages: that rank is left out
+        except (OSError, pa.ArrowException, ValueError) as exc:  # damaged pages: rank left out
             found.warnings.append(f"{file.name} is damaged ({one_line(exc)}): rank {rank} skipped")
             found.skipped.add(rank)
     tables += found.parts.values()

@@ -56,14 +56,21 @@ EVENT_SCHEMA = pa.schema(
 
 # Bounds the values of these columns must lie in (nulls aside), checked when a
 # rank file is opened, so no analysis meets an overflowing time or size.
+MAX_BYTES = 1 << 40
+"""Largest message a rank file may record (1 TiB)."""
+MAX_RANK_BYTES = 1 << 52
+"""Largest total of a size column over one rank file (events × largest value), so
+that sums over ranks stay within int64."""
 COLUMN_BOUNDS: dict[str, tuple[int, int]] = {
     "seq": (0, MAX_TIME_NS),
-    "count": (0, MAX_TIME_NS),
-    "bytes_in": (0, MAX_TIME_NS),
-    "bytes_out": (0, MAX_TIME_NS),
-    "size_bytes": (0, MAX_TIME_NS),
+    "count": (0, MAX_BYTES),
+    "bytes_in": (0, MAX_BYTES),
+    "bytes_out": (0, MAX_BYTES),
+    "size_bytes": (0, MAX_BYTES),
     "group_size": (0, MAX_WORLD),
     "t_issue_ns": (0, MAX_TIME_NS),
     "t_end_ns": (0, MAX_TIME_NS),
-    "t_wait_ns": (-(1 << 40), MAX_TIME_NS),  # a wall clock stepping back may leave a little below 0
+    # A wall clock stepping back may leave a wait a little below 0.
+    "t_wait_ns": (-(1 << 40), MAX_TIME_NS),
 }
+SUMMED_COLUMNS = ("count", "bytes_in", "bytes_out", "size_bytes")

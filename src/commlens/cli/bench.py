@@ -116,19 +116,13 @@ def _check_fit(args: argparse.Namespace, cfg: BenchConfig) -> tuple[Path | None,
         raise UsageError("--fit needs at least 2 ranks (--nproc 2 or more)")
     fit_min = parse_size(args.fit_min_size) if args.fit_min_size != "0" else 0
     elem = torch.tensor([], dtype=DTYPES[cfg.dtype]).element_size()
-    fitted = [
-        op
-        for op in cfg.ops
-        if len(
-            {
-                c * elem
-                for c in (element_count(op, s, elem, cfg.nproc) for s in cfg.sizes)
-                if c and c * elem >= fit_min
-            }
-        )
-        >= 2
-    ]
-    if not fitted:
+
+    def fittable(op: str) -> set[int]:
+        """The sizes (in bytes, as the ranks round them) of ``op`` that the fit uses."""
+        counts = (element_count(op, size, elem, cfg.nproc) for size in cfg.sizes)
+        return {c * elem for c in counts if c and c * elem >= fit_min}
+
+    if not any(len(fittable(op)) >= 2 for op in cfg.ops):
         least = f" of at least {format_size(fit_min)}" if fit_min else ""
         raise UsageError(
             f"--fit needs at least two sizes{least} that {cfg.nproc} ranks can split; "

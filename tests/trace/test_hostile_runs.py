@@ -359,3 +359,21 @@ def test_a_foreign_file_is_still_refused(tiny: Path, capsys: pytest.CaptureFixtu
     assert main(["report", str(tiny)]) == RunFormatError.exit_code
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "not a Parquet file" in err[0]
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"model": "gpt-tiny", "scheme": "dp", "tp": "two"},
+        {"model": "gpt-tiny", "scheme": "dp", "seq_len": {"n": 8}},
+        {"model": "gpt-tiny", "scheme": "dp", "steps": [1]},
+    ],
+)
+def test_validate_with_a_workload_of_bad_types_is_one_line(
+    workload: dict[str, Any], tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _set("run.json", "workload", workload)(tiny)
+    assert main(["validate", str(tiny)]) == RunFormatError.exit_code
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"commlens validate: error: {tiny}: the manifest's workload")

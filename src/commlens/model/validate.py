@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from commlens.errors import UsageError
+from commlens.errors import RunFormatError, UsageError
 from commlens.model.calls import aggregate, sort_key
 from commlens.model.exact import rank_calls
 from commlens.model.job import Job, job_from_workload
@@ -273,12 +273,16 @@ def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) ->
             f"{run.path}: the manifest has no workload section; validate needs a run made by "
             "`commlens run` (or a manifest with model, scheme and layout)"
         )
-    job = job_from_workload(workload, manifest.get("world_size"))
-    steps = workload.get("steps")
+    try:
+        job = job_from_workload(workload, manifest.get("world_size"))
+        steps = workload.get("steps")
+        steps = int(steps) if steps else None
+    except (TypeError, ValueError) as exc:  # a value of the wrong type in the workload
+        raise RunFormatError(f"{run.path}: the manifest's workload is not usable ({exc})") from None
     result = validate_events(
         job,
         run.events,
-        steps=int(steps) if steps else None,
+        steps=steps,
         tolerance=tolerance,
         skip_step0=skip_step0,
     )

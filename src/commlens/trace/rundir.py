@@ -113,10 +113,12 @@ def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
         raise UsageError(f"{flag} {out} is a symlink to no directory; pick another directory")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag} {out} exists and is not a directory; pick a directory")
-    if out.is_dir() and first_foreign(out, lambda e: e) is not None:
+    first = first_foreign(out, lambda e: e) if out.is_dir() else None
+    if first is not None:
         if not is_run_dir(out):
             raise UsageError(
-                f"{flag} {out} is not empty and not a commlens run; choose a new directory"
+                f"{flag} {out} already exists and is not a commlens run (it holds "
+                f"{first.name}); choose a new directory"
             )
         if not force:
             raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")

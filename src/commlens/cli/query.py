@@ -72,19 +72,18 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def _write(result: QueryResult, out: IO[bytes], fmt: str, args: argparse.Namespace) -> None:
-    from commlens.report.stream import write_stream
+    from commlens.report.stream import FdSink, write_stream
 
-    write_stream(result, result.schema, out, fmt, max_rows=args.max_rows, width=args.width)
+    sink = FdSink(out)  # a full pipe never keeps Ctrl-C waiting
+    write_stream(result, result.schema, sink, fmt, max_rows=args.max_rows, width=args.width)
 
 
 def _to_stdout(result: QueryResult, fmt: str, args: argparse.Namespace) -> None:
     sys.stdout.flush()
     try:
         _write(result, sys.stdout.buffer, fmt, args)
-        sys.stdout.buffer.flush()
     except BrokenPipeError:
-        # The reader left (``| head``): stop here, and let nothing flush into the
-        # closed pipe at exit.
+        # The reader left (``| head``): let nothing flush into the closed pipe at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

@@ -5,14 +5,20 @@ result; the output is what the CSV and JSON renderers give for the same table
 (JSON: ``{"columns": [...], "rows": [{...}, ...]}``). A text table has to be
 measured before it is drawn, so it shows the first ``max_rows`` rows and
 counts the rest.
+
+:class:`FdSink` writes to a file descriptor in pieces that never block for
+long, so a Ctrl-C is seen at once even while a pipe is full.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import select
+import stat
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,10 +31,59 @@ from commlens.report.text import TextRenderer
 STREAM_FORMATS = ("text", "csv", "json")
 
 
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+class FdSink:
+    """Writes to ``fh``'s file descriptor, waiting in ``select`` (where a signal is
+    handled) rather than in a ``write`` that a full pipe would block.
+
+    A pipe, FIFO or terminal takes at most ``PIPE_BUF`` bytes a write once
+    ``select`` says it is writable, so no write blocks; a regular file takes
+    1 MiB pieces. After a write failed (a closed pipe, ``KeyboardInterrupt``)
+    the rest is dropped, so a writer's clean-up cannot block or mask the error.
+    """
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        fh.flush()
+        self.fh = fh
+        try:
+            self.fd: int | None = fh.fileno()
+        except OSError:  # no descriptor (an in-memory stream): written as it is
+            self.fd = None
+        regular = self.fd is not None and stat.S_ISREG(os.fstat(self.fd).st_mode)
+        self.piece = 1 << 20 if regular else select.PIPE_BUF
+        self.failed = False
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def write(self, data: bytes, /) -> int:
+        if self.failed:
+            return len(data)
+        if self.fd is None:
+            return self.fh.write(data)
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                _, ready, _ = select.select([], [self.fd], [], 0.2)
+                if ready:
+                    view = view[os.write(self.fd, view[: self.piece]) :]
+        except BaseException:
+            self.failed = True
+            raise
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
 def write_stream(
     batches: Iterable[pa.RecordBatch],
     schema: pa.Schema,
-    out: IO[bytes],
+    out: Sink,
     fmt: str,
     *,
     max_rows: int = 100,
@@ -55,7 +110,7 @@ def _csv_table(table: pa.Table) -> pa.Table:
     return table
 
 
-def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: IO[bytes]) -> int:
+def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink) -> int:
     options = pacsv.WriteOptions(quoting_style="needed")
     if not schema.names:
         return 0
@@ -94,7 +149,7 @@ def _dumps(value: Any) -> str:
         return json.dumps(_clean(value), allow_nan=False, default=str)
 
 
-def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: IO[bytes]) -> int:
+def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink) -> int:
     out.write(f'{{\n "columns": {_dumps(schema.names)},\n "rows": ['.encode())
     count = 0
     for batch in batches:
@@ -116,7 +171,7 @@ def column_format(dtype: pa.DataType) -> str:
 def _write_text(
     batches: Iterable[pa.RecordBatch],
     schema: pa.Schema,
-    out: IO[bytes],
+    out: Sink,
     max_rows: int,
     width: int | None,
 ) -> int:

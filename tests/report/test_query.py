@@ -199,7 +199,7 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130
-        assert time.monotonic() - sent < 5
+        assert time.monotonic() - sent < 20  # uninterrupted, either would run for minutes
         assert proc.stderr.read() == "commlens query: interrupted\n"
         proc.stdout.close()
         proc.stderr.close()

@@ -28,8 +28,6 @@ from commlens.report.csv import tidy
 from commlens.report.document import Column, Document, Section
 from commlens.report.text import TextRenderer
 
-STREAM_FORMATS = ("text", "csv", "json")
-
 
 class Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...

@@ -155,8 +155,7 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
         facts.append(
             (
                 "missing ranks",
-                format_ranks(run.missing_ranks)
-                + " (excluded from cross-rank figures)",
+                format_ranks(run.missing_ranks) + " (excluded from cross-rank figures)",
             )
         )
     return facts

@@ -130,7 +130,7 @@ def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str,
         "description": f"fitted by commlens bench on {where}",
         "scope": "inter" if cfg.nodes > 1 else "intra",
         "source": (
-            f"commlens bench --fit, {dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%MZ}, "
+            f"commlens bench --fit, {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%MZ}, "
             f"{where}, backend {cfg.resolved_backend()}, {cfg.dtype}, {cfg.iters} iters; "
             "ops: ring alpha per step, beta per wire byte"
         ),

@@ -33,11 +33,10 @@ parser is refused with one line before anything is computed.
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-
-import tomllib
 
 from commlens.errors import UsageError
 from commlens.spec.ops import TENSOR_OPS

@@ -28,11 +28,10 @@ Every unknown table or key is an error naming the file and the key.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from commlens.errors import UsageError
 

@@ -1,9 +1,14 @@
-"""Suite-wide guards: no test may leave torch.distributed patched or a group alive."""
+"""Suite-wide guards: no test may leave torch.distributed patched or a group alive.
+
+Also the ``readonly_dir`` fixture: folders no one can write to, root included."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -57,3 +62,26 @@ def _no_leftovers() -> Iterator[None]:
     if os.geteuid() == 0:
         left = {run_id for run_id in _netns() - before if _ours(run_id)}
         assert not left, f"the test left emulated networks behind: {sorted(left)}"
+
+
+@pytest.fixture
+def readonly_dir() -> Iterator[Callable[[Path], Path]]:
+    """Mounts a read-only tmpfs on a folder (made if missing) and returns the folder;
+    each is unmounted at teardown. Skips the test unless root may mount here."""
+    mounted: list[Path] = []
+
+    def mount(path: Path) -> Path:
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
+        path.mkdir(parents=True, exist_ok=True)
+        cmd = ["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"this machine does not allow mounting a tmpfs: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "--lazy", str(path)], capture_output=True, check=False)

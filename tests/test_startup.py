@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from commlens.cli.main import SUBCOMMANDS
+
 HEAVY = ("torch", "duckdb", "pyarrow", "numpy", "pandas", "rich")
 
 # Runs main(ARGV) (SystemExit from --help is expected) and prints the heavy modules loaded.
@@ -38,22 +40,6 @@ def loaded_by(argv: list[str]) -> list[str]:
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return loaded
-
-
-SUBCOMMANDS = (
-    "trace",
-    "run",
-    "report",
-    "compare",
-    "export",
-    "query",
-    "predict",
-    "validate",
-    "net",
-    "bench",
-    "sweep",
-    "demo",
-)
 
 
 @pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in SUBCOMMANDS)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +74,21 @@ def test_refused_before_the_benchmark(
     assert not (tmp_path / "p.toml").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
 def test_unwritable_fit_folder_is_refused_first(
-    tmp_path: Path, no_ranks: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    no_ranks: None,
+    readonly_dir: Callable[[Path], Path],
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        assert "is not writable" in _refused(["--fit", str(locked / "p.toml")], capsys)
-    finally:
-        locked.chmod(0o700)
+    if os.geteuid() == 0:  # root writes into any folder, but not onto a read-only mount
+        readonly_dir(locked)
+    else:
+        locked.mkdir()
+        locked.chmod(0o500)
+        request.addfinalizer(lambda: locked.chmod(0o700))
+    assert "is not writable" in _refused(["--fit", str(locked / "p.toml")], capsys)
 
 
 def test_memory_counts_the_process_baseline_per_rank() -> None:

@@ -4,10 +4,9 @@ a bad --out is one line, never a traceback."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -114,23 +113,17 @@ def test_trace_out_under_proc_is_one_line(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_trace_out_on_a_read_only_mount_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    readonly_dir: Callable[[Path], Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)]).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
-        for out in (ro, ro / "run"):
-            cmd = ["trace", "--out", str(out), "--", sys.executable, "-c", "pass"]
-            assert main(cmd) == 2
-            line = _one_error_line(capsys.readouterr().err, "trace")
-            assert "Read-only" in line
-        assert list(ro.iterdir()) == []
-    finally:
-        subprocess.run(["umount", str(ro)], check=False)
+    ro = readonly_dir(tmp_path / "ro")
+    for out in (ro, ro / "run"):
+        cmd = ["trace", "--out", str(out), "--", sys.executable, "-c", "pass"]
+        assert main(cmd) == 2
+        line = _one_error_line(capsys.readouterr().err, "trace")
+        assert "Read-only" in line
+    assert list(ro.iterdir()) == []
 
 
 def test_demo_fresh_removes_only_a_sweeps_own_files(

@@ -1,10 +1,13 @@
-"""Shared by the netem and bench tests: the root/netns skip and the leftover check."""
+"""Shared by the netem and bench tests: the root/netns skip, the leftover check and
+a polling wait."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -33,3 +36,12 @@ def leftovers() -> set[str]:
     from commlens.netem.state import owner_pid
 
     return {i for i in run_ids_present() if owner_pid(i) in (None, os.getpid())}
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Polls ``predicate`` until it is true; fails the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

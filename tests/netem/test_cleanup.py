@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,19 +16,11 @@ from commlens.cli.main import main
 from commlens.errors import CommlensError
 from commlens.netem import EmulatedCluster, cleanup, cluster, iproute
 from commlens.netem.state import RunRecord, claim_run, forget_owner, load_record, record_path
-from tests.netem.helpers import needs_netns
+from tests.netem.helpers import needs_netns, wait_for
 
 FAKE_ID = "abc123"
 LOOKALIKE_ID = "abc124"
 DEAD_PID = 2**22 + 7  # above the default pid_max: never running
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _dead(pid: int) -> bool:
@@ -151,7 +142,7 @@ def test_cleanup_removes_a_cluster_whose_owner_and_reaper_were_killed(
         info = json.loads(owner.stdout.readline())
         run_id, reaper = info["run_id"], info["reaper"]
         os.kill(reaper, signal.SIGKILL)  # first, or it would clean up after the owner
-        _wait_for(lambda: _dead(reaper), 10, "the reaper to die")
+        wait_for(lambda: _dead(reaper), 10, "the reaper to die")
     finally:
         owner.kill()
         owner.wait(timeout=10)

@@ -16,19 +16,11 @@ from commlens.bench.runner import BenchConfig, run_bench
 from commlens.errors import UsageError
 from commlens.netem import EmulatedCluster, iproute, launch_emulated, read_nic
 from commlens.netem.nic import totals
-from tests.netem.helpers import leftovers, needs_netns
+from tests.netem.helpers import leftovers, needs_netns, wait_for
 
 HERE = Path(__file__).parent
 RANKPROG = str(HERE / "rankprog.py")
 LAUNCHER = str(HERE / "launcher.py")
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -94,7 +86,7 @@ def test_cluster_describes_itself_and_leaves_nothing(tmp_path: Path) -> None:
 def _start_sleepers(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, list[int]]:
     launcher = subprocess.Popen([sys.executable, LAUNCHER, str(tmp_path), "sleep"])
     files = [tmp_path / "rank0.json", tmp_path / "rank1.json"]
-    _wait_for(lambda: all(f.exists() and f.read_text() for f in files), 90, "ranks to start")
+    wait_for(lambda: all(f.exists() and f.read_text() for f in files), 90, "ranks to start")
     infos = [json.loads(f.read_text()) for f in files]
     run_id = infos[0]["iface"][2:8]
     assert run_id in iproute.run_ids_present()
@@ -130,8 +122,8 @@ def test_sigkill_of_the_launcher_is_cleaned_by_the_reaper(tmp_path: Path) -> Non
     launcher, run_id, pids = _start_sleepers(tmp_path)
     launcher.kill()
     launcher.wait(timeout=10)
-    _wait_for(lambda: run_id not in iproute.run_ids_present(), 30, "the reaper")
-    _wait_for(lambda: not any(_alive(pid) for pid in pids), 10, "orphaned ranks to die")
+    wait_for(lambda: run_id not in iproute.run_ids_present(), 30, "the reaper")
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 10, "orphaned ranks to die")
 
 
 @pytest.mark.root

@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,22 +29,6 @@ ROOT = os.geteuid() == 0
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
     return Path(shutil.copytree(DATA / "tiny_run", tmp_path / "tiny_run"))
-
-
-@pytest.fixture
-def ro_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a read-only tmpfs (needs root to mount)."""
-    if not ROOT or shutil.which("mount") is None:
-        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
-    path = tmp_path / "ro"
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)], check=False)
-    if done.returncode != 0:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=False)
 
 
 def _char_device(path: Path) -> Path:
@@ -129,15 +113,24 @@ def test_symlink_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
     _no_temp(tmp_path, outside)
 
 
-def test_within_refuses_a_symlink_out_of_the_directory(tmp_path: Path) -> None:
+def _refuses_a_link_out_of_the_run(tmp_path: Path, write: Callable[[Path], object]) -> Path:
+    """Makes ``tmp_path/run`` with ``run.json`` a symlink to a file outside it; checks
+    that ``write(run)`` refuses it and leaves that file alone. Returns the run."""
     run = tmp_path / "run"
     run.mkdir()
     victim = tmp_path / "victim.json"
     victim.write_text("keep")
     (run / "run.json").symlink_to(victim)
     with pytest.raises(UsageError, match="outside"):
-        write_output(run / "run.json", "{}", within=run)
+        write(run)
     assert victim.read_text() == "keep"
+    return run
+
+
+def test_within_refuses_a_symlink_out_of_the_directory(tmp_path: Path) -> None:
+    _refuses_a_link_out_of_the_run(
+        tmp_path, lambda run: write_output(run / "run.json", "{}", within=run)
+    )
 
 
 def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
@@ -148,10 +141,13 @@ def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists()
 
 
-def test_read_only_file_system_is_one_line_and_no_temp(ro_dir: Path) -> None:
+def test_read_only_file_system_is_one_line_and_no_temp(
+    tmp_path: Path, readonly_dir: Callable[[Path], Path]
+) -> None:
+    ro = readonly_dir(tmp_path / "ro")
     with pytest.raises(UsageError, match=r"cannot write .*[Rr]ead-only"):
-        write_output(ro_dir / "x.txt", "x")
-    assert list(ro_dir.iterdir()) == []
+        write_output(ro / "x.txt", "x")
+    assert list(ro.iterdir()) == []
 
 
 # -- the commands' -o ----------------------------------------------------------
@@ -208,31 +204,32 @@ def test_export_to_the_root_directory_is_one_line(
     [("report", "r.html"), ("report", "r.md"), ("export", "t.json"), ("query", "q.csv")],
 )
 def test_output_on_a_read_only_mount_is_one_line(
-    cmd: str, name: str, tiny: Path, ro_dir: Path, capsys: pytest.CaptureFixture[str]
+    cmd: str,
+    name: str,
+    tiny: Path,
+    tmp_path: Path,
+    readonly_dir: Callable[[Path], Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    ro = readonly_dir(tmp_path / "ro")
     argv = [cmd, str(tiny)] + (["SELECT 1 AS x"] if cmd == "query" else [])
-    assert main([*argv, "-o", str(ro_dir / name)]) == 2
+    assert main([*argv, "-o", str(ro / name)]) == 2
     assert "Read-only" in _one_error_line(capsys.readouterr().err, cmd)
-    assert list(ro_dir.iterdir()) == []
+    assert list(ro.iterdir()) == []
 
 
 def test_markdown_assets_on_a_read_only_mount_are_one_line(
-    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny: Path,
+    tmp_path: Path,
+    readonly_dir: Callable[[Path], Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if not ROOT or shutil.which("mount") is None:
-        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
-    assets = tmp_path / "r_files"
-    assets.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(assets)]).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
-        assert main(["report", str(tiny), "-o", str(tmp_path / "r.md")]) == 2
-        line = _one_error_line(capsys.readouterr().err, "report")
-        assert "r_files" in line and "Read-only" in line
-        assert not (tmp_path / "r.md").exists()
-        _no_temp(tmp_path)
-    finally:
-        subprocess.run(["umount", str(assets)], check=False)
+    readonly_dir(tmp_path / "r_files")
+    assert main(["report", str(tiny), "-o", str(tmp_path / "r.md")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "report")
+    assert "r_files" in line and "Read-only" in line
+    assert not (tmp_path / "r.md").exists()
+    _no_temp(tmp_path)
 
 
 # -- Markdown escaping -----------------------------------------------------------
@@ -293,12 +290,7 @@ def test_profile_through_a_symlink_and_manifest_never_out_of_its_run(tmp_path: P
     profile = {"name": "lab", "description": "d", "scope": "inter", "source": "s"}
     write_profile(tmp_path / "lab.toml", {**profile, "link": {"latency_s": 1e-5}, "ops": {}})
     assert (tmp_path / "lab.toml").is_symlink() and 'name = "lab"' in real.read_text()
-    run = tmp_path / "run"
-    run.mkdir()
-    victim = tmp_path / "victim.json"
-    victim.write_text("keep")
-    (run / "run.json").symlink_to(victim)
-    with pytest.raises(UsageError, match="outside"):
-        write_json_atomic(run / "run.json", {"format": "commlens-run"})
-    assert victim.read_text() == "keep"
+    run = _refuses_a_link_out_of_the_run(
+        tmp_path, lambda run: write_json_atomic(run / "run.json", {"format": "commlens-run"})
+    )
     _no_temp(tmp_path, real.parent, run)

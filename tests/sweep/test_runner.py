@@ -12,18 +12,7 @@ from commlens.cli.main import main
 from commlens.errors import UsageError
 from commlens.sweep import open_catalog, parse_spec, run_sweep
 from commlens.sweep.catalog import read_point
-
-# nproc 3: dp runs (and is stopped by its 1 s timeout), tp is impossible (4 heads)
-GRID = """
-[sweep]
-name = "t"
-nproc = 3
-steps = 2
-timeout_s = 1
-[grid]
-model = ["gpt-tiny"]
-scheme = ["dp", "tp"]
-"""
+from tests.sweep.helpers import GRID
 
 
 def test_a_failed_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:

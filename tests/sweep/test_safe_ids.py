@@ -14,21 +14,10 @@ from commlens.errors import UsageError
 from commlens.sweep import parse_spec, run_sweep
 from commlens.sweep.catalog import point_dir, write_json
 from commlens.sweep.grid import expand, safe_name
+from tests.sweep.helpers import GRID
 
 # dp runs (and is stopped by its 1 s timeout); tp asks for a hostile link and is skipped
-HOSTILE = """
-[sweep]
-name = "t"
-nproc = 3
-steps = 2
-timeout_s = 1
-[grid]
-model = ["gpt-tiny"]
-scheme = ["dp", "tp"]
-[schemes.tp]
-nodes = 3
-link = "../../../escaped"
-"""
+HOSTILE = GRID + '[schemes.tp]\nnodes = 3\nlink = "../../../escaped"\n'
 
 SAFE = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*$")
 

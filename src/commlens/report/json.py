@@ -25,7 +25,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """``value`` as compact JSON, NaN and infinities as null, anything else not
+    JSON-native as its ``str``."""
     try:
         return json.dumps(value, allow_nan=False, default=str)
     except ValueError:  # a NaN or infinity somewhere: only then walk the value
@@ -39,6 +41,6 @@ class JsonRenderer(Renderer):
     def render(self, doc: Document) -> str:
         data = doc.data
         if not isinstance(data, dict) or not data:
-            return _dumps(data) + "\n"
-        lines = [f" {json.dumps(str(k))}: {_dumps(v)}" for k, v in data.items()]
+            return dumps(data) + "\n"
+        lines = [f" {json.dumps(str(k))}: {dumps(v)}" for k, v in data.items()]
         return "{\n" + ",\n".join(lines) + "\n}\n"

@@ -12,13 +12,11 @@ long, so a Ctrl-C is seen at once even while a pipe is full.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import select
 import stat
 from collections.abc import Iterable
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +24,7 @@ import pyarrow.csv as pacsv
 
 from commlens.report.csv import tidy
 from commlens.report.document import Column, Document, Section
+from commlens.report.json import dumps
 from commlens.report.text import TextRenderer
 
 
@@ -130,30 +129,13 @@ def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink) 
     return count
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return json.dumps(value, allow_nan=False, default=str)
-    except ValueError:  # a NaN or infinity somewhere: only then walk the value
-        return json.dumps(_clean(value), allow_nan=False, default=str)
-
-
 def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink) -> int:
-    out.write(f'{{\n "columns": {_dumps(schema.names)},\n "rows": ['.encode())
+    out.write(f'{{\n "columns": {dumps(schema.names)},\n "rows": ['.encode())
     count = 0
     for batch in batches:
         if not batch.num_rows:
             continue
-        text = _dumps(batch.to_pylist())[1:-1]  # the rows, without the list's brackets
+        text = dumps(batch.to_pylist())[1:-1]  # the rows, without the list's brackets
         out.write(((", " if count else "") + text).encode())
         count += batch.num_rows
     out.write(b"]\n}\n")

@@ -86,10 +86,10 @@ def main() -> int:
         )
         return 0
 
-    from commlens.bench.ops import busbw_factor
     from commlens.bench.runner import rank_env
     from commlens.bench.sizes import format_size
     from commlens.launch import launch_ranks
+    from commlens.spec.ops import bus_factor
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -107,7 +107,7 @@ def main() -> int:
             print(f"ranks failed: {res.exit_codes}", file=sys.stderr)
             return 1
         data = json.loads(out.read_text())
-    factor = busbw_factor("all_reduce", data["n"])
+    factor = bus_factor("all_reduce", data["n"])
     print(f"all_reduce, {data['n']} ranks, {args.nodes} node(s), link {args.link or 'none'}")
     print(f"{'size':>6} {'commlens (µs)':>14} {'bare (µs)':>11} {'busbw ours (GB/s)':>18} "
           f"{'busbw bare (GB/s)':>18} {'ratio':>7}")  # fmt: skip

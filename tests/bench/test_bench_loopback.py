@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from commlens.bench.names import OPS
-from commlens.bench.ops import busbw_factor
 from commlens.bench.output import COLUMNS, to_csv, to_json, to_table
 from commlens.bench.runner import BenchConfig, run_bench
 from commlens.cli import bench as bench_cli
 from commlens.errors import UsageError
+from commlens.spec.ops import bus_factor
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_every_op_and_size_runs_and_is_correct(report) -> None:  # type: ignore[
         assert row["time_min_s"] <= row["time_mean_s"] <= row["time_max_s"]
         assert row["time_p50_s"] <= row["time_p99_s"] <= row["time_max_s"]
         assert row["algbw_GB/s"] == pytest.approx(row["size_bytes"] / row["time_mean_s"] / 1e9)
-        factor = busbw_factor(row["op"], 3)
+        factor = bus_factor(row["op"], 3)
         assert row["busbw_GB/s"] == pytest.approx(row["algbw_GB/s"] * factor)
         assert row["busbw_Gbit/s"] == pytest.approx(row["busbw_GB/s"] * 8)
     gathered = [r for r in report.measured if r["op"] == "all_gather"]

@@ -7,8 +7,9 @@ import torch
 import torch.distributed as dist
 
 from commlens.bench.names import OPS
-from commlens.bench.ops import busbw_factor, element_count, make_case
+from commlens.bench.ops import element_count, make_case
 from commlens.launch import free_port
+from commlens.spec.ops import bus_factor
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,7 @@ from commlens.launch import free_port
     ],
 )
 def test_busbw_factor_is_the_nccl_tests_one(op: str, n: int, factor: float) -> None:
-    assert busbw_factor(op, n) == pytest.approx(factor)
+    assert bus_factor(op, n) == pytest.approx(factor)
 
 
 def test_element_count_splits_evenly() -> None:

@@ -7,9 +7,10 @@ import math
 import pytest
 
 from commlens.errors import UsageError
-from commlens.model.cost import flat_time, study_b_factor, wire_factor
+from commlens.model.cost import flat_time
 from commlens.model.profiles import NetworkProfile, OpOverride
 from commlens.model.topology import Fabric, link_flows
+from commlens.spec.ops import wire_factor
 
 A, B = 1e-5, 1e-9  # alpha (s), beta (s/byte)
 S = 1_000_000
@@ -79,7 +80,7 @@ def test_unknown_algorithm_and_op_are_user_errors() -> None:
 )
 def test_wire_conventions(op: str, n: int, ring: float, study_b: float) -> None:
     assert wire_factor(op, n) == pytest.approx(ring)
-    assert study_b_factor(op, n) == pytest.approx(study_b)
+    assert wire_factor(op, n, "study_b") == pytest.approx(study_b)
 
 
 def _profile(name: str, latency: float, gbps: float, **kw: object) -> NetworkProfile:

@@ -1,4 +1,4 @@
-"""The benchmarked operations, with nccl-tests sizes and bus-bandwidth factors.
+"""The benchmarked operations, with nccl-tests sizes.
 
 ``S`` (``size_bytes``) follows conventions §3: the buffer for all-reduce,
 broadcast and send/recv; the gathered (total) buffer for all-gather and
@@ -9,6 +9,7 @@ Each :class:`Case` holds the buffers of one op and size on one rank:
 ``run()`` issues the op once (timed by the caller), ``check()`` refills the
 inputs with rank-specific values, runs the op once more and says whether the
 result is exactly (integers) or closely (floating point) what it must be.
+Their bus-bandwidth factors are those of :data:`commlens.spec.ops.OP_TRAFFIC`.
 """
 
 from __future__ import annotations
@@ -46,17 +47,6 @@ DTYPE_ALIASES = {
 # torch ≥ 2.10 names; the older aliases warn (conventions §6).
 all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor of ``op`` on a group of ``n`` ranks."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "sendrecv"):
-        return 1.0
-    raise ValueError(f"unknown op {op!r}")
 
 
 def element_count(op: str, size_bytes: int, elem_size: int, n: int) -> int:

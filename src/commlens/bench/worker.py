@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commlens.bench.ops import DTYPES, all_gather_flat, busbw_factor, element_count, make_case
+from commlens.bench.ops import DTYPES, all_gather_flat, element_count, make_case
+from commlens.spec.ops import bus_factor
 
 
 def measure(case_run: Any, iters: int, warmup: int, device: torch.device) -> list[float]:
@@ -87,7 +88,7 @@ def bench_one(op: str, size: int, cfg: dict[str, Any], device: torch.device) -> 
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     stats = summarize(gathered.cpu().view(n, -1))
     algbw = row["size_bytes"] / stats["time_mean_s"] / 1e9
-    busbw = algbw * busbw_factor(op, n)
+    busbw = algbw * bus_factor(op, n)
     return {
         **row,
         "iters": len(times),

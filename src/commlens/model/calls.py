@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from commlens.model.cost import study_b_factor, wire_factor
+from commlens.spec.ops import wire_factor
 
 OP_ORDER = (
     "all_reduce",
@@ -71,7 +71,7 @@ class Call:
 
     @property
     def wire_bytes_b(self) -> float:
-        return self.total_bytes * study_b_factor(self.op, self.group_size)
+        return self.total_bytes * wire_factor(self.op, self.group_size, "study_b")
 
 
 @dataclass(frozen=True)

@@ -84,21 +84,3 @@ def flat_time(
             return lg * (alpha + s * beta / 2)
         return alpha + frac * s * beta
     raise UsageError(f"no cost model for op {op!r}")
-
-
-def wire_factor(op: str, n: int) -> float:
-    """Bytes on the wire per rank per byte of S, ring convention (conventions §2, §3)."""
-    if op in ("send", "recv", "broadcast", "reduce"):
-        return 1.0
-    if op == "barrier" or n <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    return (n - 1) / n
-
-
-def study_b_factor(op: str, n: int) -> float:
-    """Study B's convention: an all-reduce of m moves 2m, everything else m."""
-    if op == "barrier" or (n <= 1 and op not in ("send", "recv")):
-        return 0.0
-    return 2.0 if op == "all_reduce" else 1.0

@@ -1,0 +1,113 @@
+"""The one op table against the nccl-tests formulas (conventions §2, §3), and its readers."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import commlens.analysis
+import commlens.analysis.bandwidth
+import commlens.analysis.rankpass
+import commlens.bench.worker
+import commlens.model.calls
+from commlens.analysis.bandwidth import factor_sql
+from commlens.bench.names import OPS as BENCH_OPS
+from commlens.model.calls import Call
+from commlens.spec import ops
+from commlens.spec.ops import OP_TRAFFIC, OPS, bus_factor, wire_factor
+
+GROUP_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 64, 1000)
+
+# By name, as conventions §3 lists them; object variants move like their tensor op.
+TWICE_SHARED = {"all_reduce"}
+SHARED = {"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"}
+WHOLE = {"broadcast", "reduce", "send", "recv", "sendrecv", "barrier"}
+
+
+def _base(op: str) -> str:
+    return op.removesuffix("_object")
+
+
+def nccl_tests_factor(op: str, n: int) -> float:
+    """busbw / algbw: all-reduce 2(n−1)/n; the gathers (n−1)/n; the rest 1.
+
+    A barrier has S = 0: no factor changes its 0 bytes, and 1 keeps busbw = algbw.
+    """
+    base = _base(op)
+    if base in TWICE_SHARED:
+        return 2 * (n - 1) / n
+    if base in SHARED:
+        return (n - 1) / n
+    assert base in WHOLE, op
+    return 1.0
+
+
+def study_b_factor(op: str, n: int) -> float:
+    """Study B: the ring volume without its (n−1)/n; a group of one still moves nothing."""
+    if _base(op) in WHOLE:
+        return nccl_tests_factor(op, n)
+    return nccl_tests_factor(op, n) * n / (n - 1) if n > 1 else 0.0
+
+
+def test_the_table_names_every_op_and_no_other() -> None:
+    assert set(OP_TRAFFIC) == set(OPS) | set(BENCH_OPS)
+
+
+@pytest.mark.parametrize("op", sorted(OP_TRAFFIC))
+def test_every_op_follows_the_nccl_tests_formulas(op: str) -> None:
+    for n in GROUP_SIZES:
+        assert bus_factor(op, n) == nccl_tests_factor(op, n), n
+        assert wire_factor(op, n) == nccl_tests_factor(op, n), n
+        assert wire_factor(op, n, "ring") == nccl_tests_factor(op, n), n
+        assert wire_factor(op, n, "study_b") == pytest.approx(study_b_factor(op, n)), n
+
+
+def test_hand_computed_values() -> None:
+    assert bus_factor("all_reduce", 8) == 1.75
+    assert bus_factor("all_gather", 4) == 0.75
+    assert bus_factor("barrier", 4) == 1.0
+    assert wire_factor("all_reduce", 4, "study_b") == 2.0
+    assert wire_factor("all_reduce", 1, "study_b") == 0.0
+    assert wire_factor("broadcast", 1, "study_b") == 1.0
+
+
+def test_an_unknown_op_counts_its_bytes_and_an_unknown_convention_is_refused() -> None:
+    assert bus_factor("all_shuffle", 4) == 1.0
+    assert wire_factor("all_shuffle", 4, "study_b") == 1.0
+    with pytest.raises(ValueError, match="convention"):
+        wire_factor("all_reduce", 4, "tree")
+
+
+def test_analysis_model_and_bench_read_the_same_table() -> None:
+    assert commlens.analysis.bus_factor is ops.bus_factor
+    assert commlens.analysis.wire_factor is ops.wire_factor
+    assert commlens.analysis.bandwidth.bus_factor is ops.bus_factor
+    assert commlens.analysis.bandwidth.OP_TRAFFIC is ops.OP_TRAFFIC
+    assert commlens.analysis.rankpass.bus_factor is ops.bus_factor
+    assert commlens.model.calls.wire_factor is ops.wire_factor
+    assert commlens.bench.worker.bus_factor is ops.bus_factor
+
+
+def test_the_model_volumes_use_the_table() -> None:
+    for op in commlens.model.calls.OP_ORDER:
+        for n in GROUP_SIZES:
+            call = Call(op, "dp", tuple(range(n)), size_bytes=1000, count=3)
+            assert call.wire_bytes == 3000 * wire_factor(op, n)
+            assert call.wire_bytes_b == 3000 * wire_factor(op, n, "study_b")
+
+
+@pytest.mark.parametrize(
+    ("convention", "wire"), [("bus", "ring"), ("ring", "ring"), ("study_b", "study_b")]
+)
+def test_the_sql_factors_are_the_table(convention: str, wire: str) -> None:
+    names = [*OP_TRAFFIC, "all_shuffle"]
+    rows = [(op, n) for op in names for n in GROUP_SIZES]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (op VARCHAR, group_size INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    got = con.execute(
+        f"SELECT op, group_size, {factor_sql(convention=convention)} FROM t"
+    ).fetchall()
+    assert len(got) == len(rows)
+    for op, n, factor in got:
+        assert factor == wire_factor(op, n, wire), (op, n)

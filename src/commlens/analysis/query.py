@@ -30,6 +30,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -68,7 +69,7 @@ class QuerySession:
     def __init__(self, view: RunView, temp_dir: Path) -> None:
         self.view = view
         self.temp_dir = temp_dir
-        self._busy: threading.Thread | None = None
+        self._busy: QueryResult | None = None
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -76,13 +77,15 @@ class QuerySession:
 
     def execute(self, sql: str, batch_rows: int = BATCH_ROWS) -> QueryResult:
         """Start ``sql``; iterate the returned result (a context manager) for its batches."""
-        result = QueryResult(self, sql, batch_rows)
-        self._busy = result.thread
-        return result
+        self._busy = QueryResult(self, sql, batch_rows)
+        return self._busy
 
     def close(self) -> None:
-        """Close the connection (unless a statement is still unwinding) and the temp dir."""
-        if self._busy is None or not self._busy.is_alive():
+        """Stop a statement still running; close the connection (unless the statement is
+        still unwinding) and the temp dir."""
+        if self._busy is not None:
+            self._busy.close()
+        if self._busy is None or not self._busy.thread.is_alive():
             self.view.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -181,6 +184,8 @@ class QueryResult:
                 self._put(pa.schema([]))
                 self._put(_END)
                 return
+            if self._stop.is_set():
+                return
             reader = relation.to_arrow_reader(self._batch_rows)
             if not self._put(reader.schema):
                 return
@@ -229,10 +234,13 @@ class QueryResult:
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the statement if it still runs, and wait (up to ``timeout`` s) for the worker."""
-        if self.thread.is_alive():
-            self._stop.set()
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        # An interrupt that comes before DuckDB starts executing is lost, so it is
+        # repeated until the worker has stopped.
+        while self.thread.is_alive() and time.monotonic() < deadline:
             self._con.interrupt()
-            self.thread.join(timeout)
+            self.thread.join(0.05)
 
     def __enter__(self) -> QueryResult:
         return self

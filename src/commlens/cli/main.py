@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
 from commlens import __version__
 from commlens.errors import CommlensError
@@ -45,19 +48,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Sigint:
+    """Whether Ctrl-C came: a library that catches the KeyboardInterrupt (DuckDB turns
+    it into "Query interrupted") must still end the command as an interruption."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        cls.seen = True
+        raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    _Sigint.seen = False
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if ours:
+        signal.signal(signal.SIGINT, _Sigint.handler)
+    try:
+        return _main(argv)
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command started
+        print("commlens: interrupted", file=sys.stderr)
+        return 130
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except CommlensError as exc:
-        print(f"commlens {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"commlens {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    except (KeyboardInterrupt, Exception) as exc:
+        if isinstance(exc, KeyboardInterrupt) or _Sigint.seen:
+            print(f"commlens {args.command}: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, CommlensError):
+            print(f"commlens {args.command}: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        raise

@@ -25,7 +25,8 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 # Run from a child interpreter: says "ready" once imports are done and main() is next.
 CHILD = (
-    "import sys\n"
+    "import faulthandler, signal, sys\n"
+    "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
     "from commlens.cli.main import main\n"
     "import commlens.analysis.query, commlens.report.stream\n"
     "print('ready', file=sys.stderr, flush=True)\n"
@@ -200,7 +201,14 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
         time.sleep(delay)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the child's stacks, for the failure message
+            time.sleep(1)
+            proc.kill()
+            pytest.fail(f"Ctrl-C after {delay} s did not end the query:\n{proc.stderr.read()}")
+        assert code == 130
         assert time.monotonic() - sent < 20  # uninterrupted, either would run for minutes
         # (a Ctrl-C while the command line is still parsed has no command to name)
         assert proc.stderr.read() in ("commlens query: interrupted\n", "commlens: interrupted\n")

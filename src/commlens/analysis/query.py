@@ -217,6 +217,11 @@ class QueryResult:
             return item
 
     @property
+    def running(self) -> bool:
+        """Whether the worker still runs (DuckDB has not yet stopped the statement)."""
+        return self.thread.is_alive()
+
+    @property
     def schema(self) -> pa.Schema:
         """The result's columns (waits until DuckDB has planned the statement)."""
         if self._schema is None:
@@ -232,8 +237,10 @@ class QueryResult:
                 return
             yield item
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         """Stop the statement if it still runs, and wait (up to ``timeout`` s) for the worker."""
+        if self._stop.is_set():
+            return  # asked already
         self._stop.set()
         deadline = time.monotonic() + timeout
         # An interrupt that comes before DuckDB starts executing is lost, so it is

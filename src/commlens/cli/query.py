@@ -59,15 +59,24 @@ def run_query(args: argparse.Namespace) -> int:
     fmt = output_format(args.output, args.format)  # -o /dev/null: text
     if fmt not in ("text", "csv", "json"):
         raise UsageError(f"query output is text, csv or json, not {fmt}")
-    with open_query(args.run, quiet=False) as session:
-        if args.output and args.output != "-":
-            # Written as it streams: a regular file appears whole or not at all, a
-            # device or FIFO is written in place (commlens.safefile).
-            with open_binary(args.output) as out, session.execute(args.sql) as result:
-                _write(result, out, fmt, args)
-        else:
-            with session.execute(args.sql) as result:
-                _to_stdout(result, fmt, args)
+    result: QueryResult | None = None
+    try:
+        with open_query(args.run, quiet=False) as session:
+            if args.output and args.output != "-":
+                # Written as it streams: a regular file appears whole or not at all, a
+                # device or FIFO is written in place (commlens.safefile).
+                with open_binary(args.output) as out, session.execute(args.sql) as result:
+                    _write(result, out, fmt, args)
+            else:
+                with session.execute(args.sql) as result:
+                    _to_stdout(result, fmt, args)
+    except KeyboardInterrupt:
+        if result is not None and result.running:
+            # DuckDB did not stop the statement in time: leaving normally would wait
+            # for it at exit (minutes), so the process ends here.
+            print("commlens query: interrupted", file=sys.stderr, flush=True)
+            os._exit(130)
+        raise
     return 0
 
 

@@ -26,7 +26,6 @@ closed.
 
 from __future__ import annotations
 
-import ctypes
 import queue
 import shutil
 import tempfile
@@ -149,18 +148,6 @@ def explain(exc: BaseException) -> str:
 _END = object()
 
 
-def _run_signal_handlers() -> None:
-    """Run the handlers of signals that have arrived (Ctrl-C's raises KeyboardInterrupt).
-
-    The interpreter runs them when its main thread next checks, but a signal that
-    lands on one of DuckDB's busy threads can leave that check unarmed while the
-    main thread only waits (seen: Ctrl-C ignored for good); asking directly
-    never misses it.
-    """
-    if threading.current_thread() is threading.main_thread():
-        ctypes.pythonapi.PyErr_CheckSignals()
-
-
 class QueryResult:
     """One statement running on a worker thread; iterate for its record batches.
 
@@ -222,7 +209,6 @@ class QueryResult:
             except queue.Empty:
                 if not self.thread.is_alive() and self._queue.empty():
                     return _END
-                _run_signal_handlers()
                 continue
             if isinstance(item, QueryError):
                 raise QueryError(str(item)) from None

@@ -27,6 +27,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHILD = (
     "import faulthandler, signal, sys\n"
     "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+    # Ctrl-C as in a terminal: a test run started in the background of a script
+    # inherits SIGINT ignored, which commlens (rightly) keeps.
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "from commlens.cli.main import main\n"
     "import commlens.analysis.query, commlens.report.stream\n"
     "print('ready', file=sys.stderr, flush=True)\n"

@@ -17,7 +17,6 @@ when that changed. So an op completed, or a step ended, more than
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import socket
 import sys
@@ -38,8 +37,12 @@ from commlens.capture.groups import GroupRegistry
 from commlens.capture.ops import Call, dtype_name
 from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
-from commlens.safefile import write_output
-from commlens.trace.manifest import FORMAT_NAME, merge_manifest, rank_meta_path
+from commlens.trace.manifest import (
+    FORMAT_NAME,
+    merge_manifest,
+    rank_meta_path,
+    write_json_atomic,
+)
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
 from commlens.trace.writer import EventWriter
 
@@ -263,11 +266,10 @@ class Recorder:
             "recording_error": self.error,
             "meta": meta,
         }
-        text = json.dumps(data, sort_keys=True, default=str)
         if not self._meta_lock.acquire(timeout=5.0):  # a signal handler never hangs here
             raise TimeoutError(f"rank {self.rank}: rank metadata still being written")
         try:
-            write_output(rank_meta_path(self.run_dir, self.rank), text)
+            write_json_atomic(rank_meta_path(self.run_dir, self.rank), data, indent=None)
             self._meta_seen = (len(steps), clock_info, meta, data["events"])
         finally:
             self._meta_lock.release()

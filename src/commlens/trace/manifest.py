@@ -43,11 +43,11 @@ def rank_meta_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank:05d}.json"
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: dict[str, Any], *, indent: int | None = 1) -> None:
     """Write ``data`` whole or not at all, inside ``path``'s run directory."""
     from commlens.safefile import write_output
 
-    text = json.dumps(data, indent=1, sort_keys=True, default=str)
+    text = json.dumps(data, indent=indent, sort_keys=True, default=str)
     write_output(path, text, within=path.parent)
 
 

@@ -89,7 +89,7 @@ def main() -> int:
     from commlens.bench.runner import rank_env
     from commlens.bench.sizes import format_size
     from commlens.launch import launch_ranks
-    from commlens.spec.ops import bus_factor
+    from commlens.optable import bus_factor
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"

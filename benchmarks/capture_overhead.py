@@ -141,7 +141,7 @@ def _ddp_job(job: str) -> Callable[[], None]:
 
     torch.manual_seed(0)
     if job == "gpt":  # built as ``commlens run`` builds it
-        from commlens.spec.models import get_preset
+        from commlens.job.models import get_preset
         from commlens.workloads.config import WorkloadConfig, resolve_dims
         from commlens.workloads.data import global_batch, microbatch
         from commlens.workloads.groups import build_groups

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from commlens.bench.fit import fit_report, profile_dict, write_profile
 from commlens.bench.runner import BenchConfig, BenchReport, run_bench
-from commlens.model.cost import flat_time
-from commlens.model.profiles import load_profile_file
+from commlens.predict.cost import flat_time
+from commlens.predict.profiles import load_profile_file
 
 CALIB = [1 << k for k in range(16, 21)]  # 64 KiB ... 1 MiB
 CHECK = [96 << 10, 384 << 10, 768 << 10]

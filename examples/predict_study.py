@@ -2,7 +2,7 @@
 
     python examples/predict_study.py
 
-Prints, and `tests/model/test_study.py` asserts:
+Prints, and `tests/predict/test_study.py` asserts:
 
 1. Study B: ZeRO-3 moves 1.5x the volume of DP across the GPT-NeoX ladder
    (ZeRO-1 and ZeRO-2 as much as DP in the textbook; what the workloads
@@ -16,12 +16,12 @@ Prints, and `tests/model/test_study.py` asserts:
 
 from __future__ import annotations
 
-from commlens.model.calls import aggregate
-from commlens.model.job import Job
-from commlens.model.predict import Prediction, predict
-from commlens.model.profiles import get_profile, get_profiles
-from commlens.model.textbook import textbook_calls
-from commlens.spec import ParallelDims, get_preset
+from commlens.job import ParallelDims, get_preset
+from commlens.job.spec import Job
+from commlens.predict.calls import aggregate
+from commlens.predict.forecast import Prediction, predict
+from commlens.predict.profiles import get_profile, get_profiles
+from commlens.predict.textbook import textbook_calls
 
 LADDER = (
     "gpt-19m",

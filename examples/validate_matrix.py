@@ -3,7 +3,7 @@
     python examples/validate_matrix.py [--out runs/validate] [--quick] [--model gpt-tiny]
 
 Each case trains a few steps with capture on (gloo, ranks on this machine),
-then ``commlens.model.validate`` holds every rank's calls per step: counts
+then ``commlens.predict.validate`` holds every rank's calls per step: counts
 exact, bytes within 1%. Prints one line per case and exits 1 if any case
 does not match.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import CommlensError
+from commlens.job import get_preset
 from commlens.launch.procs import launch_ranks, python_argv
-from commlens.model.validate import validate_run
-from commlens.spec import get_preset
+from commlens.predict.validate import validate_run
 from commlens.trace.reader import load_run
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 

@@ -13,7 +13,7 @@ from commlens.bench import runner
 from commlens.bench.runner import BenchConfig, check_bench_fits, rank_bytes
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.spec.memory import PROCESS_BASELINE_BYTES
+from commlens.job.memory import PROCESS_BASELINE_BYTES
 
 
 @pytest.fixture

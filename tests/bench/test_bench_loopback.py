@@ -18,7 +18,7 @@ from commlens.bench.output import COLUMNS, to_csv, to_json, to_table
 from commlens.bench.runner import BenchConfig, run_bench
 from commlens.cli import bench as bench_cli
 from commlens.errors import UsageError
-from commlens.spec.ops import bus_factor
+from commlens.optable import bus_factor
 
 
 @pytest.fixture(scope="module")

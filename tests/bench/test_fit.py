@@ -1,4 +1,4 @@
-"""Alpha-beta fits and the network profile they write (loaded by commlens.model)."""
+"""Alpha-beta fits and the network profile they write (loaded by commlens.predict)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from commlens.bench.fit import fit_line, fit_report, profile_dict, write_profile
 from commlens.bench.runner import BenchConfig, BenchReport, run_bench
 from commlens.errors import UsageError
-from commlens.model.cost import flat_time
-from commlens.model.profiles import load_profile_file
+from commlens.predict.cost import flat_time
+from commlens.predict.profiles import load_profile_file
 from tests.netem.helpers import needs_netns
 
 SIZES = [1 << k for k in range(10, 23, 2)]

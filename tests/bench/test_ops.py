@@ -9,7 +9,7 @@ import torch.distributed as dist
 from commlens.bench.names import OPS
 from commlens.bench.ops import element_count, make_case
 from commlens.launch import free_port
-from commlens.spec.ops import bus_factor
+from commlens.optable import bus_factor
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from commlens.spec.parallel import ParallelDims
+from commlens.job.parallel import ParallelDims
 from commlens.workloads.config import WorkloadConfig
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize

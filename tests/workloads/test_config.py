@@ -7,7 +7,7 @@ import json
 import pytest
 
 from commlens.errors import UsageError
-from commlens.spec.models import get_preset, masked_per_sequence
+from commlens.job.models import get_preset, masked_per_sequence
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.data import global_batch, microbatch
 

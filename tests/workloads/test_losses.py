@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from commlens.spec.models import ModelConfig, get_preset
+from commlens.job.models import ModelConfig, get_preset
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.init import TIED
 from commlens.workloads.models import build_model

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from commlens.errors import UsageError
-from commlens.spec.models import (
+from commlens.job.models import (
     PRESETS,
     flops_per_step,
     get_preset,

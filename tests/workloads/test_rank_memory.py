@@ -10,13 +10,13 @@ import pytest
 from commlens.cli import run as run_cli
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.spec.memory import (
+from commlens.job.memory import (
     MAX_LOCAL_RANKS,
     PROCESS_BASELINE_BYTES,
     check_local_ranks,
     host_bytes,
 )
-from commlens.spec.models import get_preset
+from commlens.job.models import get_preset
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.fit import check_fits
 

@@ -20,7 +20,7 @@ import commlens
 from commlens.cli import run as run_cli
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.spec.models import get_preset, param_count
+from commlens.job.models import get_preset, param_count
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 from commlens.workloads.fit import check_fits
 from tests.netem.helpers import leftovers, needs_netns

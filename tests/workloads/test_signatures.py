@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 import commlens
-from commlens.spec.models import get_preset, param_count
+from commlens.job.models import get_preset, param_count
 from commlens.workloads.config import WorkloadConfig, resolve_dims
 
 from .jobs import capture_jobs

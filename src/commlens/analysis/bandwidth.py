@@ -2,13 +2,13 @@
 
 algbw = S / t; busbw = algbw × factor, where the factor depends on the op and
 on ``n``, the size of the op's *own* process group (never the world size).
-The factors come from the one op table, :data:`commlens.spec.ops.OP_TRAFFIC`.
+The factors come from the one op table, :data:`commlens.optable.OP_TRAFFIC`.
 """
 
 from __future__ import annotations
 
-from commlens.spec.ops import OP_TRAFFIC, WHOLE, Traffic, bus_factor
-from commlens.spec.ops import wire_factor as wire_factor  # re-exported with bus_factor
+from commlens.optable import OP_TRAFFIC, WHOLE, Traffic, bus_factor
+from commlens.optable import wire_factor as wire_factor  # re-exported with bus_factor
 
 
 def algbw_GBps(size_bytes: float, seconds: float) -> float:

@@ -33,7 +33,7 @@ def size_bucket(size: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class GroupInfo:
+class RunGroups:
     """What each process group looks like (first seen in any rank)."""
 
     size: dict[str, int] = field(default_factory=dict)
@@ -51,7 +51,7 @@ class GroupInfo:
 
 
 def learn_groups(
-    info: GroupInfo,
+    info: RunGroups,
     groups: Codes,
     pg: np.ndarray,
     gsize: np.ndarray,

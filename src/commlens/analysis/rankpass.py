@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
-from commlens.analysis.rankagg import GroupInfo, learn_groups, rank_aggregate
+from commlens.analysis.rankagg import RunGroups, learn_groups, rank_aggregate
 from commlens.analysis.source import RankDamaged, RunView
 from commlens.analysis.timeline import segments, spread, step_rows
 
@@ -130,7 +130,7 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
     n_bins_total = max(t1 - t0, 0) // bin_ns + 1
     names = {k: Codes() for k in ("op", "pg_name", "role", "phase", "module")}
     ops, groups, triples = names["op"], names["pg_name"], Codes()
-    info = GroupInfo()
+    info = RunGroups()
     excluded = _groups_touching(run)
     step_parts: list[dict[str, np.ndarray]] = []
     util_parts: list[tuple[int, np.ndarray]] = []

@@ -3,7 +3,7 @@
 ``run_bench(BenchConfig(...))`` starts the ranks (on loopback, or on an
 emulated cluster with ``nodes``/``link``), returns one row per op and size
 (latency stats, algbw, busbw, correctness); :mod:`commlens.bench.fit` turns
-rows into a network profile for :mod:`commlens.model`.
+rows into a network profile for :mod:`commlens.predict`.
 """
 
 from __future__ import annotations

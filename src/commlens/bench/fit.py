@@ -2,9 +2,9 @@
 
 Per op, ``t(S) = A + B·S`` is fitted to the median call time by least squares
 on relative error (weights 1/t), so small and large sizes count alike. The profile stores, as
-:mod:`commlens.model.profiles` expects, ``alpha_s`` per algorithm step and
+:mod:`commlens.predict.profiles` expects, ``alpha_s`` per algorithm step and
 ``beta_s_per_byte`` per byte on the wire of the ring algorithm of
-:func:`commlens.model.cost.flat_time` on the bench's group size ``n``
+:func:`commlens.predict.cost.flat_time` on the bench's group size ``n``
 (e.g. all-reduce: ``A = 2(n−1)·alpha``, ``B = 2(n−1)/n·beta``), so that the
 model's ring time of each op reproduces the fitted line. ``r2`` (on ``t``)
 and ``max_rel_err`` tell the fit quality; the loader ignores them.
@@ -32,7 +32,7 @@ import numpy as np
 
 from commlens.bench.runner import BenchReport
 from commlens.errors import UsageError
-from commlens.model.cost import flat_time
+from commlens.predict.cost import flat_time
 from commlens.safefile import write_output
 
 # The median is robust to the odd slow call of a busy machine.
@@ -100,7 +100,7 @@ def fit_report(report: BenchReport, min_size: int = 0) -> list[OpFit]:
 
 
 def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str, Any]:
-    """The profile as a dict, in the layout of :mod:`commlens.model.profiles`."""
+    """The profile as a dict, in the layout of :mod:`commlens.predict.profiles`."""
     cfg = report.config
     by_op = {f.op: f for f in fits}
     # Link figures: latency from the point-to-point fit when there is one; the

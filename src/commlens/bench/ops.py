@@ -9,7 +9,7 @@ Each :class:`Case` holds the buffers of one op and size on one rank:
 ``run()`` issues the op once (timed by the caller), ``check()`` refills the
 inputs with rank-specific values, runs the op once more and says whether the
 result is exactly (integers) or closely (floating point) what it must be.
-Their bus-bandwidth factors are those of :data:`commlens.spec.ops.OP_TRAFFIC`.
+Their bus-bandwidth factors are those of :data:`commlens.optable.OP_TRAFFIC`.
 """
 
 from __future__ import annotations

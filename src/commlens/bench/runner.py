@@ -15,9 +15,9 @@ from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.ops import DTYPE_ALIASES, DTYPES
 from commlens.bench.sizes import MAX_SIZE_BYTES, format_size
 from commlens.errors import CommandError, UsageError
+from commlens.job.memory import PROCESS_BASELINE_BYTES, check_local_ranks, host_bytes
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-from commlens.spec.memory import PROCESS_BASELINE_BYTES, check_local_ranks, host_bytes
 
 MAX_ITERS = 10_000
 """Most timed (or warm-up) calls per op and size; every rank gathers all ranks' times."""
@@ -119,7 +119,7 @@ def check_bench_fits(cfg: BenchConfig, available: int | None = None) -> None:
     """A one-line :class:`UsageError` when the ranks cannot hold their buffers here.
 
     Every rank is a process on this host (emulated nodes share it), paying
-    :data:`~commlens.spec.memory.PROCESS_BASELINE_BYTES`; on CPU the buffers
+    :data:`~commlens.job.memory.PROCESS_BASELINE_BYTES`; on CPU the buffers
     too. With NCCL the buffers are on the GPUs and checked there.
     """
     from commlens.workloads.fit import device_memory_available, host_memory_available

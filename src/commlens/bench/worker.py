@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from commlens.bench.ops import DTYPES, all_gather_flat, element_count, make_case
-from commlens.spec.ops import bus_factor
+from commlens.optable import bus_factor
 
 
 def measure(case_run: Any, iters: int, warmup: int, device: torch.device) -> list[float]:

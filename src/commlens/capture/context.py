@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.nn.modules.module import Module
 
-from commlens.spec.ops import PHASES
+from commlens.optable import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
 _graph_task_id = torch._C._current_graph_task_id

@@ -101,7 +101,7 @@ def _check_fit(args: argparse.Namespace, cfg: BenchConfig) -> tuple[Path | None,
     import torch
 
     from commlens.bench.ops import DTYPES, element_count
-    from commlens.model.profiles import check_profile_name
+    from commlens.predict.profiles import check_profile_name
 
     if not args.fit:
         if args.fit_name is not None or args.fit_min_size != "0":
@@ -172,7 +172,7 @@ def _fitted_profile(
 ) -> tuple[list[OpFit], dict[str, Any]]:
     """The fits and the profile dict, refused (nothing written) if the model would not load it."""
     from commlens.bench.fit import fit_report, profile_dict
-    from commlens.model.profiles import profile_from_dict
+    from commlens.predict.profiles import profile_from_dict
 
     fits = fit_report(report, min_size=fit_min)
     profile = profile_dict(report, fits, name)

@@ -7,10 +7,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from commlens.cli.predict import console_for_tables
-from commlens.model.profiles import builtin_profiles, get_profile
+from commlens.predict.profiles import builtin_profiles, get_profile
 
 if TYPE_CHECKING:
-    from commlens.model.profiles import NetworkProfile
+    from commlens.predict.profiles import NetworkProfile
 
 
 def register(subparsers: Any) -> None:

@@ -8,13 +8,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from commlens.errors import UsageError
-from commlens.model.cost import ALGORITHMS
-from commlens.model.job import SCHEDULES, Job
-from commlens.model.limits import check_scales
-from commlens.model.predict import DEFAULT_TFLOPS, Prediction, predict
-from commlens.model.profiles import get_profile, get_profiles
-from commlens.spec.models import SCHEMES, ModelConfig, get_preset
-from commlens.spec.parallel import ParallelDims
+from commlens.job.models import SCHEMES, ModelConfig, get_preset
+from commlens.job.parallel import ParallelDims
+from commlens.job.spec import SCHEDULES, Job
+from commlens.predict.cost import ALGORITHMS
+from commlens.predict.forecast import DEFAULT_TFLOPS, Prediction, predict
+from commlens.predict.limits import check_scales
+from commlens.predict.profiles import get_profile, get_profiles
 
 if TYPE_CHECKING:
     from rich.console import Console

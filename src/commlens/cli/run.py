@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommandError, UsageError
+from commlens.job.memory import check_local_ranks
+from commlens.job.models import PRESETS, SCHEMES
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-from commlens.spec.memory import check_local_ranks
-from commlens.spec.models import PRESETS, SCHEMES
 from commlens.workloads.config import (
     DTYPES,
     SCHEDULES,

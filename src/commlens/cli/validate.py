@@ -7,12 +7,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from commlens.cli.predict import console_for_tables
-from commlens.model.validate import validate_run
+from commlens.predict.validate import validate_run
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from commlens.model.validate import Validation
+    from commlens.predict.validate import Validation
 
 
 def register(subparsers: Any) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import CommlensError, UsageError
-from commlens.model.job import Job, job_from_workload
-from commlens.model.predict import DEFAULT_TFLOPS, predict
-from commlens.model.profiles import NetworkProfile, get_profile
-from commlens.spec.models import get_preset
-from commlens.spec.parallel import ParallelDims
+from commlens.job.models import get_preset
+from commlens.job.parallel import ParallelDims
+from commlens.job.spec import Job, job_from_workload
+from commlens.predict.forecast import DEFAULT_TFLOPS, predict
+from commlens.predict.profiles import NetworkProfile, get_profile
 
 EMULATED_LATENCY_S = 50e-6
 """Alpha of an emulated veth + tbf link (a small-message all-reduce on loopback namespaces)."""
@@ -30,7 +30,7 @@ EMULATED_EFFICIENCY = 0.95
 
 def validate_point(run_dir: Path, tolerance: float) -> dict[str, Any]:
     """``{"ok": bool, "summary": str, "mismatches": int}`` for the run."""
-    from commlens.model.validate import validate_run
+    from commlens.predict.validate import validate_run
     from commlens.trace.reader import load_run
 
     try:

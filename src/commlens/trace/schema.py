@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.spec.ops import OPS as OPS  # re-exported: canonical op names
-from commlens.spec.ops import PHASES as PHASES
+from commlens.optable import OPS as OPS  # re-exported: canonical op names
+from commlens.optable import PHASES as PHASES
 
 FORMAT_VERSION = 1
 SCHEMA_KEY = b"commlens.format"

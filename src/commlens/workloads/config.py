@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from commlens.errors import UsageError
-from commlens.spec.models import SCHEMES, ModelConfig, check_layout, get_preset
-from commlens.spec.parallel import ParallelDims
+from commlens.job.models import SCHEMES, ModelConfig, check_layout, get_preset
+from commlens.job.parallel import ParallelDims
 
 DTYPES = {"fp32": 4, "bf16": 2}
 SCHEDULES = ("1f1b", "gpipe")

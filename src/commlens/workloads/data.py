@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from commlens.spec.models import ModelConfig, masked_per_sequence
+from commlens.job.models import ModelConfig, masked_per_sequence
 
 Batch = dict[str, torch.Tensor]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from commlens.errors import UsageError
-from commlens.spec.memory import PROCESS_BASELINE_BYTES, estimate_memory, host_bytes
+from commlens.job.memory import PROCESS_BASELINE_BYTES, estimate_memory, host_bytes
 from commlens.workloads.config import WorkloadConfig
 
 GB = 1e9

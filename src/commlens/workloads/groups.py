@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 import commlens
-from commlens.spec.parallel import ParallelDims
+from commlens.job.parallel import ParallelDims
 from commlens.workloads.tp import TPContext
 
 

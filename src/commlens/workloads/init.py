@@ -15,7 +15,7 @@ import zlib
 import torch
 from torch import nn
 
-from commlens.spec.models import ModelConfig
+from commlens.job.models import ModelConfig
 from commlens.workloads.tp import TPContext
 
 STD = 0.02

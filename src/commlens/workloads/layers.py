@@ -2,7 +2,7 @@
 
 Shapes are ``[s, b, h]`` (sequence first); under sequence parallelism the
 residual stream between layers is ``[s/tp, b, h]``. Registration order is what
-``commlens.spec.models.param_shapes`` lists: ln1, attn, ln2, [cross, ln3], mlp.
+``commlens.job.models.param_shapes`` lists: ln1, attn, ln2, [cross, ln3], mlp.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from commlens.spec.models import ModelConfig
+from commlens.job.models import ModelConfig
 from commlens.workloads.tp import (
     ColumnParallelLinear,
     RowParallelLinear,

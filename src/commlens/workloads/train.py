@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from commlens.spec.models import flops_per_step
+from commlens.job.models import flops_per_step
 from commlens.workloads.config import WorkloadConfig
 from commlens.workloads.data import Batch, global_batch, microbatch
 from commlens.workloads.parallelize import Parallelized

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from commlens.spec.models import ModelConfig, check_layout
+from commlens.job.models import ModelConfig, check_layout
 from commlens.workloads.models.bert import BERT
 from commlens.workloads.models.gpt import GPT
 from commlens.workloads.models.t5 import T5

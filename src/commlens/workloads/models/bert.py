@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from commlens.spec.models import ModelConfig, flops_per_step, param_count, stage_layers
+from commlens.job.models import ModelConfig, flops_per_step, param_count, stage_layers
 from commlens.workloads.layers import Block, make_norm
 from commlens.workloads.models.gpt import seq_positions, sum_embeddings
 from commlens.workloads.tp import (

@@ -11,11 +11,11 @@ last stage all-reduce the gradient of the tied word embedding
 
 from __future__ import annotations
 
-from commlens.model.calls import Call
-from commlens.model.job import Job
+from commlens.job.spec import Job
+from commlens.predict.calls import PredictedCall
 
 
-def pp_calls(job: Job, rank: int) -> list[Call]:
+def pp_calls(job: Job, rank: int) -> list[PredictedCall]:
     """The pipeline calls of ``rank`` in one step."""
     d, cfg = job.dims, job.model
     if d.pp == 1:
@@ -28,22 +28,28 @@ def pp_calls(job: Job, rank: int) -> list[Call]:
     if stage < d.pp - 1:
         nxt = d.rank_of(c["dp"], c["tp"], stage + 1)
         calls.append(
-            Call("send", "pp", (rank, nxt), act, k, "forward", "activations to next stage")
+            PredictedCall("send", "pp", (rank, nxt), act, k, "forward", "activations to next stage")
         )
         calls.append(
-            Call("recv", "pp", (rank, nxt), act, k, "backward", "gradients from next stage")
+            PredictedCall(
+                "recv", "pp", (rank, nxt), act, k, "backward", "gradients from next stage"
+            )
         )
     if stage > 0:
         prev = d.rank_of(c["dp"], c["tp"], stage - 1)
         calls.append(
-            Call("recv", "pp", (rank, prev), act, k, "forward", "activations from previous")
+            PredictedCall(
+                "recv", "pp", (rank, prev), act, k, "forward", "activations from previous"
+            )
         )
-        calls.append(Call("send", "pp", (rank, prev), act, k, "backward", "gradients to previous"))
+        calls.append(
+            PredictedCall("send", "pp", (rank, prev), act, k, "backward", "gradients to previous")
+        )
     if stage in (0, d.pp - 1):
         group = tuple(d.embedding_group(rank))
         size = cfg.vocab // d.tp * cfg.hidden * job.dtype_bytes
         calls.append(
-            Call(
+            PredictedCall(
                 "all_reduce",
                 "pp",
                 group,

@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commlens.model.buckets import assign_buckets, ddp_bucket_bytes
-from commlens.model.exact_dp import rank_params
-from commlens.model.job import Job
-from commlens.spec import ParallelDims, get_preset
+from commlens.job import ParallelDims, get_preset
+from commlens.job.spec import Job
+from commlens.predict.buckets import assign_buckets, ddp_bucket_bytes
+from commlens.predict.exact_dp import rank_params
 
 
 def _torch_assignment(sizes: list[int], limits: list[int], ordered: bool) -> list[list[int]]:

@@ -5,7 +5,7 @@ predicts one) take these objects, so a run and its prediction can never
 describe different layouts.
 """
 
-from commlens.spec.models import (
+from commlens.job.models import (
     PRESETS,
     ModelConfig,
     flops_per_step,
@@ -13,7 +13,7 @@ from commlens.spec.models import (
     param_count,
     param_shapes,
 )
-from commlens.spec.parallel import ParallelDims
+from commlens.job.parallel import ParallelDims
 
 __all__ = [
     "PRESETS",

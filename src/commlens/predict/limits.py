@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from commlens.errors import UsageError
 
 if TYPE_CHECKING:
-    from commlens.model.job import Job
+    from commlens.job.spec import Job
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Hold a captured run against the model: per rank, step, op and role.
 
 The run's manifest gives the job (``workload``: model, scheme, layout,
-shapes), :mod:`commlens.model.exact` predicts every rank's calls, and the
-captured events are grouped by (rank, step, op, role). Call counts must match
+shapes), :mod:`commlens.predict.exact` predicts every rank's calls, and the
+captured events are grouped by (rank, step, op, role). PredictedCall counts must match
 exactly and the byte total (sum of ``size_bytes`` = nccl-tests S) must be
 within the relative tolerance; an (op, role) seen on one side only fails.
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from commlens.errors import RunFormatError, UsageError
-from commlens.model.calls import aggregate, sort_key
-from commlens.model.exact import rank_calls
-from commlens.model.job import Job, job_from_workload
+from commlens.job.spec import Job, job_from_workload
+from commlens.predict.calls import aggregate, sort_key
+from commlens.predict.exact import rank_calls
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -13,10 +13,10 @@ import pytest
 
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.model.exact import rank_calls
-from commlens.model.job import Job
-from commlens.model.validate import validate_events
-from commlens.spec import ParallelDims, get_preset
+from commlens.job import ParallelDims, get_preset
+from commlens.job.spec import Job
+from commlens.predict.exact import rank_calls
+from commlens.predict.validate import validate_events
 
 DATA = Path(__file__).parent / "data"
 

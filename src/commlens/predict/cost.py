@@ -4,7 +4,7 @@
 for all-reduce/broadcast/reduce/send/recv, the gathered buffer for
 all-gather/reduce-scatter/gather/scatter, the whole send buffer for
 all-to-all), ``n`` the group size, ``α`` seconds per message, ``β`` seconds
-per byte (see :class:`~commlens.model.profiles.NetworkProfile`).
+per byte (see :class:`~commlens.predict.profiles.NetworkProfile`).
 ``L = ⌈log2 n⌉``. The formulas (Thakur, Rabenseifner & Gropp 2005; NCCL's
 double binary tree for all-reduce):
 

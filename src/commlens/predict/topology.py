@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from commlens.errors import UsageError
-from commlens.model.cost import ALGORITHMS, flat_time
-from commlens.model.profiles import NetworkProfile
+from commlens.predict.cost import ALGORITHMS, flat_time
+from commlens.predict.profiles import NetworkProfile
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 
-from commlens.model.calls import Call
-from commlens.model.job import Job
-from commlens.spec.models import param_shapes, stage_layers
+from commlens.job.models import param_shapes, stage_layers
+from commlens.job.spec import Job
+from commlens.predict.calls import PredictedCall
 
 
 def shard_params(job: Job, rank: int) -> int:
@@ -32,28 +32,34 @@ def shard_params(job: Job, rank: int) -> int:
     return sum(math.prod(shape) for _, shape in shapes)
 
 
-def textbook_calls(job: Job, rank: int) -> list[Call]:
+def textbook_calls(job: Job, rank: int) -> list[PredictedCall]:
     """conventions §2 volumes of ``rank`` in one step, as calls."""
     d, cfg = job.dims, job.model
     beta = job.dtype_bytes
     c = d.coords(rank)
-    out: list[Call] = []
+    out: list[PredictedCall] = []
     psi_bytes = shard_params(job, rank) * beta
     if d.dp > 1:
         g = tuple(d.group_of(rank, "dp"))
         if job.scheme == "zero3":
-            out.append(Call("all_gather", "dp", g, psi_bytes, 2, what="parameters (fwd + bwd)"))
-            out.append(Call("reduce_scatter", "dp", g, psi_bytes, 1, what="gradients"))
+            out.append(
+                PredictedCall("all_gather", "dp", g, psi_bytes, 2, what="parameters (fwd + bwd)")
+            )
+            out.append(PredictedCall("reduce_scatter", "dp", g, psi_bytes, 1, what="gradients"))
         elif job.scheme in ("zero1", "zero2"):
-            out.append(Call("reduce_scatter", "dp", g, psi_bytes, 1, what="gradients"))
-            out.append(Call("all_gather", "dp", g, psi_bytes, 1, what="updated parameters"))
+            out.append(PredictedCall("reduce_scatter", "dp", g, psi_bytes, 1, what="gradients"))
+            out.append(
+                PredictedCall("all_gather", "dp", g, psi_bytes, 1, what="updated parameters")
+            )
         else:
             cap = 25 * 1024 * 1024
             full, rest = divmod(psi_bytes, cap)
             if full:
-                out.append(Call("all_reduce", "dp", g, cap, full, what="gradient buckets"))
+                out.append(PredictedCall("all_reduce", "dp", g, cap, full, what="gradient buckets"))
             if rest:
-                out.append(Call("all_reduce", "dp", g, rest, 1, what="last gradient bucket"))
+                out.append(
+                    PredictedCall("all_reduce", "dp", g, rest, 1, what="last gradient bucket")
+                )
     b, s, h, k = job.micro_batch, job.seq_len, cfg.hidden, job.microbatches
     act = b * s * h * beta
     first, last = c["pp"] == 0, c["pp"] == d.pp - 1
@@ -64,12 +70,14 @@ def textbook_calls(job: Job, rank: int) -> list[Call]:
         n_ar += k if first else 0  # vocab-parallel embedding output (forward)
         n_ar += k if last else 0  # LM-head input gradient (backward)
         if job.sequence_parallel:
-            out.append(Call("all_gather", "tp", g, act, n_ar, what="activations"))
-            out.append(Call("reduce_scatter", "tp", g, act, n_ar, what="activations"))
+            out.append(PredictedCall("all_gather", "tp", g, act, n_ar, what="activations"))
+            out.append(PredictedCall("reduce_scatter", "tp", g, act, n_ar, what="activations"))
         else:
-            out.append(Call("all_reduce", "tp", g, act, n_ar, what="activations"))
+            out.append(PredictedCall("all_reduce", "tp", g, act, n_ar, what="activations"))
         if last:
-            out.append(Call("all_reduce", "tp", g, b * s * 4, 3 * k, what="vocab-parallel loss"))
+            out.append(
+                PredictedCall("all_reduce", "tp", g, b * s * 4, 3 * k, what="vocab-parallel loss")
+            )
     if d.pp > 1:
         stage = c["pp"]
         for peer_stage, op_fwd, op_bwd in (
@@ -79,12 +87,12 @@ def textbook_calls(job: Job, rank: int) -> list[Call]:
             if 0 <= peer_stage < d.pp:
                 peer = d.rank_of(c["dp"], c["tp"], peer_stage)
                 pair = (rank, peer)
-                out.append(Call(op_fwd, "pp", pair, act, k, what="activation (fwd)"))
-                out.append(Call(op_bwd, "pp", pair, act, k, what="activation grad (bwd)"))
+                out.append(PredictedCall(op_fwd, "pp", pair, act, k, what="activation (fwd)"))
+                out.append(PredictedCall(op_bwd, "pp", pair, act, k, what="activation grad (bwd)"))
         if first or last:
             emb = tuple(d.embedding_group(rank))
             out.append(
-                Call(
+                PredictedCall(
                     "all_reduce", "pp", emb, cfg.vocab * h * beta // d.tp, 1, what="tied embedding"
                 )
             )

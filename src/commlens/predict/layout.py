@@ -7,7 +7,7 @@ from the same Megatron order (``rank = pp·dp·tp + dp·tp + tp``).
 
 from __future__ import annotations
 
-from commlens.spec.parallel import ParallelDims
+from commlens.job.parallel import ParallelDims
 
 
 def role_groups(dims: ParallelDims, role: str) -> list[tuple[int, ...]]:

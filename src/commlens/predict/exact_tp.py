@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import math
 
-from commlens.model.calls import Call
-from commlens.model.job import Job
-from commlens.spec.models import (
+from commlens.job.models import (
     masked_per_sequence,
     param_shapes,
     sequence_parallel_partial,
     stage_layers,
 )
+from commlens.job.spec import Job
+from commlens.predict.calls import PredictedCall
 
 
 def seq_parallel_bytes(job: Job, rank: int) -> int:
@@ -50,7 +50,7 @@ def seq_parallel_bytes(job: Job, rank: int) -> int:
     return numel * job.dtype_bytes
 
 
-def tp_calls(job: Job, rank: int) -> list[Call]:
+def tp_calls(job: Job, rank: int) -> list[PredictedCall]:
     """The tp-group calls of ``rank`` in one step."""
     d, cfg = job.dims, job.model
     if d.tp == 1:
@@ -98,7 +98,7 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
         if last and cfg.arch == "gpt":
             column_input(1)  # LM head
     calls = [
-        Call(op, "tp", group, act, n * k, "forward/backward", "activations")
+        PredictedCall(op, "tp", group, act, n * k, "forward/backward", "activations")
         for op, n in counts.items()
         if n
     ]
@@ -106,7 +106,9 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
         size = seq_parallel_bytes(job, rank)
         if size:
             calls.append(
-                Call("all_reduce", "tp", group, size, 1, "other", "sequence-parallel grads")
+                PredictedCall(
+                    "all_reduce", "tp", group, size, 1, "other", "sequence-parallel grads"
+                )
             )
     if not last:
         return calls
@@ -114,10 +116,16 @@ def tp_calls(job: Job, rank: int) -> list[Call]:
     if cfg.arch == "bert":
         loss_tokens = b * masked_per_sequence(s)
         if sp:  # forward-only gather of the sequence before the replicated head
-            calls.append(Call("all_gather", "tp", group, act, k, "forward", "MLM head input"))
+            calls.append(
+                PredictedCall("all_gather", "tp", group, act, k, "forward", "MLM head input")
+            )
         head = loss_tokens * h * job.dtype_bytes
-        calls.append(Call("all_reduce", "tp", group, head, k, "backward", "MLM head input grad"))
+        calls.append(
+            PredictedCall("all_reduce", "tp", group, head, k, "backward", "MLM head input grad")
+        )
     calls.append(
-        Call("all_reduce", "tp", group, loss_tokens * 4, 3 * k, "forward", "vocab-parallel loss")
+        PredictedCall(
+            "all_reduce", "tp", group, loss_tokens * 4, 3 * k, "forward", "vocab-parallel loss"
+        )
     )
     return calls

@@ -2,7 +2,7 @@
 (``workloads/parallelize.py``), over the rank's dp group, only when dp > 1.
 
 - ``dp``, ``tp`` and ``3d`` without stages — DDP: gradient buckets
-  (:mod:`commlens.model.buckets`), one all-reduce per bucket per step (the
+  (:mod:`commlens.predict.buckets`), one all-reduce per bucket per step (the
   loop accumulates micro-batches under ``no_sync``). Step 0 has one bucket;
   the rebuilt ones are 25 MiB from the first on, since the workloads pass
   ``bucket_cap_mb=25`` explicitly (which turns off PyTorch's 1 MiB first bucket).
@@ -31,10 +31,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commlens.model.buckets import DEFAULT_BUCKET_CAP_BYTES, assign_buckets, ddp_bucket_bytes
-from commlens.model.calls import Call
-from commlens.model.job import Job
-from commlens.spec.models import param_shapes
+from commlens.job.models import param_shapes
+from commlens.job.spec import Job
+from commlens.predict.buckets import DEFAULT_BUCKET_CAP_BYTES, assign_buckets, ddp_bucket_bytes
+from commlens.predict.calls import PredictedCall
 
 Shape = tuple[int, ...]
 
@@ -79,14 +79,16 @@ def fsdp_units(params: Sequence[tuple[str, Shape]]) -> list[Unit]:
     return units
 
 
-def ddp_calls(job: Job, rank: int, group: tuple[int, ...], rebuilt: bool, syncs: int) -> list[Call]:
+def ddp_calls(
+    job: Job, rank: int, group: tuple[int, ...], rebuilt: bool, syncs: int
+) -> list[PredictedCall]:
     grads = [math.prod(shape) * job.dtype_bytes for _, shape in rank_params(job, rank)]
     sizes = ddp_bucket_bytes(grads, rebuilt=rebuilt, first_bucket_bytes=DEFAULT_BUCKET_CAP_BYTES)
     calls = []
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1
         calls.append(
-            Call(
+            PredictedCall(
                 "all_reduce",
                 "dp",
                 group,
@@ -100,10 +102,10 @@ def ddp_calls(job: Job, rank: int, group: tuple[int, ...], rebuilt: bool, syncs:
     return calls
 
 
-def zero1_broadcasts(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
+def zero1_broadcasts(job: Job, rank: int, group: tuple[int, ...]) -> list[PredictedCall]:
     params = rank_params(job, rank)
     return [
-        Call(
+        PredictedCall(
             "broadcast",
             "dp",
             group,
@@ -116,30 +118,32 @@ def zero1_broadcasts(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
     ]
 
 
-def grad_sync_calls(job: Job, rank: int, group: tuple[int, ...]) -> list[Call]:
+def grad_sync_calls(job: Job, rank: int, group: tuple[int, ...]) -> list[PredictedCall]:
     """The pipeline's explicit bucketed gradient all-reduce (``GradSync``)."""
     grads = [math.prod(shape) * job.dtype_bytes for _, shape in rank_params(job, rank)]
     ready = list(reversed(grads))
     buckets = assign_buckets(ready, [DEFAULT_BUCKET_CAP_BYTES], keep_order=True)
     return [
-        Call(
+        PredictedCall(
             "all_reduce", "dp", group, sum(ready[i] for i in b), 1, "other", f"gradient bucket {j}"
         )
         for j, b in enumerate(buckets)
     ]
 
 
-def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> list[Call]:
+def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> list[PredictedCall]:
     n, k, beta = len(group), job.microbatches, job.dtype_bytes
     calls = []
     for unit in fsdp_units(rank_params(job, rank)):
         size = unit.padded_bytes(n, beta)
         calls.append(
-            Call("all_gather", "dp", group, size, k, "forward", f"{unit.name} params", overlap=True)
+            PredictedCall(
+                "all_gather", "dp", group, size, k, "forward", f"{unit.name} params", overlap=True
+            )
         )
         if reshard:
             calls.append(
-                Call(
+                PredictedCall(
                     "all_gather",
                     "dp",
                     group,
@@ -151,7 +155,7 @@ def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> li
                 )
             )
         calls.append(
-            Call(
+            PredictedCall(
                 "reduce_scatter",
                 "dp",
                 group,
@@ -165,7 +169,7 @@ def fsdp_calls(job: Job, rank: int, group: tuple[int, ...], reshard: bool) -> li
     return calls
 
 
-def dp_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
+def dp_calls(job: Job, rank: int, step: int = 1) -> list[PredictedCall]:
     """The dp-group calls of ``rank`` in ``step`` (0 is the first, before DDP's rebuild)."""
     d = job.dims
     if d.dp == 1:
@@ -179,7 +183,9 @@ def dp_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
     if step == 0:
         # DDP's constructor broadcasts every parameter from dp rank 0 (one coalesced call)
         total = sum(math.prod(shape) for _, shape in rank_params(job, rank)) * job.dtype_bytes
-        calls.append(Call("broadcast", "dp", group, total, 1, "other", "DDP start-up sync"))
+        calls.append(
+            PredictedCall("broadcast", "dp", group, total, 1, "other", "DDP start-up sync")
+        )
     if job.scheme == "zero1":
         calls += zero1_broadcasts(job, rank, group)
     return calls

@@ -9,12 +9,12 @@ import commlens.analysis
 import commlens.analysis.bandwidth
 import commlens.analysis.rankpass
 import commlens.bench.worker
-import commlens.model.calls
+import commlens.predict.calls
+from commlens import optable as ops
 from commlens.analysis.bandwidth import factor_sql
 from commlens.bench.names import OPS as BENCH_OPS
-from commlens.model.calls import Call
-from commlens.spec import ops
-from commlens.spec.ops import OP_TRAFFIC, OPS, bus_factor, wire_factor
+from commlens.optable import OP_TRAFFIC, OPS, bus_factor, wire_factor
+from commlens.predict.calls import PredictedCall
 
 GROUP_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 64, 1000)
 
@@ -84,14 +84,14 @@ def test_analysis_model_and_bench_read_the_same_table() -> None:
     assert commlens.analysis.bandwidth.bus_factor is ops.bus_factor
     assert commlens.analysis.bandwidth.OP_TRAFFIC is ops.OP_TRAFFIC
     assert commlens.analysis.rankpass.bus_factor is ops.bus_factor
-    assert commlens.model.calls.wire_factor is ops.wire_factor
+    assert commlens.predict.calls.wire_factor is ops.wire_factor
     assert commlens.bench.worker.bus_factor is ops.bus_factor
 
 
 def test_the_model_volumes_use_the_table() -> None:
-    for op in commlens.model.calls.OP_ORDER:
+    for op in commlens.predict.calls.OP_ORDER:
         for n in GROUP_SIZES:
-            call = Call(op, "dp", tuple(range(n)), size_bytes=1000, count=3)
+            call = PredictedCall(op, "dp", tuple(range(n)), size_bytes=1000, count=3)
             assert call.wire_bytes == 3000 * wire_factor(op, n)
             assert call.wire_bytes_b == 3000 * wire_factor(op, n, "study_b")
 

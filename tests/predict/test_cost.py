@@ -7,10 +7,10 @@ import math
 import pytest
 
 from commlens.errors import UsageError
-from commlens.model.cost import flat_time
-from commlens.model.profiles import NetworkProfile, OpOverride
-from commlens.model.topology import Fabric, link_flows
-from commlens.spec.ops import wire_factor
+from commlens.optable import wire_factor
+from commlens.predict.cost import flat_time
+from commlens.predict.profiles import NetworkProfile, OpOverride
+from commlens.predict.topology import Fabric, link_flows
 
 A, B = 1e-5, 1e-9  # alpha (s), beta (s/byte)
 S = 1_000_000

@@ -8,10 +8,10 @@ import pytest
 
 from commlens.cli.main import main
 from commlens.errors import UsageError
-from commlens.model.job import Job
-from commlens.model.limits import LIMITS, check_scale
-from commlens.model.predict import predict
-from commlens.spec import ParallelDims, get_preset
+from commlens.job import ParallelDims, get_preset
+from commlens.job.spec import Job
+from commlens.predict.forecast import predict
+from commlens.predict.limits import LIMITS, check_scale
 
 BASE = ["predict", "--model", "gpt-125m", "--scheme", "dp"]
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from commlens.spec import ParallelDims
+from commlens.job import ParallelDims
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "predict_study.py"
 

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.model.calls import Call, OpVolume, aggregate, by_role
-from commlens.model.exact import rank_calls
-from commlens.model.job import Job
-from commlens.model.limits import check_job
-from commlens.model.profiles import NetworkProfile, get_profile
-from commlens.model.textbook import textbook_calls
-from commlens.model.timing import NetworkEstimate, estimate
-from commlens.model.topology import Fabric
+from commlens.job.spec import Job
+from commlens.predict.calls import OpVolume, PredictedCall, aggregate, by_role
+from commlens.predict.exact import rank_calls
+from commlens.predict.limits import check_job
+from commlens.predict.profiles import NetworkProfile, get_profile
+from commlens.predict.textbook import textbook_calls
+from commlens.predict.timing import NetworkEstimate, estimate
+from commlens.predict.topology import Fabric
 
 DEFAULT_TFLOPS = 100.0
 """Achieved model TFLOP/s per rank when none is given (an A100-class GPU at ~30% MFU)."""
@@ -33,15 +33,15 @@ class Prediction:
     job: Job
     shown_rank: int
     """The rank whose calls the tables show (the most wire bytes)."""
-    per_rank: dict[int, list[Call]]
+    per_rank: dict[int, list[PredictedCall]]
     """Steady-state calls of each modelled rank (one per pipeline stage)."""
-    textbook: list[Call]
+    textbook: list[PredictedCall]
     """conventions §2 calls of the shown rank."""
     networks: list[NetworkEstimate] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def calls(self) -> list[Call]:
+    def calls(self) -> list[PredictedCall]:
         return self.per_rank[self.shown_rank]
 
     @property

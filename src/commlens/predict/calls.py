@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from commlens.spec.ops import wire_factor
+from commlens.optable import wire_factor
 
 OP_ORDER = (
     "all_reduce",
@@ -34,7 +34,7 @@ ROLE_ORDER = ("dp", "tp", "pp", "ep", "cp", "")
 
 
 @dataclass(frozen=True)
-class Call:
+class PredictedCall:
     """``count`` identical calls a rank issues in one step."""
 
     op: str
@@ -108,7 +108,7 @@ def sort_key(op: str, role: str) -> tuple[int, int, str, str]:
     return (ri, oi, role, op)
 
 
-def aggregate(calls: Iterable[Call]) -> list[OpVolume]:
+def aggregate(calls: Iterable[PredictedCall]) -> list[OpVolume]:
     """Totals per (op, role), ordered by role then op."""
     acc: dict[tuple[str, str], list[float]] = {}
     for c in calls:

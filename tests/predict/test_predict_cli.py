@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from commlens.cli.main import main
-from commlens.model.job import Job
-from commlens.model.predict import predict
-from commlens.model.profiles import get_profiles
-from commlens.spec import ParallelDims, get_preset
+from commlens.job import ParallelDims, get_preset
+from commlens.job.spec import Job
+from commlens.predict.forecast import predict
+from commlens.predict.profiles import get_profiles
 
 
 def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:

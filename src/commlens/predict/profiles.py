@@ -1,6 +1,6 @@
 """Network profiles: the latency and bandwidth a cost model charges, as data.
 
-A profile is a small TOML file. Built-ins live in ``commlens/model/profiles``;
+A profile is a small TOML file. Built-ins live in ``commlens/predict/profiles``;
 ``--net FILE.toml`` loads a user's own, and ``commlens bench --fit FILE.toml``
 writes one calibrated on the machine at hand. The format::
 
@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 
 from commlens.errors import UsageError
-from commlens.spec.ops import TENSOR_OPS
+from commlens.optable import TENSOR_OPS
 
 OPS = TENSOR_OPS  # the ops a profile may override
 SCOPES = ("intra", "inter", "both")
@@ -331,7 +331,7 @@ def builtin_names() -> list[str]:
 
 def builtin_profiles() -> list[NetworkProfile]:
     """Every built-in profile, slowest first."""
-    folder = resources.files("commlens.model") / "profiles"
+    folder = resources.files("commlens.predict") / "profiles"
     found = []
     for entry in folder.iterdir():
         if entry.name.endswith(".toml"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commlens.errors import UsageError
-from commlens.model.profiles import (
+from commlens.predict.profiles import (
     MIN_GBPS,
     NetworkProfile,
     OpOverride,

@@ -8,13 +8,13 @@ rebuild).
 
 from __future__ import annotations
 
-from commlens.model.calls import Call
-from commlens.model.exact_dp import dp_calls
-from commlens.model.exact_pp import pp_calls
-from commlens.model.exact_tp import tp_calls
-from commlens.model.job import Job
+from commlens.job.spec import Job
+from commlens.predict.calls import PredictedCall
+from commlens.predict.exact_dp import dp_calls
+from commlens.predict.exact_pp import pp_calls
+from commlens.predict.exact_tp import tp_calls
 
 
-def rank_calls(job: Job, rank: int, step: int = 1) -> list[Call]:
+def rank_calls(job: Job, rank: int, step: int = 1) -> list[PredictedCall]:
     """The calls of ``rank`` in ``step`` (any step > 0 is a steady step)."""
     return dp_calls(job, rank, step) + tp_calls(job, rank) + pp_calls(job, rank)

@@ -406,9 +406,9 @@ def flops_per_step(
 
 
 def __getattr__(name: str) -> Any:
-    # the memory estimate lives in commlens.spec.memory; kept importable from here
+    # the memory estimate lives in commlens.job.memory; kept importable from here
     if name in ("MemoryEstimate", "estimate_memory"):
-        from commlens.spec import memory
+        from commlens.job import memory
 
         return getattr(memory, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

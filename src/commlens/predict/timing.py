@@ -1,7 +1,7 @@
 """Time of a step on a fabric: communication from the cost models, plus compute.
 
 - Communication of a rank: the sum over its calls of count × the call's
-  cost on the :class:`~commlens.model.topology.Fabric` (flat or
+  cost on the :class:`~commlens.predict.topology.Fabric` (flat or
   hierarchical, with the node link shared by the role's concurrent flows).
   The step's communication time is that of the slowest rank.
 - Compute of a rank: the model FLOPs of one replica-step
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from commlens.model.calls import Call
-from commlens.model.job import Job
-from commlens.model.layout import boundary_pairs, embedding_groups, role_groups
-from commlens.model.topology import Fabric, link_flows
-from commlens.spec.models import flops_per_step
+from commlens.job.models import flops_per_step
+from commlens.job.spec import Job
+from commlens.predict.calls import PredictedCall
+from commlens.predict.layout import boundary_pairs, embedding_groups, role_groups
+from commlens.predict.topology import Fabric, link_flows
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class FlowTable:
             return role_groups(dims, family)
         return [range(dims.world_size)]
 
-    def flows(self, call: Call) -> int:
+    def flows(self, call: PredictedCall) -> int:
         if call.family:
             family = call.family
         elif call.op in ("send", "recv"):
@@ -100,7 +100,7 @@ class FlowTable:
 
 
 def rank_comm_time(
-    calls: Sequence[Call], fabric: Fabric, flows: FlowTable
+    calls: Sequence[PredictedCall], fabric: Fabric, flows: FlowTable
 ) -> tuple[float, float, float]:
     """(all, hideable in forward, hideable in backward) seconds of one rank's calls."""
     total = fwd = bwd = 0.0
@@ -116,7 +116,7 @@ def rank_comm_time(
 
 def estimate(
     job: Job,
-    per_rank: dict[int, list[Call]],
+    per_rank: dict[int, list[PredictedCall]],
     shown_rank: int,
     fabric: Fabric,
     tflops: float,

@@ -12,6 +12,7 @@ import argparse
 import os
 import shutil
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,28 @@ def prepare_out(out: Path, force: bool) -> None:
 
 
 def tracing_env(out: Path) -> dict[str, str]:
+    """The job's environment: the capture's switch and hook, and commlens's own ``bin/`` on PATH.
+
+    The job must run a Python that can import commlens. Called as
+    ``.venv/bin/commlens`` without an activated environment, the launcher
+    beside it (``torchrun``, ``python``) is the one meant, so its folder goes
+    first on PATH unless PATH already holds it.
+    """
     env = dict(os.environ)
     env["COMMLENS_TRACE_DIR"] = str(out.resolve())
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH", "")])])
+    scripts = sysconfig.get_path("scripts")
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p]
+    if scripts and not any(_same_dir(p, scripts) for p in path):
+        env["PATH"] = os.pathsep.join([scripts, *path])
     return env
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
         from commlens.netem import iproute
 
         iproute.require_netns("an emulated link (--link/--nodes)")
-    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
-        raise UsageError(f"command not found: {cmd[0]}")
     out: Path = args.out
+    env = tracing_env(out)
+    if shutil.which(cmd[0], path=env["PATH"]) is None and not Path(cmd[0]).exists():
+        raise UsageError(f"command not found: {cmd[0]}")
     prepare_out(out, args.force)
     from commlens.trace.manifest import merge_manifest
 
@@ -92,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         _remove_temp_manifests(out)
         raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
-    env = tracing_env(out)
     t0 = time.time()
     topology: dict[str, Any] = {"nodes": 1, "link": None, "intra_node": "loopback"}
     launcher: dict[str, Any]

@@ -29,6 +29,7 @@ Targets: <= 5 us added per call (median), traced/untraced <= 1.03.
 
     python benchmarks/capture_overhead.py [--rounds 5] [--steps 30] [--blocks 41]
                                           [--paired-rounds 80] [--gpt-rounds 30]
+                                          [--calls-only]
 """
 
 from __future__ import annotations
@@ -141,17 +142,17 @@ def _ddp_job(job: str) -> Callable[[], None]:
 
     torch.manual_seed(0)
     if job == "gpt":  # built as ``commlens run`` builds it
+        from commlens.job import Job, resolve_dims
         from commlens.job.models import get_preset
-        from commlens.workloads.config import WorkloadConfig, resolve_dims
         from commlens.workloads.data import global_batch, microbatch
         from commlens.workloads.groups import build_groups
         from commlens.workloads.parallelize import parallelize
 
         cfg = get_preset("gpt-19m")
-        wcfg = WorkloadConfig(cfg, "dp", resolve_dims("dp", dist.get_world_size()))
+        wcfg = Job(cfg, "dp", resolve_dims("dp", dist.get_world_size()), seq_len=128, micro_batch=2)
         par = parallelize(wcfg, build_groups(wcfg.dims), torch.device("cpu"))
         rows = wcfg.micro_batch * wcfg.dims.dp
-        batch = global_batch(cfg, wcfg.seq_len, rows, step=0, seed=wcfg.seed)
+        batch = global_batch(cfg, wcfg.seq_len, rows, step=0, seed=wcfg.run.seed)
         mine = microbatch(batch, dist.get_rank(), wcfg.micro_batch, torch.device("cpu"))
         model, opt = par.model, par.optimizer
         loss: Callable[[], torch.Tensor] = lambda: model(mine)  # noqa: E731
@@ -316,6 +317,9 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=41)
     parser.add_argument("--paired-rounds", type=int, default=80)
     parser.add_argument("--gpt-rounds", type=int, default=30)
+    parser.add_argument(
+        "--calls-only", action="store_true", help="measure the added time per call only"
+    )
     parser.add_argument("--rank-main", nargs=3, metavar=("MODE", "STEPS", "RESULT"))
     args = parser.parse_args()
     if args.rank_main:
@@ -331,6 +335,8 @@ def main() -> None:
     _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
     func = functional_overhead(args.blocks, 200)
     _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
+    if args.calls_only:
+        return
     gpt = _paired_report("gpt", args.gpt_rounds, 1, "bundled GPT (gpt-19m), 1-step blocks")
     mlp = _paired_report("mlp", args.paired_rounds, 5, "small-bucket stress job, 5-step blocks")
     arms = step_ratios(args.rounds, args.steps)

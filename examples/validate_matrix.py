@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import CommlensError
-from commlens.job import get_preset
+from commlens.job import Job, RunSettings, get_preset, resolve_dims
 from commlens.launch.procs import launch_ranks, python_argv
 from commlens.predict.validate import validate_run
 from commlens.trace.reader import load_run
-from commlens.workloads.config import WorkloadConfig, resolve_dims
 
 # (name, scheme, nproc, degrees, extra workload settings)
 CASES: list[tuple[str, str, int, dict[str, int], dict[str, Any]]] = [
@@ -65,8 +64,14 @@ def run_case(
 ) -> Path:
     name, scheme, nproc, degrees, extra = case
     dims = resolve_dims(scheme, nproc, degrees.get("dp"), degrees.get("tp"), degrees.get("pp"))
-    wcfg = WorkloadConfig(
-        model=get_preset(model), scheme=scheme, dims=dims, seq_len=seq_len, steps=steps, **extra
+    wcfg = Job(
+        model=get_preset(model),
+        scheme=scheme,
+        dims=dims,
+        seq_len=seq_len,
+        micro_batch=2,
+        run=RunSettings(steps=steps),
+        **extra,
     )
     run_dir = out / f"{model}-{name}-s{seq_len}"
     run_dir.mkdir(parents=True, exist_ok=True)

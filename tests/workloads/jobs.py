@@ -9,7 +9,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from commlens.job.parallel import ParallelDims
-from commlens.workloads.config import WorkloadConfig
+from commlens.job.spec import Job
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize
 from commlens.workloads.train import StepRecord, train
@@ -17,7 +17,7 @@ from commlens.workloads.train import StepRecord, train
 CPU = torch.device("cpu")
 
 
-def _train(wcfg: WorkloadConfig) -> dict[str, Any]:
+def _train(wcfg: Job) -> dict[str, Any]:
     groups = build_groups(wcfg.dims)
     par = parallelize(wcfg, groups, CPU)
     grads: dict[str, torch.Tensor] = {}
@@ -41,10 +41,10 @@ def _train(wcfg: WorkloadConfig) -> dict[str, Any]:
 def train_jobs(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """On every rank: train each config in turn; per config this rank's results."""
     torch.manual_seed(0)
-    return [_train(WorkloadConfig.from_dict(c)) for c in configs]
+    return [_train(Job.from_dict(c)) for c in configs]
 
 
-def reference(wcfg: WorkloadConfig) -> dict[str, Any]:
+def reference(wcfg: Job) -> dict[str, Any]:
     """The same model, seed and global batch in this process, one rank, no parallelism."""
     single = dataclasses.replace(
         wcfg,
@@ -69,4 +69,4 @@ def capture_jobs(jobs: list[tuple[dict[str, Any], str]]) -> None:
     from commlens.workloads.worker import capture_workload
 
     for config, out in jobs:
-        capture_workload(WorkloadConfig.from_dict(config), Path(out), CPU)
+        capture_workload(Job.from_dict(config), Path(out), CPU)

@@ -8,7 +8,8 @@ import pytest
 
 from commlens.errors import UsageError
 from commlens.job.models import get_preset, masked_per_sequence
-from commlens.workloads.config import WorkloadConfig, resolve_dims
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job
 from commlens.workloads.data import global_batch, microbatch
 
 
@@ -51,10 +52,12 @@ def test_bad_layouts(scheme: str, nproc: int, given: dict[str, int], match: str)
 
 
 def test_config_round_trips_through_json() -> None:
-    wcfg = WorkloadConfig(
+    wcfg = Job(
         get_preset("bert-tiny"),
         "3d",
         resolve_dims("3d", 4, tp=2, pp=2),
+        seq_len=128,
+        micro_batch=2,
         microbatches=4,
         sequence_parallel=True,
         dtype="bf16",
@@ -62,15 +65,13 @@ def test_config_round_trips_through_json() -> None:
     )
     data = json.loads(json.dumps(wcfg.to_dict()))
     assert data["preset"] == "bert-tiny" and data["dims"]["tp"] == 2
-    assert WorkloadConfig.from_dict(data) == wcfg
+    assert Job.from_dict(data) == wcfg
     assert wcfg.global_batch == 1 * 4 * 2 and wcfg.dtype_bytes == 2
 
 
 def test_sequence_parallel_needs_seq_len_divisible_by_tp() -> None:
     with pytest.raises(UsageError, match="divide seq_len"):
-        WorkloadConfig(
-            get_preset("gpt-tiny"), "tp", resolve_dims("tp", 4), seq_len=18, sequence_parallel=True
-        )
+        Job(get_preset("gpt-tiny"), "tp", resolve_dims("tp", 4), seq_len=18, sequence_parallel=True)
 
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "bert-tiny", "t5-tiny"])

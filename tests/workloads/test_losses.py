@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from commlens.job.models import ModelConfig, get_preset
-from commlens.workloads.config import WorkloadConfig, resolve_dims
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job, RunSettings
 from commlens.workloads.init import TIED
 from commlens.workloads.models import build_model
 from commlens.workloads.tp import TPContext
@@ -24,11 +25,11 @@ from .jobs import global_losses, reference, train_jobs
 from .ranks import run_ranks
 
 
-def make(model: str | ModelConfig, scheme: str, nproc: int, **kw: Any) -> WorkloadConfig:
+def make(model: str | ModelConfig, scheme: str, nproc: int, **kw: Any) -> Job:
     dims = resolve_dims(scheme, nproc, kw.pop("dp", None), kw.pop("tp", None), kw.pop("pp", None))
-    kw = {"steps": 3, "warmup_steps": 0, "seq_len": 16, "micro_batch": 2, **kw}
+    kw = {"seq_len": 16, "micro_batch": 2, **kw}
     cfg = get_preset(model) if isinstance(model, str) else model
-    return WorkloadConfig(cfg, scheme, dims, **kw)
+    return Job(cfg, scheme, dims, run=RunSettings(steps=3, warmup_steps=0), **kw)
 
 
 # uneven and deeper pipelines: 3 layers over 2 stages, 4 over 4, 5 over 4
@@ -87,7 +88,7 @@ def world4() -> dict[str, list[dict[str, Any]]]:
     return {name: [rank[i] for rank in results] for i, name in enumerate(WORLD4)}
 
 
-def check_against_single_process(wcfg: WorkloadConfig, per_rank: list[dict[str, Any]]) -> None:
+def check_against_single_process(wcfg: Job, per_rank: list[dict[str, Any]]) -> None:
     ref = reference(wcfg)
     losses = global_losses(per_rank)
     assert len(losses) == 3
@@ -97,7 +98,7 @@ def check_against_single_process(wcfg: WorkloadConfig, per_rank: list[dict[str, 
 
 
 def check_gradients(
-    wcfg: WorkloadConfig, per_rank: list[dict[str, Any]], ref: dict[str, torch.Tensor]
+    wcfg: Job, per_rank: list[dict[str, Any]], ref: dict[str, torch.Tensor]
 ) -> None:
     """Each rank's first-step gradient equals its slice of the single-process gradient."""
     if wcfg.scheme in ("zero2", "zero3") and wcfg.dims.dp > 1:

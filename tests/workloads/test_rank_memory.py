@@ -17,7 +17,8 @@ from commlens.job.memory import (
     host_bytes,
 )
 from commlens.job.models import get_preset
-from commlens.workloads.config import WorkloadConfig, resolve_dims
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job, RunSettings
 from commlens.workloads.fit import check_fits
 
 
@@ -30,12 +31,12 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_tiny_model_on_many_ranks_counts_the_process_baseline() -> None:
-    tiny = WorkloadConfig(get_preset("gpt-tiny"), "dp", resolve_dims("dp", 200), seq_len=16)
+    tiny = Job(get_preset("gpt-tiny"), "dp", resolve_dims("dp", 200), seq_len=16, micro_batch=2)
     # The model itself is a few MB per rank; 200 torch processes are ~46 GB.
     with pytest.raises(UsageError, match=r"0\.23 GB per process, 4\d\.\d GB for 200 ranks") as err:
         check_fits(tiny, available=20 * 10**9)
     assert "start fewer ranks (--nproc)" in str(err.value)
-    two = WorkloadConfig(get_preset("gpt-tiny"), "dp", resolve_dims("dp", 2), seq_len=16)
+    two = Job(get_preset("gpt-tiny"), "dp", resolve_dims("dp", 2), seq_len=16, micro_batch=2)
     assert check_fits(two, available=10**9) < PROCESS_BASELINE_BYTES
 
 
@@ -79,8 +80,13 @@ def test_run_refuses_too_many_ranks_in_one_line(
 def test_on_gpus_the_host_still_holds_every_process(monkeypatch: pytest.MonkeyPatch) -> None:
     import commlens.workloads.fit as fit
 
-    wcfg = WorkloadConfig(
-        get_preset("gpt-tiny"), "dp", resolve_dims("dp", 8), seq_len=16, backend="nccl"
+    wcfg = Job(
+        get_preset("gpt-tiny"),
+        "dp",
+        resolve_dims("dp", 8),
+        seq_len=16,
+        micro_batch=2,
+        run=RunSettings(backend="nccl"),
     )
     monkeypatch.setattr(fit, "host_memory_available", lambda: 8 * PROCESS_BASELINE_BYTES - 1)
     with pytest.raises(UsageError, match=r"8 ranks need about 1\.8 GB of host memory"):

@@ -21,7 +21,8 @@ from commlens.cli import run as run_cli
 from commlens.cli.main import main
 from commlens.errors import UsageError
 from commlens.job.models import get_preset, param_count
-from commlens.workloads.config import WorkloadConfig, resolve_dims
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job
 from commlens.workloads.fit import check_fits
 from tests.netem.helpers import leftovers, needs_netns
 
@@ -93,11 +94,13 @@ def test_bad_combinations_are_refused_before_any_rank(
 
 
 def test_too_big_message_carries_the_estimate() -> None:
-    wcfg = WorkloadConfig(get_preset("gpt-1.3b"), "dp", resolve_dims("dp", 2), seq_len=1024)
+    wcfg = Job(get_preset("gpt-1.3b"), "dp", resolve_dims("dp", 2), seq_len=1024, micro_batch=2)
     with pytest.raises(UsageError, match=r"needs about \d+\.\d GB per rank \(params 5\.3"):
         check_fits(wcfg, available=10**9)
     assert check_fits(wcfg, available=10**12) > 4 * param_count(get_preset("gpt-1.3b")) * 4
-    zero3 = WorkloadConfig(get_preset("gpt-1.3b"), "zero3", resolve_dims("zero3", 8), seq_len=1024)
+    zero3 = Job(
+        get_preset("gpt-1.3b"), "zero3", resolve_dims("zero3", 8), seq_len=1024, micro_batch=2
+    )
     assert check_fits(zero3, available=10**12) < check_fits(wcfg, available=10**12)
 
 

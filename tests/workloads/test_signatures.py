@@ -15,7 +15,8 @@ import pytest
 
 import commlens
 from commlens.job.models import get_preset, param_count
-from commlens.workloads.config import WorkloadConfig, resolve_dims
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job, RunSettings
 
 from .jobs import capture_jobs
 from .ranks import run_ranks
@@ -27,15 +28,14 @@ ACT = B * S * H * 4  # one activation message b·s·h·βa
 PARAM_BYTES = param_count(GPT) * 4
 
 
-def make(scheme: str, **kw: Any) -> WorkloadConfig:
-    return WorkloadConfig(
+def make(scheme: str, **kw: Any) -> Job:
+    return Job(
         GPT,
         scheme,
         resolve_dims(scheme, 2),
         seq_len=S,
         micro_batch=B,
-        steps=2,
-        warmup_steps=1,
+        run=RunSettings(steps=2, warmup_steps=1),
         **kw,
     )
 

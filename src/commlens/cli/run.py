@@ -13,15 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommandError, UsageError
 from commlens.job.memory import check_local_ranks
-from commlens.job.models import PRESETS, SCHEMES
+from commlens.job.options import RUN, add_job_options
+from commlens.job.spec import Job
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-from commlens.workloads.config import (
-    DTYPES,
-    SCHEDULES,
-    WorkloadConfig,
-    workload_from_options,
-)
+from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
 
 if TYPE_CHECKING:
@@ -40,63 +36,7 @@ def register(subparsers: Any) -> None:
             "and print a summary: step time, communication share, top ops by time."
         ),
     )
-    p.add_argument(
-        "--model", required=True, metavar="PRESET", help=f"model preset: {', '.join(PRESETS)}"
-    )
-    p.add_argument(
-        "--scheme",
-        required=True,
-        choices=SCHEMES,
-        help="dp (DDP), zero1 (ZeroRedundancyOptimizer), zero2/zero3 (fully_shard), "
-        "tp (Megatron tensor parallel), pp (pipeline), 3d (dp × tp × pp)",
-    )
-    p.add_argument("--nproc", type=int, default=2, help="ranks to start (default 2)")
-    p.add_argument("--dp", type=int, help="data-parallel degree (default: what tp and pp leave)")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree (tp and 3d)")
-    p.add_argument("--pp", type=int, help="pipeline stages (pp and 3d)")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
-    p.add_argument(
-        "--micro-batch",
-        type=int,
-        default=2,
-        help="sequences per micro-batch per data-parallel rank (default 2)",
-    )
-    p.add_argument(
-        "--microbatches",
-        type=int,
-        default=1,
-        help="micro-batches per step: gradient accumulation / pipeline depth (default 1)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=tuple(DTYPES),
-        default="fp32",
-        help="training dtype for weights, gradients and activations (default fp32)",
-    )
-    p.add_argument("--recompute", action="store_true", help="recompute activations in backward")
-    p.add_argument(
-        "--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)"
-    )
-    p.add_argument(
-        "--sequence-parallel",
-        action="store_true",
-        help="Megatron sequence parallelism in the tensor-parallel regions",
-    )
-    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    p.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=1,
-        help="first steps left out of the summary (default 1)",
-    )
-    p.add_argument("--seed", type=int, default=1234, help="seed of data and weights")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    p.add_argument(
-        "--backend",
-        choices=("auto", "gloo", "nccl"),
-        default="auto",
-        help="torch.distributed backend (auto: nccl when there is a GPU per rank)",
-    )
+    add_job_options(p, RUN)
     p.add_argument(
         "--nodes",
         type=int,
@@ -113,27 +53,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_command)
 
 
-def build_config(args: argparse.Namespace) -> WorkloadConfig:
-    """The workload the arguments describe; a UsageError for any bad combination."""
-    return workload_from_options(args)
-
-
-def _prepare_out(out: Path | None, wcfg: WorkloadConfig, force: bool) -> Path:
+def _prepare_out(out: Path | None, job: Job, force: bool) -> Path:
     """The run directory, empty; ``--force`` replaces only a commlens run's own files."""
     from commlens.trace.rundir import prepare_run_dir
 
     if out is None:
-        out = Path("runs") / f"{wcfg.model.name}-{wcfg.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = Path("runs") / f"{job.model.name}-{job.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
     return prepare_run_dir(out, force)
 
 
-def _rank_env(wcfg: WorkloadConfig) -> dict[str, str]:
+def _rank_env(job: Job) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    if wcfg.backend == "gloo":  # share the cores instead of oversubscribing them
-        env.setdefault(
-            "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // wcfg.dims.world_size))
-        )
+    if job.run.backend == "gloo":  # share the cores instead of oversubscribing them
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // job.dims.world_size)))
     return env
 
 
@@ -154,40 +87,40 @@ def _check_emulation(args: argparse.Namespace) -> bool:
 
 
 def _launch(
-    argv: list[str], wcfg: WorkloadConfig, args: argparse.Namespace, out: Path, emulated: bool
+    argv: list[str], job: Job, args: argparse.Namespace, out: Path, emulated: bool
 ) -> tuple[LaunchResult, dict[str, Any]]:
     """Start the ranks, here or on emulated nodes; the result and the topology."""
-    env = _rank_env(wcfg)
+    env = _rank_env(job)
     if emulated:
         from commlens.netem import launch_emulated
 
         emu = launch_emulated(
-            argv, wcfg.dims.world_size, args.nodes, args.link, env=env, run_dir=out
+            argv, job.dims.world_size, args.nodes, args.link, env=env, run_dir=out
         )
         return emu, emu.topology
     topology = {"nodes": 1, "link": None, "intra_node": "loopback"}
-    return launch_ranks(argv, wcfg.dims.world_size, env=env), topology
+    return launch_ranks(argv, job.dims.world_size, env=env), topology
 
 
 def run_command(args: argparse.Namespace) -> int:
     check_local_ranks(args.nproc)
-    wcfg = build_config(args)
+    job = workload_from_options(args)
     emulated = _check_emulation(args)
-    check_fits(wcfg)
-    out = _prepare_out(args.out, wcfg, args.force)
-    d = wcfg.dims
+    check_fits(job)
+    out = _prepare_out(args.out, job, args.force)
+    d = job.dims
     print(
-        f"commlens run: {wcfg.model.name} · {wcfg.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
-        f"{d.world_size} ranks ({wcfg.backend})"
+        f"commlens run: {job.model.name} · {job.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
+        f"{d.world_size} ranks ({job.run.backend})"
         + (f" on {args.nodes} nodes, link {args.link or 'unshaped'}" if emulated else "")
         + f" → {out}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="commlens-run-") as tmp:
         config = Path(tmp) / "workload.json"
-        config.write_text(json.dumps(wcfg.to_dict()))
+        config.write_text(json.dumps(job.to_dict()))
         argv = python_argv(WORKER, str(config), str(out))
-        result, topology = _launch(argv, wcfg, args, out, emulated)
+        result, topology = _launch(argv, job, args, out, emulated)
     if result.interrupted:  # the ranks are stopped; one line, as for any Ctrl-C
         print(f"commlens run: {result.failure()}", file=sys.stderr)
         return result.exit_code
@@ -197,8 +130,8 @@ def run_command(args: argparse.Namespace) -> int:
         )
     from commlens.workloads.summary import finalize_run, summarize
 
-    manifest = finalize_run(out, wcfg, ["commlens", *sys.argv[1:]], topology)
-    print_summary(summarize(out, manifest, wcfg), wcfg, out)
+    manifest = finalize_run(out, job, ["commlens", *sys.argv[1:]], topology)
+    print_summary(summarize(out, manifest, job), job, out)
     return 0
 
 
@@ -206,7 +139,7 @@ def _flops(tflops: float) -> str:
     return f"{tflops:.2f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.2f} GFLOP/s"
 
 
-def print_summary(s: RunSummary, wcfg: WorkloadConfig, out: Path) -> None:
+def print_summary(s: RunSummary, job: Job, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commlens.errors import UsageError
-from commlens.job.models import SCHEMES, ModelConfig, param_shapes, stage_layers
+from commlens.job.models import ModelConfig, param_shapes, stage_layers
+from commlens.job.parallel import SCHEMES
 
 PROCESS_BASELINE_BYTES = 228_000_000
 """Host memory one rank takes before it holds any tensor, in bytes.

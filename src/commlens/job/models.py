@@ -35,7 +35,6 @@ from typing import Any
 from commlens.errors import UsageError
 
 ARCHS = ("gpt", "bert", "t5")
-SCHEMES = ("dp", "zero1", "zero2", "zero3", "tp", "pp", "3d")
 
 
 @dataclass(frozen=True)
@@ -403,12 +402,3 @@ def flops_per_step(
     per_token += cfg.decoder_layers * (2 * (weights + 4 * h * h) + 8 * s * h)
     per_token += 1.5 * cfg.vocab * h
     return float(c * micro_batch * microbatches * s * per_token)
-
-
-def __getattr__(name: str) -> Any:
-    # the memory estimate lives in commlens.job.memory; kept importable from here
-    if name in ("MemoryEstimate", "estimate_memory"):
-        from commlens.job import memory
-
-        return getattr(memory, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

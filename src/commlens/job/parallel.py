@@ -1,4 +1,5 @@
-"""The parallel layout: dp × tp × pp = world size, Megatron rank order.
+"""The parallel layout: dp × tp × pp = world size, Megatron rank order, and the
+layout each scheme implies.
 
 Ranks are laid out with tensor parallelism innermost (neighbouring ranks, so
 a TP group stays inside a node), then data parallelism, then pipeline stages
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from commlens.errors import UsageError
 
 ROLES = ("dp", "tp", "pp")
+SCHEMES = ("dp", "zero1", "zero2", "zero3", "tp", "pp", "3d")
+DATA_PARALLEL = ("dp", "zero1", "zero2", "zero3")
+"""Schemes of pure data parallelism (tp = pp = 1)."""
 
 
 @dataclass(frozen=True)
@@ -101,3 +105,48 @@ class ParallelDims:
 
     def as_dict(self) -> dict[str, int]:
         return {"world_size": self.world_size, "dp": self.dp, "tp": self.tp, "pp": self.pp}
+
+
+def _or_rest(degree: int | None) -> int:
+    return -1 if degree is None else degree
+
+
+def resolve_dims(
+    scheme: str, nproc: int, dp: int | None = None, tp: int | None = None, pp: int | None = None
+) -> ParallelDims:
+    """The layout a scheme implies on ``nproc`` ranks, checking explicit degrees.
+
+    dp and zero*: all ranks data-parallel. tp: all ranks tensor-parallel unless
+    --tp/--dp say otherwise (dp × tp). pp: likewise with stages. 3d: --dp, --tp,
+    --pp, one of them may be left out (it takes the rest).
+    """
+    if scheme not in SCHEMES:
+        raise UsageError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    given = {"dp": dp, "tp": tp, "pp": pp}
+    if scheme in DATA_PARALLEL:
+        for role in ("tp", "pp"):
+            if given[role] not in (None, 1):
+                raise UsageError(
+                    f"scheme {scheme} is pure data parallelism; use --scheme 3d for --{role}"
+                )
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=1, pp=1)
+    if scheme == "tp":
+        if pp not in (None, 1):
+            raise UsageError("scheme tp has no pipeline stages; use --scheme 3d for --pp")
+        if tp is None:
+            return ParallelDims(nproc, dp=1 if dp is None else dp, tp=-1, pp=1)
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=tp, pp=1)
+    if scheme == "pp":
+        if tp not in (None, 1):
+            raise UsageError("scheme pp has no tensor parallelism; use --scheme 3d for --tp")
+        if pp is None:
+            return ParallelDims(nproc, dp=1 if dp is None else dp, tp=1, pp=-1)
+        return ParallelDims(nproc, dp=_or_rest(dp), tp=1, pp=pp)
+    missing = [role for role, value in given.items() if value is None]
+    if len(missing) > 1:
+        raise UsageError(
+            "scheme 3d needs at least two of --dp, --tp, --pp (the third takes the rest)"
+        )
+    return ParallelDims(nproc, dp=_or_rest(dp), tp=_or_rest(tp), pp=_or_rest(pp))

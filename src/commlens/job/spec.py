@@ -1,21 +1,53 @@
-"""What the model predicts: one training job (model, scheme, layout, shapes).
+"""One training job: the model, how it is split, the shapes of a step, how it runs.
 
-A :class:`Job` is built from CLI flags (``commlens predict``) or from a
-captured run's manifest (``commlens validate``), so both read the same fields
-the workloads record.
+A :class:`Job` is what ``commlens run`` trains, what ``commlens predict``
+models and what a run's manifest keeps (its ``workload`` section, written by
+:meth:`Job.to_dict` and read back by :meth:`Job.from_dict`), so a run and its
+prediction describe the same job. What only a real run has (steps, seed,
+learning rate, backend) sits apart in :class:`RunSettings`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.errors import UsageError
-from commlens.job.models import SCHEMES, ModelConfig, check_layout, get_preset
-from commlens.job.parallel import ParallelDims
+from commlens.errors import RunFormatError, UsageError
+from commlens.job.models import ModelConfig, check_layout, get_preset
+from commlens.job.parallel import DATA_PARALLEL, SCHEMES, ParallelDims
 
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+"""Training dtypes and their bytes per element (parameters, gradients, activations)."""
 SCHEDULES = ("1f1b", "gpipe")
+"""Pipeline schedules."""
+SHAPES = ("seq_len", "micro_batch", "microbatches")
+"""The positive integer shapes of a step."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a real run adds to a job: its loop and its process group."""
+
+    steps: int = 5
+    """Training steps, warm-up included."""
+    warmup_steps: int = 1
+    """First steps left out of the statistics."""
+    seed: int = 1234
+    """Seed of the data and the initialization."""
+    lr: float = 1e-3
+    """AdamW learning rate."""
+    backend: str = "gloo"
+    """torch.distributed backend (gloo or nccl)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {self.steps}")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise UsageError(
+                f"--warmup-steps must be between 0 and --steps − 1 ({self.steps - 1}), "
+                f"got {self.warmup_steps}"
+            )
 
 
 @dataclass(frozen=True)
@@ -31,39 +63,45 @@ class Job:
     seq_len: int = 1024
     """Tokens per sequence s (encoder and decoder each, for T5)."""
     micro_batch: int = 1
-    """Sequences per micro-batch b."""
+    """Sequences per micro-batch b, per data-parallel rank."""
     microbatches: int = 1
     """Micro-batches per step k (pipeline micro-batches or gradient accumulation)."""
     dtype: str = "fp32"
-    """Training dtype of parameters, gradients and activations."""
+    """Training dtype of parameters, gradients, optimizer state and activations."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism (all-gather + reduce-scatter instead of all-reduce)."""
     schedule: str = "1f1b"
     """Pipeline schedule: 1f1b or gpipe."""
     recompute: bool = False
-    """Activation recomputation (changes FLOPs)."""
+    """Activation recomputation of every layer (changes FLOPs and memory)."""
+    run: RunSettings = field(default_factory=RunSettings)
+    """Steps, seed, learning rate and backend of a real run."""
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise UsageError(f"unknown scheme {self.scheme!r}; choose one of {', '.join(SCHEMES)}")
         if self.dtype not in DTYPE_BYTES:
-            raise UsageError(f"unknown dtype {self.dtype!r}; choose fp32 or bf16")
+            raise UsageError(
+                f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_BYTES)}"
+            )
         if self.schedule not in SCHEDULES:
-            raise UsageError(f"unknown schedule {self.schedule!r}; choose 1f1b or gpipe")
-        for name in ("seq_len", "micro_batch", "microbatches"):
+            raise UsageError(
+                f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
+            )
+        for name in SHAPES:
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be a positive integer, got {getattr(self, name)}")
         d = self.dims
-        if self.scheme in ("dp", "zero1", "zero2", "zero3") and (d.tp > 1 or d.pp > 1):
+        if self.scheme in DATA_PARALLEL and (d.tp > 1 or d.pp > 1):
             raise UsageError(
-                f"scheme {self.scheme} takes no tp/pp (got tp={d.tp} pp={d.pp}); use 3d"
+                f"scheme {self.scheme} is pure data parallelism (got tp={d.tp} pp={d.pp}); use 3d"
             )
         if self.scheme == "tp" and d.pp > 1:
-            raise UsageError(f"scheme tp takes no pp (got pp={d.pp}); use 3d")
+            raise UsageError(f"scheme tp has no pipeline stages (got pp={d.pp}); use 3d")
         if self.scheme == "pp" and d.tp > 1:
-            raise UsageError(f"scheme pp takes no tp (got tp={d.tp}); use 3d")
+            raise UsageError(f"scheme pp has no tensor parallelism (got tp={d.tp}); use 3d")
         if self.sequence_parallel and d.tp == 1:
-            raise UsageError("sequence parallel needs tp > 1")
+            raise UsageError("sequence parallelism needs tensor parallelism (tp > 1)")
         check_layout(self.model, d.tp, d.pp, self.seq_len, self.sequence_parallel)
 
     @property
@@ -71,7 +109,14 @@ class Job:
         """β (and βa): bytes per parameter, gradient and activation element."""
         return DTYPE_BYTES[self.dtype]
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def global_batch(self) -> int:
+        """Sequences per step over all data-parallel ranks."""
+        return self.dims.dp * self.microbatches * self.micro_batch
+
+    def describe(self) -> dict[str, Any]:
+        """The job in one flat record (model by name, layout and shapes), as the
+        predict and validate outputs show it."""
         return {
             "model": self.model.name,
             "scheme": self.scheme,
@@ -85,50 +130,68 @@ class Job:
             "recompute": self.recompute,
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's ``workload`` section: JSON-able, flat, read by :meth:`from_dict`."""
+        out: dict[str, Any] = {"model": self.model.to_dict(), "preset": self.model.name}
+        out["scheme"] = self.scheme
+        out["dims"] = self.dims.as_dict()
+        out.update({name: getattr(self, name) for name in _JOB_FIELDS})
+        out.update(dataclasses.asdict(self.run))
+        return out
 
-def _get(workload: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if key in workload and workload[key] is not None:
-            return workload[key]
-    return default
+    @classmethod
+    def from_dict(cls, data: Any) -> Job:
+        """The job a manifest's ``workload`` section describes.
 
-
-def job_from_workload(workload: dict[str, Any], world_size: int | None = None) -> Job:
-    """A :class:`Job` from a run manifest's ``workload`` section."""
-    if not isinstance(workload, dict) or not workload:
-        raise UsageError(
-            "the run's manifest has no workload section; was it made by `commlens run`?"
+        ``model`` is the model's shape (or a preset name), ``dims`` the layout;
+        every other key is a field of :class:`Job` or :class:`RunSettings`, and
+        one left out takes its default. A key of another name or a value of
+        another type is a :class:`RunFormatError` naming it.
+        """
+        if not isinstance(data, dict):
+            raise RunFormatError(f"the workload must be a table, got {data!r}")
+        known = {"model", "preset", "scheme", "dims", *_JOB_FIELDS, *_RUN_FIELDS}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RunFormatError(f"unknown key {unknown[0]!r} in the workload")
+        for key in ("model", "scheme", "dims"):
+            if key not in data:
+                raise RunFormatError(f"the workload has no {key}")
+        raw = data["model"]
+        if isinstance(raw, str):
+            model = get_preset(raw)
+        else:
+            model = ModelConfig(**_typed(ModelConfig, raw, "model"))
+        fields = _typed(cls, {k: data[k] for k in ("scheme", *_JOB_FIELDS) if k in data}, "")
+        return cls(
+            model=model,
+            dims=ParallelDims(**_typed(ParallelDims, data["dims"], "dims")),
+            run=RunSettings(**_typed(RunSettings, {k: data[k] for k in _RUN_FIELDS if k in data})),
+            **fields,
         )
-    model_raw = _get(workload, "model", "model_config")
-    preset = _get(workload, "preset", "model")
-    if isinstance(model_raw, dict):
-        fields = set(ModelConfig.__dataclass_fields__)
-        model = ModelConfig(**{k: v for k, v in model_raw.items() if k in fields})
-    elif isinstance(preset, str):
-        model = get_preset(preset)
-    else:
-        raise UsageError("the run's workload names no model preset or shape")
-    parallel = _get(workload, "dims", "parallel", default={})
-    if not isinstance(parallel, dict):
-        parallel = {}
-    ws = _get(parallel, "world_size", default=_get(workload, "world_size", default=world_size))
-    if ws is None:
-        raise UsageError("the run's workload gives no world size")
-    dims = ParallelDims(
-        int(ws),
-        dp=int(_get(parallel, "dp", default=_get(workload, "dp", default=-1))),
-        tp=int(_get(parallel, "tp", default=_get(workload, "tp", default=1))),
-        pp=int(_get(parallel, "pp", default=_get(workload, "pp", default=1))),
-    )
-    return Job(
-        model=model,
-        scheme=str(_get(workload, "scheme")),
-        dims=dims,
-        seq_len=int(_get(workload, "seq_len", default=1024)),
-        micro_batch=int(_get(workload, "micro_batch", default=1)),
-        microbatches=int(_get(workload, "microbatches", default=1)),
-        dtype=str(_get(workload, "dtype", default="fp32")),
-        sequence_parallel=bool(_get(workload, "sequence_parallel", default=False)),
-        schedule=str(_get(workload, "schedule", default="1f1b")),
-        recompute=bool(_get(workload, "recompute", default=False)),
-    )
+
+
+_JOB_FIELDS = (*SHAPES, "dtype", "sequence_parallel", "schedule", "recompute")
+"""The fields of :class:`Job` that are plain values (not the model, scheme or layout)."""
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunSettings))
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _typed(kind: type, data: Any, where: str = "") -> dict[str, Any]:
+    """``data`` as keyword arguments of the dataclass ``kind``: every key one of its
+    plain fields, every value of that field's type (an int also serves a float)."""
+    prefix = f"{where}." if where else ""
+    if not isinstance(data, dict):
+        raise RunFormatError(f"{where or 'the workload'} must be a table, got {data!r}")
+    types = {f.name: _KINDS.get(str(f.type)) for f in dataclasses.fields(kind)}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        want = types.get(key)
+        if want is None:
+            raise RunFormatError(f"unknown key {prefix}{key!r} in the workload")
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise RunFormatError(f"{prefix}{key} must be a {want.__name__}, got {value!r}")
+        out[key] = value
+    return out

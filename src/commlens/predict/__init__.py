@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from commlens.job.spec import Job, job_from_workload
+from commlens.job.spec import Job
 from commlens.predict.calls import OpVolume, PredictedCall
 from commlens.predict.exact import rank_calls
 from commlens.predict.forecast import Prediction, predict
@@ -30,7 +30,6 @@ __all__ = [
     "builtin_profiles",
     "get_profile",
     "get_profiles",
-    "job_from_workload",
     "predict",
     "rank_calls",
     "textbook_calls",

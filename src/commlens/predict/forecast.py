@@ -70,7 +70,7 @@ class Prediction:
         for n, speedup in zip(self.networks, self.speedups(), strict=True):
             networks.append({**n.to_dict(), "speedup": speedup})
         return {
-            "job": self.job.to_dict(),
+            "job": self.job.describe(),
             "settings": self.settings,
             "rank": self.shown_rank,
             "per_step": {

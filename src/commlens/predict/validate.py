@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from commlens.errors import RunFormatError, UsageError
-from commlens.job.spec import Job, job_from_workload
+from commlens.errors import CommlensError, RunFormatError, UsageError
+from commlens.job.spec import Job
 from commlens.predict.calls import aggregate, sort_key
 from commlens.predict.exact import rank_calls
 
@@ -144,7 +144,7 @@ class Validation:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "job": self.job.to_dict(),
+            "job": self.job.describe(),
             "tolerance": self.tolerance,
             "steps": self.steps,
             "ranks": self.ranks,
@@ -274,11 +274,10 @@ def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) ->
             "`commlens run` (or a manifest with model, scheme and layout)"
         )
     try:
-        job = job_from_workload(workload, manifest.get("world_size"))
-        steps = workload.get("steps")
-        steps = int(steps) if steps else None
-    except (TypeError, ValueError) as exc:  # a value of the wrong type in the workload
+        job = Job.from_dict(workload)
+    except CommlensError as exc:
         raise RunFormatError(f"{run.path}: the manifest's workload is not usable ({exc})") from None
+    steps = job.run.steps if "steps" in workload else None  # else: the last step with events
     result = validate_events(
         job,
         run.events,

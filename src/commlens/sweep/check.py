@@ -17,8 +17,8 @@ from typing import Any
 
 from commlens.errors import CommlensError, UsageError
 from commlens.job.models import get_preset
-from commlens.job.parallel import ParallelDims
-from commlens.job.spec import Job, job_from_workload
+from commlens.job.parallel import resolve_dims
+from commlens.job.spec import Job
 from commlens.predict.forecast import DEFAULT_TFLOPS, predict
 from commlens.predict.profiles import NetworkProfile, get_profile
 
@@ -99,8 +99,7 @@ def predict_point(
 ) -> list[dict[str, Any]]:
     """The point's job on each profile in ``networks`` (and on ``link``, its own shaped
     link, when it ran on ``nodes`` > 1 emulated nodes)."""
-    workload = manifest.get("workload") or {}
-    job = job_from_workload(workload, manifest.get("world_size"))
+    job = Job.from_dict(manifest.get("workload") or {})
     # on loopback, as if each rank were a node of its own (so the network matters)
     gpus_per_node = job.dims.world_size // nodes if nodes > 1 else 1
     profiles = [get_profile(n) for n in networks]
@@ -112,8 +111,6 @@ def predict_point(
 
 def scaled_job(point: dict[str, Any], scale: Any) -> Job | None:
     """The point's scheme at the studies' scale, or None when its model has no mapping."""
-    from commlens.workloads.config import resolve_dims
-
     preset = scale.models.get(point["model"])
     if preset is None:
         return None
@@ -125,7 +122,7 @@ def scaled_job(point: dict[str, Any], scale: Any) -> Job | None:
     return Job(
         model=get_preset(preset),
         scheme=scheme,
-        dims=ParallelDims(dims.world_size, dp=dims.dp, tp=dims.tp, pp=dims.pp),
+        dims=dims,
         seq_len=scale.seq_len,
         micro_batch=scale.micro_batch,
         microbatches=int(degrees.get("microbatches", 1)),

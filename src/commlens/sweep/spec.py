@@ -34,41 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import UsageError
+from commlens.job.options import point_defaults, point_keys
 
-POINT_KEYS: dict[str, type] = {
-    "model": str,
-    "scheme": str,
-    "nproc": int,
-    "dp": int,
-    "tp": int,
-    "pp": int,
-    "seq_len": int,
-    "micro_batch": int,
-    "microbatches": int,
-    "nodes": int,
-    "link": str,
-    "dtype": str,
-    "schedule": str,
-    "sequence_parallel": bool,
-    "recompute": bool,
-}
-"""Keys that describe one point, allowed in [sweep], [grid] and [schemes.NAME]."""
+LAUNCH_KEYS: dict[str, type] = {"nodes": int, "link": str}
+"""Point keys of where the ranks run (``commlens run``'s --nodes and --link), not of the job."""
 
-POINT_DEFAULTS: dict[str, Any] = {
-    "nproc": 2,
-    "dp": None,
-    "tp": None,
-    "pp": None,
-    "seq_len": 128,
-    "micro_batch": 2,
-    "microbatches": 1,
-    "nodes": 1,
-    "link": "unshaped",
-    "dtype": "fp32",
-    "schedule": "1f1b",
-    "sequence_parallel": False,
-    "recompute": False,
-}
+POINT_KEYS: dict[str, type] = {**point_keys(), **LAUNCH_KEYS}
+"""Keys that describe one point, allowed in [sweep], [grid] and [schemes.NAME]: the
+job's ``commlens run`` flags (:mod:`commlens.job.options`) and the launch keys."""
+
+POINT_DEFAULTS: dict[str, Any] = {**point_defaults(), "nodes": 1, "link": "unshaped"}
+"""Each point key's default (``commlens run``'s); model and scheme have none."""
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")
 """A sweep name: one path component, never ``.``, ``..`` or a hidden name."""

@@ -5,7 +5,8 @@ builds its part of the model (:func:`parallelize`) and trains it
 (:func:`train`) under a capture. See :mod:`commlens.workloads.parallelize`
 for which collectives each scheme really issues.
 
-Exports load lazily, so that reading a config does not import torch.
+The job they train is :class:`commlens.job.Job`. Exports load lazily, so
+that reading a job does not import torch.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "WorkloadConfig": "commlens.workloads.config",
-    "resolve_dims": "commlens.workloads.config",
+    "workload_from_options": "commlens.workloads.config",
     "Parallelized": "commlens.workloads.parallelize",
     "parallelize": "commlens.workloads.parallelize",
     "StepRecord": "commlens.workloads.train",

@@ -6,7 +6,7 @@ import os
 
 from commlens.errors import UsageError
 from commlens.job.memory import PROCESS_BASELINE_BYTES, estimate_memory, host_bytes
-from commlens.workloads.config import WorkloadConfig
+from commlens.job.spec import Job
 
 GB = 1e9
 
@@ -30,26 +30,26 @@ def device_memory_available() -> int:
     return min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
 
 
-def check_fits(wcfg: WorkloadConfig, available: int | None = None) -> int:
+def check_fits(job: Job, available: int | None = None) -> int:
     """The per-rank estimate in bytes; a one-line :class:`UsageError` when it does not fit.
 
     On CPU all ranks share the host's memory; with NCCL each rank has a GPU.
     """
-    d = wcfg.dims
+    d = job.dims
     est = estimate_memory(
-        wcfg.model,
-        scheme=wcfg.scheme,
+        job.model,
+        scheme=job.scheme,
         dp=d.dp,
         tp=d.tp,
         pp=d.pp,
-        seq_len=wcfg.seq_len,
-        micro_batch=wcfg.micro_batch,
-        microbatches=wcfg.microbatches,
-        dtype_bytes=wcfg.dtype_bytes,
-        recompute=wcfg.recompute,
-        schedule=wcfg.schedule,
+        seq_len=job.seq_len,
+        micro_batch=job.micro_batch,
+        microbatches=job.microbatches,
+        dtype_bytes=job.dtype_bytes,
+        recompute=job.recompute,
+        schedule=job.schedule,
     )
-    on_gpu = wcfg.backend == "nccl"
+    on_gpu = job.run.backend == "nccl"
     if available is None:
         available = device_memory_available() if on_gpu else host_memory_available()
     # On CPU every rank also pays a torch process's own memory (PROCESS_BASELINE_BYTES).
@@ -63,7 +63,7 @@ def check_fits(wcfg: WorkloadConfig, available: int | None = None) -> int:
             else "pick a smaller --model, shorter --seq-len, or more ranks/stages"
         )
         raise UsageError(
-            f"{wcfg.model.name} needs about {est.total / GB:.1f} GB per rank "
+            f"{job.model.name} needs about {est.total / GB:.1f} GB per rank "
             f"(params {est.params / GB:.1f}, grads {est.grads / GB:.1f}, "
             f"optimizer {est.optimizer / GB:.1f}, activations {est.activations / GB:.1f} GB)"
             f"{process}, {need / GB:.1f} GB {where}, but only {available / GB:.1f} GB is "

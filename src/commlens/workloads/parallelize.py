@@ -39,7 +39,7 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from commlens.workloads.config import WorkloadConfig
+from commlens.job.spec import Job
 from commlens.workloads.groups import Groups
 from commlens.workloads.init import init_parameters
 from commlens.workloads.layers import Block
@@ -120,15 +120,13 @@ class Parallelized:
                 dist.all_reduce(word.grad, group=self.groups.embedding)
 
 
-def build_shard(
-    wcfg: WorkloadConfig, groups: Groups, device: torch.device
-) -> tuple[nn.Module, TPContext]:
+def build_shard(job: Job, groups: Groups, device: torch.device) -> tuple[nn.Module, TPContext]:
     """Tensor + pipeline parallelism: this rank's stage, split over tp, initialized."""
-    tp = groups.tp_context(wcfg.sequence_parallel)
+    tp = groups.tp_context(job.sequence_parallel)
     with torch.device(device):  # allocate the shard where it trains, never the full model
-        model = build_model(wcfg.model, tp, groups.dims.pp, groups.stage)
-    init_parameters(model, wcfg.model, tp, wcfg.seed)
-    dtype = torch.bfloat16 if wcfg.dtype == "bf16" else torch.float32
+        model = build_model(job.model, tp, groups.dims.pp, groups.stage)
+    init_parameters(model, job.model, tp, job.run.seed)
+    dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float32
     return model.to(dtype=dtype), tp
 
 
@@ -173,24 +171,24 @@ def apply_fsdp(model: nn.Module, groups: Groups, reshard_after_forward: bool) ->
     return model
 
 
-def parallelize(wcfg: WorkloadConfig, groups: Groups, device: torch.device) -> Parallelized:
-    """Build this rank's part of ``wcfg`` with its scheme applied."""
-    stage, tp = build_shard(wcfg, groups, device)
-    if wcfg.recompute:
+def parallelize(job: Job, groups: Groups, device: torch.device) -> Parallelized:
+    """Build this rank's part of ``job`` with its scheme applied."""
+    stage, tp = build_shard(job, groups, device)
+    if job.recompute:
         apply_recompute(stage)
     seq_params = [p for p in stage.parameters() if getattr(p, "sequence_parallel", False)]
     model: nn.Module = stage
     grad_sync = None
     data_parallel = groups.dims.dp > 1
-    if wcfg.scheme in ("zero2", "zero3") and data_parallel:
-        model = apply_fsdp(stage, groups, reshard_after_forward=wcfg.scheme == "zero3")
+    if job.scheme in ("zero2", "zero3") and data_parallel:
+        model = apply_fsdp(stage, groups, reshard_after_forward=job.scheme == "zero3")
     elif data_parallel and groups.dims.pp == 1:
         model = apply_ddp(stage, groups)
     elif data_parallel:
         grad_sync = apply_grad_sync(stage, groups)
     optimizer: torch.optim.Optimizer
-    if wcfg.scheme == "zero1" and data_parallel:
-        optimizer = apply_zero1(stage, wcfg.lr, groups)
+    if job.scheme == "zero1" and data_parallel:
+        optimizer = apply_zero1(stage, job.run.lr, groups)
     else:
-        optimizer = torch.optim.AdamW(stage.parameters(), lr=wcfg.lr)
+        optimizer = torch.optim.AdamW(stage.parameters(), lr=job.run.lr)
     return Parallelized(model, stage, optimizer, groups, tp, grad_sync, seq_params)

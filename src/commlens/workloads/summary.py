@@ -16,18 +16,18 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.analysis import open_run, step_summary, step_table
+from commlens.job.spec import Job
 from commlens.trace.manifest import merge_manifest
-from commlens.workloads.config import WorkloadConfig
 
 
-def run_step_metrics(manifest: dict[str, Any], wcfg: WorkloadConfig) -> list[dict[str, Any]]:
+def run_step_metrics(manifest: dict[str, Any], wcfg: Job) -> list[dict[str, Any]]:
     """One record per step over all ranks (time: slowest rank; loss: mean over dp)."""
     per_rank = [
         (int(rank), entry.get("meta", {}).get("steps_metrics") or [])
         for rank, entry in manifest.get("ranks", {}).items()
     ]
     out = []
-    for step in range(wcfg.steps):
+    for step in range(wcfg.run.steps):
         rows = [(rank, recs[step]) for rank, recs in per_rank if len(recs) > step]
         if not rows:
             break
@@ -44,14 +44,14 @@ def run_step_metrics(manifest: dict[str, Any], wcfg: WorkloadConfig) -> list[dic
                 "loss": sum(losses) / len(losses) if losses else None,
                 "tokens_per_s": wcfg.global_batch * wcfg.seq_len / time_s,
                 "tflops": sum(r["tflops"] for _, r in rows) / len(rows),
-                "warmup": step < wcfg.warmup_steps,
+                "warmup": step < wcfg.run.warmup_steps,
             }
         )
     return out
 
 
 def finalize_run(
-    run_dir: Path, wcfg: WorkloadConfig, command: list[str], topology: dict[str, Any] | None = None
+    run_dir: Path, wcfg: Job, command: list[str], topology: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Write the workload, the run-level step metrics and the topology into ``run.json``."""
     manifest = merge_manifest(run_dir)
@@ -83,15 +83,13 @@ class RunSummary:
     warnings: list[str]
 
 
-def summarize(
-    run_dir: Path, manifest: dict[str, Any], wcfg: WorkloadConfig, top: int = 8
-) -> RunSummary:
+def summarize(run_dir: Path, manifest: dict[str, Any], wcfg: Job, top: int = 8) -> RunSummary:
     """Summary of the steps after warm-up (all steps when there are no others)."""
     view = open_run(run_dir)
     try:
-        first = wcfg.warmup_steps
+        first = wcfg.run.warmup_steps
         per_step = step_summary(step_table(view)).to_pylist()
-        measured = [r for r in per_step if first <= r["step"] < wcfg.steps] or per_step
+        measured = [r for r in per_step if first <= r["step"] < wcfg.run.steps] or per_step
         metrics = [m for m in manifest.get("steps_metrics", []) if not m["warmup"]]
         metrics = metrics or manifest.get("steps_metrics", [])
         n = max(len(metrics), 1)
@@ -105,7 +103,7 @@ def summarize(
             FROM events WHERE step >= ? AND step < ?
             GROUP BY op, role ORDER BY time_per_step_s DESC LIMIT ?
             """,
-            [ranks * n, ranks * n, first, wcfg.steps, top],
+            [ranks * n, ranks * n, first, wcfg.run.steps, top],
         )
         losses = [m["loss"] for m in manifest.get("steps_metrics", []) if m["loss"] is not None]
         k = max(len(measured), 1)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from commlens.job.models import flops_per_step
-from commlens.workloads.config import WorkloadConfig
+from commlens.job.spec import Job
 from commlens.workloads.data import Batch, global_batch, microbatch
 from commlens.workloads.parallelize import Parallelized
 from commlens.workloads.pipeline import P2P, gpipe, one_f_one_b
@@ -36,17 +36,15 @@ class StepRecord:
         return asdict(self)
 
 
-def rank_microbatches(
-    wcfg: WorkloadConfig, par: Parallelized, step: int, device: torch.device
-) -> list[Batch]:
+def rank_microbatches(job: Job, par: Parallelized, step: int, device: torch.device) -> list[Batch]:
     """This data-parallel rank's micro-batches of ``step``."""
-    batch = global_batch(wcfg.model, wcfg.seq_len, wcfg.global_batch, step, wcfg.seed)
-    d, k = par.groups.coords["dp"], wcfg.microbatches
-    return [microbatch(batch, d * k + j, wcfg.micro_batch, device) for j in range(k)]
+    batch = global_batch(job.model, job.seq_len, job.global_batch, step, job.run.seed)
+    d, k = par.groups.coords["dp"], job.microbatches
+    return [microbatch(batch, d * k + j, job.micro_batch, device) for j in range(k)]
 
 
 def forward_backward(
-    wcfg: WorkloadConfig, par: Parallelized, mbs: list[Batch], device: torch.device
+    job: Job, par: Parallelized, mbs: list[Batch], device: torch.device
 ) -> float | None:
     """Run every micro-batch forward and backward; the mean loss on the last stage."""
     k = len(mbs)
@@ -66,10 +64,10 @@ def forward_backward(
             with par.no_sync(last_microbatch=i == k - 1):
                 forward(i, None).backward()
     else:
-        tokens = wcfg.seq_len // (dims.tp if par.tp.sequence_parallel else 1)
-        shape = (tokens, wcfg.micro_batch, wcfg.model.hidden)
+        tokens = job.seq_len // (dims.tp if par.tp.sequence_parallel else 1)
+        shape = (tokens, job.micro_batch, job.model.hidden)
         p2p = P2P(par.groups, shape, next(stage.parameters()).dtype, device)
-        if wcfg.schedule == "gpipe":
+        if job.schedule == "gpipe":
             gpipe(forward, p2p, k)
         else:
             one_f_one_b(forward, p2p, k, par.groups.stage, dims.pp)
@@ -82,25 +80,23 @@ def _sync(device: torch.device) -> None:
 
 
 def train(
-    wcfg: WorkloadConfig,
+    job: Job,
     par: Parallelized,
     device: torch.device,
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> list[StepRecord]:
-    """Train ``wcfg.steps`` steps; one record per step."""
+    """Train ``job.run.steps`` steps; one record per step."""
     dims = par.groups.dims
-    flops = flops_per_step(
-        wcfg.model, wcfg.seq_len, wcfg.micro_batch, wcfg.microbatches, wcfg.recompute
-    )
+    flops = flops_per_step(job.model, job.seq_len, job.micro_batch, job.microbatches, job.recompute)
     flops_per_rank = flops * dims.dp / dims.world_size
-    tokens = wcfg.global_batch * wcfg.seq_len
+    tokens = job.global_batch * job.seq_len
     records = []
-    for step in range(wcfg.steps):
-        mbs = rank_microbatches(wcfg, par, step, device)
+    for step in range(job.run.steps):
+        mbs = rank_microbatches(job, par, step, device)
         _sync(device)
         t0 = time.perf_counter()
         par.optimizer.zero_grad(set_to_none=True)
-        loss = forward_backward(wcfg, par, mbs, device)
+        loss = forward_backward(job, par, mbs, device)
         par.finish_grads()
         par.optimizer.step()  # capture counts a step when the optimizer steps
         _sync(device)
@@ -111,7 +107,7 @@ def train(
             loss=loss,
             tokens_per_s=tokens / elapsed,
             tflops=flops_per_rank / elapsed / 1e12,
-            warmup=step < wcfg.warmup_steps,
+            warmup=step < job.run.warmup_steps,
         )
         records.append(record)
         if on_step is not None:

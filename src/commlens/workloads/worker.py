@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import commlens
-from commlens.workloads.config import WorkloadConfig
+from commlens.job.spec import Job
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize
 from commlens.workloads.train import StepRecord, train
@@ -32,40 +32,39 @@ def device_for(backend: str) -> torch.device:
     return torch.device("cpu")
 
 
-def reporting_rank(wcfg: WorkloadConfig) -> int:
+def reporting_rank(job: Job) -> int:
     """The rank that prints progress: last pipeline stage, dp and tp index 0."""
-    return wcfg.dims.rank_of(0, 0, wcfg.dims.pp - 1)
+    return job.dims.rank_of(0, 0, job.dims.pp - 1)
 
 
-def run_workload(
-    wcfg: WorkloadConfig, device: torch.device, verbose: bool = False
-) -> list[StepRecord]:
-    """Build and train ``wcfg`` on this rank (the process group must exist)."""
-    torch.manual_seed(wcfg.seed)
-    groups = build_groups(wcfg.dims)
-    par = parallelize(wcfg, groups, device)
-    loud = verbose and dist.get_rank() == reporting_rank(wcfg)
+def run_workload(job: Job, device: torch.device, verbose: bool = False) -> list[StepRecord]:
+    """Build and train ``job`` on this rank (the process group must exist)."""
+    torch.manual_seed(job.run.seed)
+    groups = build_groups(job.dims)
+    par = parallelize(job, groups, device)
+    loud = verbose and dist.get_rank() == reporting_rank(job)
 
     def progress(r: StepRecord) -> None:
         if loud:
             tag = " (warm-up)" if r.warmup else ""
             print(
-                f"step {r.step + 1}/{wcfg.steps}  loss (dp rank 0) {r.loss:.4f}  {r.time_s:.3f} s  "
+                f"step {r.step + 1}/{job.run.steps}  loss (dp rank 0) {r.loss:.4f}  "
+                f"{r.time_s:.3f} s  "
                 f"{r.tokens_per_s:,.0f} tokens/s{tag}",
                 flush=True,
             )
 
-    return train(wcfg, par, device, on_step=progress)
+    return train(job, par, device, on_step=progress)
 
 
 def capture_workload(
-    wcfg: WorkloadConfig, out: Path, device: torch.device, verbose: bool = False
+    job: Job, out: Path, device: torch.device, verbose: bool = False
 ) -> list[StepRecord]:
     """``run_workload`` under a capture into ``out``, the workload and the per-step
     records in this rank's metadata (the process group must exist)."""
-    meta = {"workload": wcfg.to_dict(), "coords": wcfg.dims.coords(dist.get_rank())}
+    meta = {"workload": job.to_dict(), "coords": job.dims.coords(dist.get_rank())}
     with commlens.capture(out, meta=meta) as cap:
-        records = run_workload(wcfg, device, verbose=verbose)
+        records = run_workload(job, device, verbose=verbose)
         cap.add_meta("steps_metrics", [r.to_dict() for r in records])
     return records
 
@@ -75,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m commlens.workloads.worker CONFIG.json OUT_DIR", file=sys.stderr)
         return 2
-    wcfg = WorkloadConfig.from_dict(json.loads(Path(args[0]).read_text()))
+    job = Job.from_dict(json.loads(Path(args[0]).read_text()))
     out = Path(args[1])
-    device = device_for(wcfg.backend)
-    dist.init_process_group(wcfg.backend, timeout=timedelta(minutes=10))
+    device = device_for(job.run.backend)
+    dist.init_process_group(job.run.backend, timeout=timedelta(minutes=10))
     try:
-        capture_workload(wcfg, out, device, verbose=True)
+        capture_workload(job, out, device, verbose=True)
     finally:
         dist.destroy_process_group()
     return 0

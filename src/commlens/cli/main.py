@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "export",
     "query",
     "predict",
+    "whatif",
     "validate",
     "net",
     "bench",

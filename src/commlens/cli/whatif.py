@@ -1,0 +1,72 @@
+"""``commlens whatif RUN --net A[,B,...]``: a captured run re-timed on other networks."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from commlens.cli.report import add_steps_option, add_width_option
+
+ALGORITHMS = ("ring", "tree", "direct", "auto")  # commlens.predict.cost's, without its imports
+FORMATS = ("text", "md", "html", "json")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "whatif",
+        help="replay a captured run on other networks or node layouts",
+        description="Replays every rank of a captured run (`commlens run` or `commlens trace`): "
+        "compute between calls as measured, each collective or send/recv from the cost model "
+        "for its real size once its last member issued it. Prints, per network, the step "
+        "time, communication share, exposed vs overlapped time, per-op and per-role time, the "
+        "slowest rank and the speedup over the captured run, with a self-check: the same "
+        "replay fed the measured op times must give back the captured steps.",
+    )
+    p.add_argument("run", help="run directory (run.json + rank-*.parquet)")
+    p.add_argument(
+        "--net",
+        required=True,
+        help="comma list of inter-node profiles (built-in names or FILE.toml, e.g. a "
+        "`commlens bench --fit` profile), as `commlens predict --net` takes them",
+    )
+    p.add_argument("--nodes", type=int, default=None, help="place the ranks on K nodes")
+    p.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=None,
+        help="G ranks per node (default: the run's emulated nodes, else one rank per node)",
+    )
+    p.add_argument(
+        "--intra",
+        default=None,
+        help="profile of links inside a node (default: loopback for a gloo run, else nvlink)",
+    )
+    p.add_argument("--algo", default="ring", choices=ALGORITHMS, help="collective algorithm")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: from -o's suffix, else text)",
+    )
+    p.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
+    add_width_option(p)
+    add_steps_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commlens.report.output import emit
+    from commlens.whatif.document import build_document
+    from commlens.whatif.study import run_study
+
+    study = run_study(
+        args.run,
+        args.net,
+        steps=args.steps if args.steps is not None else None,
+        nodes=args.nodes,
+        ranks_per_node=args.ranks_per_node,
+        intra=args.intra,
+        algorithm=args.algo,
+    )
+    emit(build_document(study), args.output, args.format, width=args.width)
+    return 0

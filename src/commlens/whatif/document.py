@@ -1,0 +1,221 @@
+"""A :class:`~commlens.whatif.study.Study` as a report :class:`Document` (text, md, html, json)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from commlens.report.document import Column, Document, Section
+from commlens.whatif.study import Answer, Study
+
+
+def _table(rows: Sequence[Mapping[str, object]], columns: list[Column]) -> pa.Table:
+    return pa.table({c.key: [r[c.key] for r in rows] for c in columns})
+
+
+def _networks(study: Study) -> Section:
+    columns = [
+        Column("network", "network"),
+        Column("gbit", "link (Gbit/s)", "gbit"),
+        Column("latency", "latency (us)", "us"),
+        Column("step", "step, median (s)", "s"),
+        Column("comm", "comm (s/step)", "s"),
+        Column("share", "comm share (%)", "pct"),
+        Column("exposed", "exposed (s/step)", "s"),
+        Column("overlapped", "overlapped (s/step)", "s"),
+        Column("speedup", "speedup vs captured", "x"),
+    ]
+    rows = []
+    for a in [study.captured, *study.answers]:
+        f = a.figures
+        rows.append(
+            {
+                "network": a.name if a.profile else "captured (measured op times)",
+                "gbit": a.profile.effective_Gbps if a.profile else None,
+                "latency": a.profile.latency_s if a.profile else None,
+                "step": f.median_step_s,
+                "comm": f.comm_s,
+                "share": f.comm_share,
+                "exposed": f.exposed_s,
+                "overlapped": f.overlapped_s,
+                "speedup": study.speedup(a),
+            }
+        )
+    return Section(
+        "networks",
+        "step time per network",
+        _table(rows, columns),
+        columns,
+        note="per step: the slowest rank's step time; comm, exposed and overlapped are means "
+        "over ranks; medians over the steps kept",
+    )
+
+
+def _steps(study: Study) -> Section:
+    answers = [study.captured, *study.answers]
+    columns = [Column("step", "step", "int")] + [
+        Column(f"net{i}", f"{a.name} (s)", "s") for i, a in enumerate(answers)
+    ]
+    data: dict[str, list[object]] = {"step": list(study.captured.figures.steps)}
+    for i, a in enumerate(answers):
+        data[f"net{i}"] = list(a.figures.step_s)
+    return Section("steps", "step time per step", pa.table(data), columns)
+
+
+def _ops(study: Study) -> Section:
+    columns = [
+        Column("network", "network"),
+        Column("op", "op"),
+        Column("role", "role", "name"),
+        Column("calls", "calls/step", "float"),
+        Column("bytes", "bytes/step", "bytes"),
+        Column("time", "time (s/step)", "s"),
+        Column("service", "service (s/step)", "s"),
+        Column("wait", "waiting (s/step)", "s"),
+        Column("exposed", "exposed (s/step)", "s"),
+    ]
+    rows = [
+        {
+            "network": a.name,
+            "op": o.op,
+            "role": o.role,
+            "calls": o.calls,
+            "bytes": o.bytes,
+            "time": o.time_s,
+            "service": o.service_s,
+            "wait": o.wait_s,
+            "exposed": o.exposed_s,
+        }
+        for a in [study.captured, *study.answers]
+        for o in a.figures.ops
+    ]
+    return Section(
+        "ops",
+        "per op and role, per step and rank",
+        _table(rows, columns),
+        columns,
+        note="time = issue to end; waiting = issue to start (peers not there yet, or the "
+        "group busy with the op before); service = start to end",
+    )
+
+
+def _roles(study: Study) -> Section:
+    columns = [
+        Column("network", "network"),
+        Column("role", "role", "name"),
+        Column("time", "time (s/step)", "s"),
+        Column("service", "service (s/step)", "s"),
+        Column("exposed", "exposed (s/step)", "s"),
+    ]
+    rows = []
+    for a in [study.captured, *study.answers]:
+        sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for o in a.figures.ops:
+            acc = sums[o.role]
+            acc[0] += o.time_s
+            acc[1] += o.service_s
+            acc[2] += o.exposed_s
+        for role, (time, service, exposed) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
+            rows.append(
+                {
+                    "network": a.name,
+                    "role": role,
+                    "time": time,
+                    "service": service,
+                    "exposed": exposed,
+                }
+            )
+    return Section("roles", "per role, per step and rank", _table(rows, columns), columns)
+
+
+def _ranks(study: Study) -> Section:
+    columns = [
+        Column("network", "network"),
+        Column("rank", "slowest rank", "int"),
+        Column("held", "its time held (s/step)", "s"),
+        Column("median", "median rank held (s/step)", "s"),
+    ]
+    rows = [
+        {
+            "network": a.name,
+            "rank": a.figures.slowest_rank,
+            "held": a.figures.slowest_held_s,
+            "median": a.figures.median_held_s,
+        }
+        for a in [study.captured, *study.answers]
+    ]
+    return Section(
+        "ranks",
+        "slowest rank (held least: the others wait for it)",
+        _table(rows, columns),
+        columns,
+    )
+
+
+def _assumptions(study: Study) -> Section:
+    columns = [Column("assumption", "assumption")]
+    rows = [{"assumption": a} for a in study.assumptions]
+    return Section("assumptions", "what the replay assumes", _table(rows, columns), columns)
+
+
+def _answer_data(study: Study, a: Answer) -> dict[str, object]:
+    out: dict[str, object] = {"name": a.name, "speedup": study.speedup(a), **a.figures.to_dict()}
+    out["profile"] = a.profile.to_dict() if a.profile else None
+    return out
+
+
+def build_document(study: Study) -> Document:
+    """The report of ``study``."""
+    tr, place, check = study.trace, study.placement, study.check
+    steps = study.captured.figures.steps
+    facts = [
+        ("run", tr.name),
+        ("ranks", f"{tr.world_size} ({tr.events:,} events)"),
+        ("steps", f"{steps[0]}..{steps[-1]} ({len(steps)} kept)" if steps else "none"),
+        (
+            "placement",
+            f"{place.nodes} node(s) x {place.ranks_per_node} rank(s), intra-node "
+            f"{place.intra}, algorithm {place.algorithm} ({place.source})",
+        ),
+        ("self-check", check.line),
+    ]
+    for a in study.answers:
+        if a.profile is not None and a.profile.source:
+            facts.append((f"profile {a.name}", a.profile.source))
+    best = max(study.answers, key=lambda a: study.speedup(a), default=None)
+    highlights = [check.line[0].upper() + check.line[1:] + "."]
+    if best is not None:
+        highlights.append(
+            f"Fastest network: {best.name}, median step {best.figures.median_step_s:.6f} s, "
+            f"{study.speedup(best):.2f}x the captured {study.captured.figures.median_step_s:.6f} s."
+        )
+    data: dict[str, object] = {
+        "run": tr.name,
+        "world_size": tr.world_size,
+        "events": tr.events,
+        "placement": vars(place),
+        "self_check": {
+            "max_step_error": check.max_step_error,
+            "max_event_error_s": check.max_event_error_s,
+        },
+        "assumptions": study.assumptions,
+        "captured": _answer_data(study, study.captured),
+        "networks": [_answer_data(study, a) for a in study.answers],
+    }
+    return Document(
+        title=f"what-if replay of {tr.name}",
+        facts=facts,
+        sections=[
+            _networks(study),
+            _steps(study),
+            _roles(study),
+            _ops(study),
+            _ranks(study),
+            _assumptions(study),
+        ],
+        warnings=list(tr.warnings),
+        data=data,
+        highlights=highlights,
+    )

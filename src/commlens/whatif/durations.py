@@ -1,0 +1,72 @@
+"""How long each op lasts in a replay: as measured, or from the cost model of a fabric.
+
+*Measured*: an instance starts, in the capture, when its last member issued
+it and its queue's previous instance had ended on every member; member
+``e`` lasts from there to its own recorded end (never less than 0). Fed to
+the replay, these reproduce the captured timeline: the self-check.
+
+*Modelled*: every member lasts the cost model's time
+(:meth:`commlens.predict.topology.Fabric.time`) for the op's real message
+size on its group's placement over nodes, the inter-node link shared by
+the concurrent flows of the groups of its role
+(:func:`commlens.predict.topology.link_flows`). Object collectives cost as
+their tensor op (``all_gather_object`` as ``all_gather``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from commlens.predict.topology import Fabric, link_flows
+from commlens.whatif.model import Program
+
+OBJECT_AS_TENSOR = {
+    "all_gather_object": "all_gather",
+    "gather_object": "gather",
+    "scatter_object": "scatter",
+    "broadcast_object": "broadcast",
+    "send_object": "send",
+    "recv_object": "recv",
+}
+
+
+def measured(prog: Program) -> np.ndarray:
+    """Seconds each event's op lasted in the capture, from its instance's start."""
+    tr = prog.trace
+    n = prog.instances
+    last_issue = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_issue, prog.inst, tr.t_issue)
+    last_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_end, prog.inst, tr.t_end)
+    before = np.r_[np.iinfo(np.int64).min, last_end[:-1]]
+    start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
+    return np.maximum(tr.t_end - start[prog.inst], 0) / 1e9
+
+
+def instance_roles(prog: Program) -> np.ndarray:
+    """Role code of each instance (that of its first member)."""
+    roles = np.zeros(prog.instances, dtype=np.int64)
+    roles[prog.inst[::-1]] = prog.trace.role[::-1]
+    return roles
+
+
+def modelled(prog: Program, fabric: Fabric) -> np.ndarray:
+    """Seconds each event's op lasts on ``fabric`` (the same for all members)."""
+    tr = prog.trace
+    ops = np.array([OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names], dtype=object)
+    roles = instance_roles(prog)
+    groups_of_role: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    for role, g in set(zip(roles.tolist(), prog.inst_group.tolist(), strict=True)):
+        groups_of_role[role].add(prog.cost_groups[g])
+    flows = {role: link_flows(fabric, groups) for role, groups in groups_of_role.items()}
+    keys = np.stack([prog.inst_op, prog.inst_size, prog.inst_group, roles], axis=1)
+    unique, which = np.unique(keys, axis=0, return_inverse=True)
+    cost = np.array(
+        [
+            fabric.time(str(ops[op]), float(size), prog.cost_groups[g], flows[role])
+            for op, size, g, role in unique.tolist()
+        ]
+    )
+    return cost[which.ravel()][prog.inst]

@@ -1,0 +1,277 @@
+"""The replay model of a run: per rank, what it does in order; across ranks, who meets whom.
+
+Every rank becomes a list of *marks* in the order it reached them, each after
+a compute gap (the time the rank spent neither issuing nor held, as
+measured):
+
+- ``ISSUE e``: the rank issues op ``e`` (one event) and goes on;
+- ``HOLD e``: the rank is held until op ``e`` ends: right after the issue of a
+  blocking op, at the ``wait()`` of an async one;
+- ``STEP j``: a step starts or ends (``j`` = 2·row, 2·row + 1 of the step table).
+
+Ops become *instances*: a collective is matched across the ranks of its group
+by its position among that group's ops on each rank (the k-th op every member
+issued on a group is one collective); a send is matched with the receive of
+the same (group, source, destination) at the same position. Instances of
+one group (of one p2p channel) form a queue: one starts when all its members
+issued it and the one before it on the queue has ended.
+
+Where the trace does not say when an async op was waited for (``t_wait = 0``:
+DDP's buckets are waited from C++), the wait is put at the last issue of its
+burst (consecutive un-waited async ops of one group in one step), as DDP's
+backward waits for all its buckets at its end; when the rank evidently went
+on before the burst completed, at the op's own completion instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commlens.errors import RunFormatError
+from commlens.whatif.source import Trace
+
+ISSUE, HOLD, STEP = 0, 1, 2
+SENDS = ("send", "send_object")
+RECVS = ("recv", "recv_object")
+
+
+@dataclass
+class Program:
+    """A run ready for replay (see the module docstring)."""
+
+    trace: Trace
+    kinds: list[list[int]]
+    """Per rank, the kind of each mark."""
+    args: list[list[int]]
+    """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark."""
+    gaps: list[list[float]]
+    """Per rank, seconds of compute before each mark."""
+    inst: np.ndarray
+    """Instance of each event."""
+    members: np.ndarray
+    """Events of instance i: ``members[offsets[i]:offsets[i + 1]]``."""
+    offsets: np.ndarray
+    first_of_queue: np.ndarray
+    """True where an instance is the first of its queue (no predecessor)."""
+    inst_op: np.ndarray
+    inst_size: np.ndarray
+    inst_group: np.ndarray
+    """Cost group of each instance: an index into ``cost_groups``."""
+    cost_groups: list[tuple[int, ...]]
+    """Members of a collective's group, or (source, destination) of a p2p channel."""
+    t0_ns: int
+    """Capture time that replay time 0 stands for."""
+
+    @property
+    def instances(self) -> int:
+        return int(self.first_of_queue.size)
+
+
+def _ordinal(keys: np.ndarray) -> np.ndarray:
+    """Position of each element among the earlier ones with the same key (stable)."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    run_start = np.repeat(starts, np.diff(np.r_[starts, keys.size]))
+    out = np.empty(keys.size, dtype=np.int64)
+    out[order] = np.arange(keys.size) - run_start
+    return out
+
+
+def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(instance, first-of-queue flags) of the collective events ``idx``."""
+    n_ranks = int(tr.rank.max()) + 1
+    group, rank = tr.group[idx].astype(np.int64), tr.rank[idx]
+    pos = _ordinal(group * n_ranks + rank)
+    counts = np.zeros((len(tr.groups), n_ranks), dtype=np.int64)
+    np.add.at(counts, (group, rank), 1)
+    base = np.zeros(len(tr.groups) + 1, dtype=np.int64)
+    for g, ranks in enumerate(tr.groups):
+        present = np.flatnonzero(counts[g])
+        if not present.size:
+            continue
+        name = tr.group_names[g]
+        ranks = ranks or tuple(int(r) for r in present)
+        outside = sorted(set(present.tolist()) - set(ranks))
+        if outside:
+            raise RunFormatError(
+                f"{tr.name}: rank {outside[0]} issued ops on group {name!r}, which it is not in"
+            )
+        per = counts[g, [r for r in ranks if r < n_ranks]]
+        if len(ranks) > n_ranks or per.min() != per.max():
+            raise RunFormatError(
+                f"{tr.name}: the ranks of group {name!r} issued different numbers of "
+                f"collectives ({per.min()}..{per.max()}); a run whose ranks desynchronised "
+                "or stopped early cannot be replayed"
+            )
+        base[g + 1] = per[0]
+    base = np.cumsum(base)
+    inst = base[group] + pos
+    total = int(base[-1])
+    op = tr.op[idx]
+    lo = np.full(total, np.iinfo(np.int32).max, dtype=np.int64)
+    hi = np.full(total, -1, dtype=np.int64)
+    np.minimum.at(lo, inst, op)
+    np.maximum.at(hi, inst, op)
+    bad = np.flatnonzero(lo != hi)
+    if bad.size:
+        i = int(bad[0])
+        g = int(np.searchsorted(base, i, side="right")) - 1
+        raise RunFormatError(
+            f"{tr.name}: collective {i - int(base[g]) + 1} on group {tr.group_names[g]!r} is "
+            f"{tr.op_names[int(lo[i])]} on one rank and {tr.op_names[int(hi[i])]} on another; "
+            "the ranks desynchronised and the run cannot be replayed"
+        )
+    first = np.zeros(total, dtype=bool)
+    first[base[:-1][np.diff(base) > 0]] = True
+    return inst, first
+
+
+def _match_p2p(
+    tr: Trace, sends: np.ndarray, recvs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(instance of each send, of each recv, first-of-queue flags, channel key of each)."""
+    w = int(max(tr.rank.max(), tr.peer.max())) + 1
+    send_key = (tr.group[sends].astype(np.int64) * w + tr.rank[sends]) * w + tr.peer[sends]
+    recv_key = (tr.group[recvs].astype(np.int64) * w + tr.peer[recvs]) * w + tr.rank[recvs]
+    if (tr.peer[sends] < 0).any() or (tr.peer[recvs] < 0).any():
+        raise RunFormatError(f"{tr.name}: a send or recv without a peer rank cannot be replayed")
+    s_pos, r_pos = _ordinal(send_key), _ordinal(recv_key)
+    channels, s_chan = np.unique(send_key, return_inverse=True)
+    r_chan = np.searchsorted(channels, recv_key)
+    r_known = (r_chan < channels.size) & (
+        channels[np.minimum(r_chan, channels.size - 1)] == recv_key
+    )
+    s_count = np.bincount(s_chan, minlength=channels.size)
+    r_count = np.bincount(r_chan[r_known], minlength=channels.size)
+    if not r_known.all() or (s_count != r_count).any():
+        key = (
+            int(recv_key[~r_known][0])
+            if not r_known.all()
+            else int(channels[np.flatnonzero(s_count != r_count)[0]])
+        )
+        src, dst = (key // w) % w, key % w
+        raise RunFormatError(
+            f"{tr.name}: rank {src} sent rank {dst} a different number of messages than rank "
+            f"{dst} received from it; unmatched point-to-point ops cannot be replayed"
+        )
+    base = np.r_[0, np.cumsum(s_count)]
+    first = np.zeros(int(base[-1]), dtype=bool)
+    first[base[:-1]] = True
+    return (
+        base[s_chan] + s_pos,
+        base[r_chan] + r_pos,
+        first,
+        channels[np.repeat(np.arange(channels.size), s_count)],
+    )
+
+
+def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.ndarray:
+    """Capture time of the ``wait()`` of each async event of one rank (events lo..hi)."""
+    t_issue, t_end = tr.t_issue[lo:hi], tr.t_end[lo:hi]
+    wait = tr.t_wait[lo:hi]
+    asy = tr.is_async[lo:hi]
+    w = np.clip(t_end - np.maximum(wait, 0), t_issue, np.maximum(t_end, t_issue))
+    unseen = asy & (wait <= 0)
+    if not unseen.any():
+        return w
+    group, step = tr.group[lo:hi], tr.step[lo:hi]
+    n = hi - lo
+    same = np.r_[
+        False, unseen[1:] & unseen[:-1] & (group[1:] == group[:-1]) & (step[1:] == step[:-1])
+    ]
+    run = np.cumsum(~same) - 1
+    starts = np.flatnonzero(~same)
+    last = np.r_[starts[1:], n] - 1
+    run_issue = t_issue[last]
+    run_end = np.maximum.reduceat(t_end, starts)
+    next_issue = np.r_[t_issue[1:], np.iinfo(np.int64).max][last]
+    next_mark = np.minimum(
+        next_issue, marks_after[np.searchsorted(marks_after, run_issue, "right")]
+    )
+    burst = np.where(next_mark >= run_end, run_issue, -1)[run]
+    return np.where(unseen, np.where(burst >= 0, np.maximum(burst, t_issue), t_end), w)
+
+
+def build_program(tr: Trace) -> Program:
+    """Match the run's ops into instances and lay out every rank's marks."""
+    names = np.array(tr.op_names, dtype=object)
+    is_send = np.isin(names, SENDS)[tr.op]
+    is_recv = np.isin(names, RECVS)[tr.op]
+    coll = np.flatnonzero(~(is_send | is_recv))
+    sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
+    inst = np.empty(tr.events, dtype=np.int64)
+    c_inst, c_first = _match_collectives(tr, coll)
+    inst[coll] = c_inst
+    n_coll = c_first.size
+    cost_groups = list(tr.groups)
+    inst_group = np.zeros(n_coll, dtype=np.int64)
+    inst_group[c_inst] = tr.group[coll]
+    first = c_first
+    if sends.size or recvs.size:
+        s_inst, r_inst, p_first, chan = _match_p2p(tr, sends, recvs)
+        inst[sends], inst[recvs] = s_inst + n_coll, r_inst + n_coll
+        w = int(max(tr.rank.max(), tr.peer.max())) + 1
+        pairs, pair_of = np.unique(chan % (w * w), return_inverse=True)
+        inst_group = np.r_[inst_group, len(cost_groups) + pair_of]
+        cost_groups += [(int(p // w), int(p % w)) for p in pairs]
+        first = np.r_[first, p_first]
+    total = first.size
+    order = np.argsort(inst, kind="stable")
+    offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
+    inst_op = np.zeros(total, dtype=np.int64)
+    inst_op[inst] = tr.op
+    inst_size = np.zeros(total, dtype=np.int64)
+    np.maximum.at(inst_size, inst, tr.size_bytes)
+    kinds, args, gaps, t0 = _marks(tr)
+    return Program(
+        trace=tr,
+        kinds=kinds,
+        args=args,
+        gaps=gaps,
+        inst=inst,
+        members=order,
+        offsets=offsets,
+        first_of_queue=first,
+        inst_op=inst_op,
+        inst_size=inst_size,
+        inst_group=inst_group,
+        cost_groups=cost_groups,
+        t0_ns=t0,
+    )
+
+
+def _marks(tr: Trace) -> tuple[list[list[int]], list[list[int]], list[list[float]], int]:
+    """Per rank: mark kinds, arguments and compute gaps (s), and the capture time of 0."""
+    ranks = range(tr.world_size)
+    ev_bounds = np.searchsorted(tr.rank, np.arange(tr.world_size + 1))
+    st_bounds = np.searchsorted(tr.step_rank, np.arange(tr.world_size + 1))
+    firsts = [tr.t_issue[ev_bounds[:-1][ev_bounds[:-1] < ev_bounds[1:]]], tr.step_start]
+    t0 = int(min(int(a.min()) for a in firsts if a.size))
+    kinds, args, gaps = [], [], []
+    for r in ranks:
+        lo, hi = int(ev_bounds[r]), int(ev_bounds[r + 1])
+        s_lo, s_hi = int(st_bounds[r]), int(st_bounds[r + 1])
+        step_t = np.c_[tr.step_start[s_lo:s_hi], tr.step_end[s_lo:s_hi]].ravel()
+        step_slot = np.arange(2 * s_lo, 2 * s_hi)
+        marks_after = np.r_[np.sort(step_t), np.iinfo(np.int64).max]
+        w = _wait_points(tr, lo, hi, marks_after)
+        e = np.arange(lo, hi)
+        t_issue, t_end = tr.t_issue[lo:hi], tr.t_end[lo:hi]
+        asy = tr.is_async[lo:hi]
+        n, m = hi - lo, step_t.size
+        time = np.r_[t_issue, np.where(asy, w, t_issue), step_t]
+        prio = np.r_[np.ones(n), np.where(asy, 2, 1), np.zeros(m)]
+        tie = np.r_[2 * e, 2 * e + 1, step_slot]
+        kind = np.r_[np.full(n, ISSUE), np.full(n, HOLD), np.full(m, STEP)]
+        arg = np.r_[e, e, step_slot]
+        free = np.r_[t_issue, np.maximum(np.where(asy, w, t_issue), t_end), step_t]
+        order = np.lexsort((tie, prio, time))
+        time, free = time[order], np.maximum.accumulate(free[order])
+        before = np.r_[t0, free[:-1]]
+        kinds.append(kind[order].tolist())
+        args.append(arg[order].tolist())
+        gaps.append((np.maximum(time - before, 0) / 1e9).tolist())
+    return kinds, args, gaps, t0

@@ -1,0 +1,167 @@
+"""Figures of one replayed timeline: steps, communication, exposure, ops, ranks.
+
+Definitions follow ``commlens report`` (:mod:`commlens.analysis.steps`):
+
+- a step's time is that of its slowest rank (end − start of its step marks);
+- a rank's communication in a step is the union of ``[issue, end]`` of the
+  step's ops on it; its *exposed* part the time it was held (blocked in the
+  call, or in ``wait()``), the rest *overlapped* with compute;
+- per op: *time* is issue → end on the rank, of which *waiting* is issue →
+  start (peers not yet there, or the group busy with the op before it) and
+  *service* start → end (the op's own transfer).
+
+Figures per step are means over ranks, then medians over the steps kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commlens.whatif.model import Program
+from commlens.whatif.replay import Timeline
+
+
+@dataclass
+class OpRow:
+    op: str
+    role: str
+    calls: float
+    """Calls per step per rank."""
+    bytes: float
+    """Message bytes (S) per step per rank."""
+    time_s: float
+    """Issue → end per step per rank."""
+    service_s: float
+    wait_s: float
+    exposed_s: float
+
+
+@dataclass
+class Figures:
+    """What a replay says about the steps kept."""
+
+    steps: list[int]
+    step_s: list[float]
+    """Time of each kept step (its slowest rank)."""
+    comm_s: float
+    """Median over steps of the mean over ranks of communication time."""
+    exposed_s: float
+    overlapped_s: float
+    ops: list[OpRow] = field(default_factory=list)
+    slowest_rank: int = 0
+    """The rank the others wait for most: the least held."""
+    slowest_held_s: float = 0.0
+    median_held_s: float = 0.0
+
+    @property
+    def median_step_s(self) -> float:
+        return float(np.median(self.step_s)) if self.step_s else 0.0
+
+    @property
+    def comm_share(self) -> float:
+        step = self.median_step_s
+        return self.comm_s / step if step > 0 else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "steps": self.steps,
+            "step_s": self.step_s,
+            "median_step_s": self.median_step_s,
+            "comm_s": self.comm_s,
+            "comm_share": self.comm_share,
+            "exposed_s": self.exposed_s,
+            "overlapped_s": self.overlapped_s,
+            "slowest_rank": self.slowest_rank,
+            "slowest_rank_held_s": self.slowest_held_s,
+            "median_rank_held_s": self.median_held_s,
+            "ops": [vars(o) for o in self.ops],
+        }
+
+
+def _union_by(key: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per key, the length of the union of the intervals [lo, hi] with that key."""
+    if not key.size:
+        return np.zeros(n_keys)
+    order = np.lexsort((lo, key))
+    key, lo, hi = key[order], lo[order], hi[order]
+    span = float(max(hi.max() - lo.min(), 0.0)) + 1.0
+    shift = key * span  # keys far apart: one running max serves every key
+    reach = np.maximum.accumulate(hi + shift) - shift
+    before = np.r_[-np.inf, reach[:-1]]
+    before[np.r_[True, key[1:] != key[:-1]]] = -np.inf
+    covered = np.maximum(hi - np.maximum(lo, before), 0.0)
+    return np.bincount(key, weights=covered, minlength=n_keys)
+
+
+def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
+    """The figures of timeline ``tl`` over steps ``keep``."""
+    tr = prog.trace
+    n_ranks = tr.world_size
+    steps = np.array(sorted(keep), dtype=np.int64)
+    n_steps = steps.size
+    dur = tl.step_marks[1::2] - tl.step_marks[0::2]
+    row_step = np.searchsorted(steps, tr.step_index)
+    row_kept = (row_step < n_steps) & (steps[np.minimum(row_step, n_steps - 1)] == tr.step_index)
+    step_s = np.zeros(n_steps)
+    np.maximum.at(step_s, row_step[row_kept], dur[row_kept])
+    ev_step = np.searchsorted(steps, tr.step)
+    kept = (ev_step < n_steps) & (steps[np.minimum(ev_step, n_steps - 1)] == tr.step)
+    cell = (ev_step * n_ranks + tr.rank)[kept]
+    n_cells = n_steps * n_ranks
+    comm = _union_by(cell, tl.issue[kept], tl.end[kept], n_cells).reshape(n_steps, n_ranks)
+    held = np.bincount(cell, weights=tl.held[kept], minlength=n_cells).reshape(n_steps, n_ranks)
+    ranks_with_steps = np.zeros(n_ranks, dtype=bool)
+    ranks_with_steps[tr.step_rank] = True
+    comm_s = float(np.median(comm[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
+    exposed = np.minimum(held, comm)
+    exposed_s = float(np.median(exposed[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
+    per_rank_held = held.sum(axis=0)
+    candidates = np.flatnonzero(ranks_with_steps)
+    slowest = int(candidates[np.argmin(per_rank_held[candidates])]) if candidates.size else 0
+    scale = 1.0 / max(n_steps * int(ranks_with_steps.sum()), 1)
+    return Figures(
+        steps=steps.tolist(),
+        step_s=step_s.tolist(),
+        comm_s=comm_s,
+        exposed_s=exposed_s,
+        overlapped_s=max(comm_s - exposed_s, 0.0),
+        ops=_op_rows(prog, tl, kept, scale),
+        slowest_rank=slowest,
+        slowest_held_s=float(per_rank_held[slowest]) / max(n_steps, 1),
+        median_held_s=float(np.median(per_rank_held[candidates])) / max(n_steps, 1)
+        if candidates.size
+        else 0.0,
+    )
+
+
+def _op_rows(prog: Program, tl: Timeline, kept: np.ndarray, scale: float) -> list[OpRow]:
+    """Per (op, role): calls, bytes and times per step per rank, costliest first."""
+    tr = prog.trace
+    n_roles = len(tr.role_names)
+    key = (tr.op.astype(np.int64) * n_roles + tr.role)[kept]
+    start = tl.start[prog.inst][kept]
+    issue, end, held = tl.issue[kept], tl.end[kept], tl.held[kept]
+    n = len(tr.op_names) * n_roles
+
+    def total(weights: np.ndarray | None) -> np.ndarray:
+        return np.bincount(key, weights=weights, minlength=n) * scale
+
+    calls, size = total(None), total(tr.size_bytes[kept].astype(np.float64))
+    time, service = total(end - issue), total(np.maximum(end - start, 0.0))
+    wait, exposed = total(np.maximum(start - issue, 0.0)), total(held)
+    rows = [
+        OpRow(
+            op=tr.op_names[k // n_roles],
+            role=tr.role_names[k % n_roles],
+            calls=float(calls[k]),
+            bytes=float(size[k]),
+            time_s=float(time[k]),
+            service_s=float(service[k]),
+            wait_s=float(wait[k]),
+            exposed_s=float(exposed[k]),
+        )
+        for k in np.flatnonzero(calls)
+    ]
+    return sorted(rows, key=lambda r: (-r.time_s, r.op, r.role))

@@ -1,0 +1,174 @@
+"""One what-if question: a run replayed as captured (the self-check) and on each network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from commlens.errors import UsageError
+from commlens.predict.profiles import NetworkProfile, get_profile, get_profiles
+from commlens.predict.topology import Fabric
+from commlens.whatif.durations import measured, modelled
+from commlens.whatif.model import Program, build_program
+from commlens.whatif.replay import replay
+from commlens.whatif.results import Figures, figures
+from commlens.whatif.source import Trace, read_trace
+
+StepRange = tuple[int | None, int | None]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the replay puts the ranks and which links and algorithm it charges."""
+
+    ranks_per_node: int
+    nodes: int
+    intra: str
+    algorithm: str
+    source: str
+    """Why this placement: the run's own, or the user's flags."""
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """How well the replay with measured op durations reproduces the capture."""
+
+    max_step_error: float
+    """Largest relative difference of a kept step's time."""
+    max_event_error_s: float
+    """Largest difference of an op's end, seconds."""
+
+    @property
+    def line(self) -> str:
+        return (
+            f"replay with measured op times reproduces the captured steps within "
+            f"{self.max_step_error:.3%} (ops' ends within {self.max_event_error_s * 1e6:.1f} us)"
+        )
+
+
+@dataclass
+class Answer:
+    """One network's replay."""
+
+    name: str
+    profile: NetworkProfile | None
+    """None for the captured network (measured op times)."""
+    figures: Figures
+
+
+@dataclass
+class Study:
+    trace: Trace
+    placement: Placement
+    check: SelfCheck
+    captured: Answer
+    answers: list[Answer]
+    assumptions: list[str] = field(default_factory=list)
+
+    def speedup(self, answer: Answer) -> float:
+        ours = answer.figures.median_step_s
+        return self.captured.figures.median_step_s / ours if ours > 0 else float("inf")
+
+
+def kept_steps(trace: Trace, steps: StepRange | None) -> list[int]:
+    """The steps the figures cover: ``steps`` (first, stop), else all but the first."""
+    present = sorted(set(trace.step_index.tolist()))
+    if steps is None:
+        return present[1:] if len(present) > 1 else present
+    first, stop = steps
+    kept = [s for s in present if (first is None or s >= first) and (stop is None or s < stop)]
+    if not kept:
+        raise UsageError(f"--steps keeps none of the run's steps ({present[0]}..{present[-1]})")
+    return kept
+
+
+def placement_for(
+    trace: Trace,
+    nodes: int | None,
+    ranks_per_node: int | None,
+    intra: str | None,
+    algorithm: str,
+) -> Placement:
+    """The placement asked for, else the run's own (one rank per node on a single host)."""
+    world = trace.world_size
+    topo = trace.manifest.get("topology") or {}
+    captured_nodes = topo.get("nodes") if isinstance(topo, dict) else None
+    if nodes is not None and ranks_per_node is not None and nodes * ranks_per_node != world:
+        raise UsageError(
+            f"--nodes {nodes} x --ranks-per-node {ranks_per_node} is not the run's {world} ranks"
+        )
+    if nodes is not None:
+        if nodes < 1 or world % nodes:
+            raise UsageError(f"--nodes {nodes} must be a positive divisor of the {world} ranks")
+        per, source = world // nodes, "--nodes"
+    elif ranks_per_node is not None:
+        if ranks_per_node < 1 or world % ranks_per_node:
+            raise UsageError(
+                f"--ranks-per-node {ranks_per_node} must be a positive divisor of the {world} ranks"
+            )
+        per, source = ranks_per_node, "--ranks-per-node"
+    elif isinstance(captured_nodes, int) and captured_nodes > 1 and world % captured_nodes == 0:
+        per, source = world // captured_nodes, "the run's emulated nodes"
+    else:
+        per, source = 1, "one rank per node (the run had no nodes of its own)"
+    backend = str(trace.manifest.get("backend") or "")
+    intra_name = intra or ("loopback" if backend == "gloo" else "nvlink")
+    return Placement(per, world // per, intra_name, algorithm, source)
+
+
+def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
+    """Replay with measured op times; how far it lands from the capture."""
+    tr = prog.trace
+    tl = replay(prog, measured(prog))
+    cap = (tr.step_end - tr.step_start) / 1e9
+    rep = tl.step_marks[1::2] - tl.step_marks[0::2]
+    kept = np.isin(tr.step_index, steps)
+    rel = np.abs(rep - cap)[kept] / np.maximum(cap[kept], 1e-9)
+    ev = np.abs(tl.end - (tr.t_end - prog.t0_ns) / 1e9)
+    check = SelfCheck(float(rel.max()) if rel.size else 0.0, float(ev.max()) if ev.size else 0.0)
+    return check, Answer("captured", None, figures(prog, tl, steps))
+
+
+ASSUMPTIONS = (
+    "compute between communication calls keeps its measured length on every network",
+    "a collective starts when its last member issued it and the previous op on its group "
+    "ended; a send/recv pair when both ends issued it and the previous pair on that channel ended",
+    "async ops without a recorded wait (DDP's buckets, waited from C++) are waited at the last "
+    "issue of their burst on the group, as DDP's backward waits for its buckets at its end",
+    "op times on a network come from the alpha-beta cost model (commlens predict's) for the "
+    "op's real message size; all groups of a role share a node's inter-node link",
+)
+
+
+def run_study(
+    path: str | Path,
+    nets: str,
+    *,
+    steps: StepRange | None = None,
+    nodes: int | None = None,
+    ranks_per_node: int | None = None,
+    intra: str | None = None,
+    algorithm: str = "ring",
+) -> Study:
+    """Replay the run in ``path`` as captured and on every profile of ``nets``."""
+    profiles = get_profiles(nets)  # a bad profile is refused before the run is read
+    trace = read_trace(path)
+    place = placement_for(trace, nodes, ranks_per_node, intra, algorithm)
+    intra_profile = get_profile(place.intra)
+    keep = kept_steps(trace, steps)
+    prog = build_program(trace)
+    check, captured = self_check(prog, keep)
+    answers = []
+    for profile in profiles:
+        fabric = Fabric(
+            inter=profile,
+            intra=intra_profile,
+            gpus_per_node=place.ranks_per_node,
+            algorithm=algorithm,
+        )
+        answers.append(
+            Answer(profile.name, profile, figures(prog, replay(prog, modelled(prog, fabric)), keep))
+        )
+    return Study(trace, place, check, captured, answers, list(ASSUMPTIONS))

@@ -118,10 +118,10 @@ def test_loaded_run_gives_the_same_cross_rank_figures(tiny: Path) -> None:
 def test_rank_file_out_of_seq_order_with_small_row_groups(tiny: Path) -> None:
     """Rows stored shuffled, in many row groups: results as for the ordered file."""
     from commlens.analysis import matched_events
-    from commlens.analysis.rankpass import ensure_pass
+    from commlens.analysis.rankpass import rank_pass
 
     before = open_run(tiny)
-    want_groups = ensure_pass(before).groups.to_pylist()
+    want_groups = rank_pass(before).groups.to_pylist()
     want = matched_events(before).to_pylist()
     path = tiny / "rank-00002.parquet"
     table = pq.read_table(path)
@@ -129,7 +129,7 @@ def test_rank_file_out_of_seq_order_with_small_row_groups(tiny: Path) -> None:
     pq.write_table(shuffled.replace_schema_metadata(table.schema.metadata), path, row_group_size=3)
     assert pq.ParquetFile(path).metadata.num_row_groups > 3
     after = open_run(tiny)
-    assert ensure_pass(after).groups.to_pylist() == want_groups
+    assert rank_pass(after).groups.to_pylist() == want_groups
     assert matched_events(after).to_pylist() == want
 
 

@@ -161,9 +161,9 @@ def make(run_dir: Path = RUN) -> Path:
 
 def expected_text(run_dir: str = "tiny_run") -> str:
     """The text report of the run as the test renders it (from ``tests/data``)."""
-    from commlens.analysis.source import open_run
     from commlens.report.build import build_report
     from commlens.report.text import TextRenderer
+    from commlens.trace.reader import open_run
 
     view = open_run(run_dir)
     try:

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from commlens import load_run
-from commlens.analysis.source import open_run
 from commlens.cli.main import main
 from commlens.errors import RunFormatError
 from commlens.trace.manifest import read_manifest
+from commlens.trace.reader import open_run
 
 DATA = Path(__file__).parent.parent / "data"
 RANK1 = "rank-00001.parquet"

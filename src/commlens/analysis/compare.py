@@ -9,24 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 import pyarrow as pa
 
 from commlens.analysis.ops import op_table
-from commlens.analysis.source import RunView
+from commlens.analysis.rankpass import RankPass, Source, as_pass
+from commlens.analysis.sql import query
 from commlens.analysis.steps import step_table
 
 
-def run_labels(runs: Sequence[RunView]) -> list[str]:
+def run_labels(runs: Sequence[RankPass]) -> list[str]:
     """Short unique names: the directory names, numbered where they repeat."""
     names = [r.name for r in runs]
     return [n if names.count(n) == 1 else f"{i}:{n}" for i, n in enumerate(names)]
 
 
-def _summary(run: RunView, label: str) -> dict[str, object]:
-    con = duckdb.connect()
-    con.register("per_rank", step_table(run))
-    row = con.execute(
+def _summary(run: RankPass, label: str) -> dict[str, object]:
+    row = query(
         """
         WITH per_step AS (
             SELECT step, max(step_s) AS step_s, avg(comm_s) AS comm_s,
@@ -36,17 +34,14 @@ def _summary(run: RunView, label: str) -> dict[str, object]:
             SELECT * FROM per_step
             WHERE (SELECT count(*) FROM per_step) = 1 OR step > (SELECT min(step) FROM per_step)
         )
-        SELECT count(*), median(step_s), median(comm_s), median(exposed_s),
-               avg(bytes), avg(ops) FROM kept
-        """
-    ).fetchall()[0]
-    steps, step_s, comm_s, exposed_s, bytes_, ops = (
-        row[0],
-        row[1] or 0.0,
-        row[2] or 0.0,
-        row[3] or 0.0,
-        row[4] or 0.0,
-        row[5] or 0.0,
+        SELECT count(*) AS steps, median(step_s) AS step_s, median(comm_s) AS comm_s,
+               median(exposed_s) AS exposed_s, avg(bytes) AS bytes, avg(ops) AS ops FROM kept
+        """,
+        per_rank=step_table(run),
+    ).to_pylist()[0]
+    steps = row["steps"]
+    step_s, comm_s, exposed_s, bytes_, ops = (
+        row[k] or 0.0 for k in ("step_s", "comm_s", "exposed_s", "bytes", "ops")
     )
     return {
         "run": label,
@@ -63,9 +58,10 @@ def _summary(run: RunView, label: str) -> dict[str, object]:
     }
 
 
-def compare_summary(runs: Sequence[RunView]) -> pa.Table:
+def compare_summary(runs: Sequence[Source]) -> pa.Table:
     """One row per run with its typical step, comm share and speedup vs the first."""
-    rows = [_summary(r, label) for r, label in zip(runs, run_labels(runs), strict=True)]
+    passes = [as_pass(r) for r in runs]
+    rows = [_summary(r, label) for r, label in zip(passes, run_labels(passes), strict=True)]
     base = rows[0]["step_s"] if rows else 0.0
     for row in rows:  # no speedup where either run has no timed step
         step = row["step_s"]
@@ -76,18 +72,17 @@ def compare_summary(runs: Sequence[RunView]) -> pa.Table:
     return table.set_column(index, "speedup", table.column(index).cast(pa.float64()))
 
 
-def compare_ops(runs: Sequence[RunView]) -> pa.Table:
+def compare_ops(runs: Sequence[Source]) -> pa.Table:
     """Long table: one row per (run, op, role) with count, bytes, time and the
     time relative to the same op in the first run."""
+    passes = [as_pass(r) for r in runs]
+    labels = run_labels(passes)
     tables = []
-    for run, label in zip(runs, run_labels(runs), strict=True):
+    for run, label in zip(passes, labels, strict=True):
         t = op_table(run)
         tables.append(t.append_column("run", pa.array([label] * t.num_rows, pa.string())))
-    con = duckdb.connect()
-    con.register("all_ops", pa.concat_tables(tables, promote_options="default"))
-    order = {label: i for i, label in enumerate(run_labels(runs))}
-    con.register("run_order", pa.table({"run": list(order), "i": list(order.values())}))
-    return con.sql(
+    order = {label: i for i, label in enumerate(labels)}
+    return query(
         """
         WITH per AS (
             SELECT run, op, role, sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes,
@@ -104,5 +99,7 @@ def compare_ops(runs: Sequence[RunView]) -> pa.Table:
                     THEN b.base_time_s / p.time_s END AS speedup
         FROM per p JOIN run_order o USING (run) LEFT JOIN base b USING (op, role)
         ORDER BY p.op, p.role, o.i
-        """
-    ).to_arrow_table()
+        """,
+        all_ops=pa.concat_tables(tables, promote_options="default"),
+        run_order=pa.table({"run": list(order), "i": list(order.values())}),
+    )

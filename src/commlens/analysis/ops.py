@@ -5,8 +5,8 @@ one row per (op, process group, role) with how many ranks issued it, calls
 summed over those ranks, bytes (sum of S), total time, mean latency, algbw
 and busbw. ``op_size_table`` splits the same rows by log2 message-size
 bucket and adds wire volume under both conventions and latency percentiles.
-Sums come from the per-rank aggregates of :mod:`commlens.analysis.rankpass`;
-only the percentiles read the events again (in DuckDB).
+Sums come from the per-rank aggregates of the rank pass
+(:mod:`commlens.analysis.rankpass`); the percentiles from its ``quantiles``.
 """
 
 from __future__ import annotations
@@ -14,29 +14,21 @@ from __future__ import annotations
 import pyarrow as pa
 
 from commlens.analysis.bandwidth import factor_sql
-from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView, accepts_run
-
-# Lower bound of the log2 bucket holding size_bytes (0 for empty messages).
-BUCKET_SQL = (
-    "CASE WHEN size_bytes <= 0 THEN 0::BIGINT "
-    "ELSE (1::BIGINT << CAST(floor(log2(size_bytes)) AS INTEGER)) END"
-)
+from commlens.analysis.rankagg import BUCKET_SQL as BUCKET_SQL  # re-exported
+from commlens.analysis.rankpass import RankPass, Source, as_pass
+from commlens.analysis.sql import query
 
 
-def register_aggregates(run: RunView) -> None:
-    """Make the views ``agg`` (per rank x op x group x role x size x phase x module) and
-    ``agg_groups`` (pg_name, group_size, pg_ranks) available on ``run.con``."""
-    if "agg_registered" in run.cache:
-        return
-    rp = ensure_pass(run)
-    run.con.register("agg_raw", rp.agg)
-    run.con.register("agg_groups", rp.groups)
-    run.con.execute(
-        "CREATE OR REPLACE TEMP VIEW agg AS SELECT a.*, g.group_size, g.pg_ranks "
-        "FROM agg_raw a LEFT JOIN agg_groups g USING (pg_name)"
+def over_aggregates(rp: RankPass, sql: str, **tables: pa.Table) -> pa.Table:
+    """``sql`` over ``agg``: the pass's per-rank aggregates (per rank x op x group x role x
+    size x phase x module) with each group's ``group_size`` and ``pg_ranks``."""
+    return query(
+        "WITH agg AS (SELECT a.*, g.group_size, g.pg_ranks "
+        f"FROM agg_raw a LEFT JOIN agg_groups g USING (pg_name)) {sql}",
+        agg_raw=rp.agg,
+        agg_groups=rp.groups,
+        **tables,
     )
-    run.cache["agg_registered"] = True
 
 
 _BW = f"""
@@ -47,11 +39,10 @@ _BW = f"""
 """
 
 
-@accepts_run
-def op_table(run: RunView) -> pa.Table:
+def op_table(run: Source) -> pa.Table:
     """One row per (op, process group, role), largest total time first."""
-    register_aggregates(run)
-    return run.sql(
+    return over_aggregates(
+        as_pass(run),
         f"""
         SELECT op, pg_name, any_value(pg_ranks) AS pg_ranks,
                any_value(group_size) AS group_size, role,
@@ -60,26 +51,18 @@ def op_table(run: RunView) -> pa.Table:
                sum(time_s) / sum(count) AS avg_latency_s, {_BW}
         FROM agg GROUP BY op, pg_name, role
         ORDER BY time_s DESC, op, pg_name, role
-        """
+        """,
     )
 
 
-@accepts_run
-def op_size_table(run: RunView) -> pa.Table:
+def op_size_table(run: Source) -> pa.Table:
     """One row per (op, group, role, log2 size bucket): the tidy CSV table."""
-    register_aggregates(run)
-    if "quantiles" not in run.cache:
-        run.cache["quantiles"] = run.sql(
-            f"""
-            SELECT op, pg_name, role, {BUCKET_SQL} AS size_bucket_bytes,
-                   quantile_cont(duration_s, [0.5, 0.99]) AS q
-            FROM events GROUP BY ALL
-            """
-        )
-    run.con.register("agg_quantiles", run.cache["quantiles"])
-    return run.sql(
+    rp = as_pass(run, quantiles=True)
+    assert rp.quantiles is not None
+    return over_aggregates(
+        rp,
         f"""
-        WITH sums AS (
+        , sums AS (
             SELECT op, pg_name, any_value(pg_ranks) AS pg_ranks,
                    any_value(group_size) AS group_size, role, size_bucket_bytes,
                    count(DISTINCT rank)::BIGINT AS ranks, sum(count)::BIGINT AS count,
@@ -95,17 +78,17 @@ def op_size_table(run: RunView) -> pa.Table:
                s.algbw_GBps, s.busbw_GBps
         FROM sums s LEFT JOIN agg_quantiles q USING (op, pg_name, role, size_bucket_bytes)
         ORDER BY s.op, s.pg_name, s.role, s.size_bucket_bytes
-        """
+        """,
+        agg_quantiles=rp.quantiles,
     )
 
 
-@accepts_run
-def size_histogram(run: RunView) -> pa.Table:
+def size_histogram(run: Source) -> pa.Table:
     """Message sizes in log2 buckets per op, by call count and by volume."""
-    register_aggregates(run)
-    return run.sql(
+    return over_aggregates(
+        as_pass(run),
         """
         SELECT op, size_bucket_bytes, sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes
         FROM agg GROUP BY op, size_bucket_bytes ORDER BY op, size_bucket_bytes
-        """
+        """,
     )

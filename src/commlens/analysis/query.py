@@ -1,6 +1,6 @@
 """A read-only SQL session over one run: DuckDB sees the run's views and nothing else.
 
-:func:`open_query` opens the run with :func:`commlens.analysis.source.open_run`
+:func:`open_query` opens the run with :func:`commlens.trace.reader.open_run`
 (an in-memory database), hands the rank files to DuckDB as pyarrow datasets
 rather than file paths, then locks the connection down with DuckDB's own
 controls:
@@ -40,8 +40,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from commlens.analysis.source import RunView, open_run
 from commlens.errors import UsageError
+from commlens.trace.reader import RunView, open_run
 from commlens.trace.schema import EVENT_SCHEMA
 
 BATCH_ROWS = 65_536

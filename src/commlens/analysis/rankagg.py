@@ -19,6 +19,12 @@ from commlens.analysis.codes import Codes, dense_codes, first_index
 
 MIXED_RADIX_LIMIT = 2.0**62  # above it, the key is built (and kept dense) step by step
 
+BUCKET_SQL = (
+    "CASE WHEN size_bytes <= 0 THEN 0::BIGINT "
+    "ELSE (1::BIGINT << CAST(floor(log2(size_bytes)) AS INTEGER)) END"
+)
+""":func:`size_bucket` in SQL, over a ``size_bytes`` column."""
+
 
 def size_bucket(size: np.ndarray) -> np.ndarray:
     """Lower bound of the log2 bucket of each size (0 for empty messages)."""

@@ -11,18 +11,27 @@ dictionary-encoded, straight from its Parquet file) and give:
   (:mod:`commlens.analysis.rankagg`), and each group's size and ranks;
 - wire bytes per time bin (ring convention), spread evenly over each op;
 - for cross-rank matching, each collective's key (group, op, k-th call),
-  matched by :mod:`commlens.analysis.skew`.
+  matched by :mod:`commlens.analysis.matching`.
 
-Memory stays at one rank's columns plus the small results (and, for
-matching, a few numbers per collective call). Results are cached on the
-:class:`RunView` (see :func:`ensure_pass`).
+The result is a plain value, :class:`RankPass` (frozen): its tables plus the
+few facts of the run the analyses use. Every analysis is a function of it:
+
+    with open_run("runs/x") as view:
+        rp = rank_pass(view, util_bins=100, match=True, quantiles=True)
+    op_table(rp), step_table(rp), skew_table(rp)
+
+An analysis also takes a :class:`RunView`, a loaded :class:`Run` or a run
+directory, and then makes the pass it needs (:func:`as_pass`): for several
+tables of one run, make the pass once. Memory stays at one rank's columns
+plus the small results (and, for matching, a few numbers per collective call).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -30,9 +39,12 @@ import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
-from commlens.analysis.rankagg import RunGroups, learn_groups, rank_aggregate
-from commlens.analysis.source import RankDamaged, RunView
+from commlens.analysis.matching import Matched, MatchPart, match_calls
+from commlens.analysis.rankagg import BUCKET_SQL, RunGroups, learn_groups, rank_aggregate
 from commlens.analysis.timeline import segments, spread, step_rows
+from commlens.netem.nic import read_nic
+from commlens.trace.layout import NIC_FILE
+from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
 
 P2P_OPS = ("send", "recv", "send_object", "recv_object")
 _COLUMNS = [
@@ -52,30 +64,46 @@ _COLUMNS = [
 ]
 
 
-@dataclass
-class MatchPart:
-    """One rank's collective calls that can be matched across ranks."""
-
-    rank: int
-    pair: np.ndarray  # global (group, op) code
-    k: np.ndarray  # 0-based: the k-th call of that op on that group in this rank
-    triple: np.ndarray  # global (op, group, role) code
-    seq: np.ndarray
-    step: np.ndarray
-    size: np.ndarray  # group size
-    t_issue: np.ndarray
-    t_end: np.ndarray
-
-
-@dataclass
+@dataclass(frozen=True)
 class RankPass:
+    """What the analyses read from a run: the pass's tables and a few facts of the run.
+
+    ``made`` says which optional parts were computed: ``util`` (wire bytes in
+    ``util_bins`` time bins), ``match`` (the matched collectives), ``quantiles``
+    (latency percentiles per op, group, role and size bucket) and ``nic`` (the
+    NIC counters, None when the run has none).
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    world_size: int
+    missing_ranks: tuple[int, ...]
+    step_range: StepRange | None
+    """The steps the run was opened with (see :func:`commlens.trace.open_run`)."""
+    windows: pa.Table
+    """The run's ``steps`` view: recorded step windows per rank, on rank 0's clock."""
+    span: tuple[int, int] | None
+    """(first issue, last end) over the events; None without events."""
     steps: pa.Table
-    util: pa.Table | None
-    matches: list[MatchPart] | None
-    triples: list[tuple[str, str, str]]
+    """Per (rank, step): ops, bytes, comm_s, comm_sum_s, exposed_s, first_ns, last_ns."""
     agg: pa.Table
+    """Per (rank, op, pg_name, role, size bucket, phase, module): count, bytes, time_s, wait_s."""
     groups: pa.Table
-    util_bins: int | None
+    """Per group: pg_name, group_size, pg_ranks."""
+    made: frozenset[str] = frozenset()
+    util_bins: int | None = None
+    util: pa.Table | None = None
+    matched: Matched | None = None
+    quantiles: pa.Table | None = None
+    nic: pa.Table | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+
+Source: TypeAlias = "RankPass | RunView | Run | str | Path"
+"""What an analysis takes: a pass, or a run to make one of (:func:`as_pass`)."""
 
 
 def _kth(code: np.ndarray) -> np.ndarray:
@@ -98,33 +126,78 @@ def _uniques(values: np.ndarray) -> np.ndarray:
     return dense_codes(values)[0]
 
 
-def ensure_pass(run: RunView, *, util_bins: int | None = None, match: bool = False) -> RankPass:
-    """The pass over ``run`` for what is asked, computed once (cached on ``run``).
+def rank_pass(
+    view: RunView,
+    *,
+    util_bins: int | None = None,
+    match: bool = False,
+    quantiles: bool = False,
+    nic: bool = False,
+) -> RankPass:
+    """The pass over ``view`` for what is asked (see :class:`RankPass`).
 
-    Callers that need several parts should ask for all of them in the first
-    call (``build_report`` does), so the events are read once.
+    A rank whose file turns out damaged while read is left out of the view,
+    and the pass made again without it.
     """
-    cached: RankPass | None = run.cache.get("rank_pass")
-    if cached is not None:
-        if (util_bins is None or cached.util_bins == util_bins) and (
-            not match or cached.matches is not None
-        ):
-            return cached
-        util_bins = util_bins or cached.util_bins
-        match = match or cached.matches is not None
-    while True:  # again without a rank whose file turned out damaged while read
+    while True:
+        missing = list(view.missing_ranks)
         try:
-            result = _run_pass(run, util_bins, match)
+            result = _run_pass(view, util_bins, match)
+            if quantiles:
+                result = replace(result, quantiles=_latency_quantiles(view))
         except RankDamaged:
             continue
-        run.cache["rank_pass"] = result
-        return result
+        if view.missing_ranks == missing:  # no rank dropped while the SQL ran
+            break
+    made = {"util"} if util_bins else set()
+    made |= {name for name, asked in (("match", match), ("quantiles", quantiles)) if asked}
+    if nic:
+        made.add("nic")
+        path = view.path / NIC_FILE
+        result = replace(result, nic=read_nic(path) if path.is_file() else None)
+    return replace(result, made=frozenset(made))
+
+
+def as_pass(
+    source: Source,
+    *,
+    util_bins: int | None = None,
+    match: bool = False,
+    quantiles: bool = False,
+    nic: bool = False,
+) -> RankPass:
+    """``source`` itself when it is a :class:`RankPass` that holds what is asked,
+    else the pass over the run ``source`` is (a view, a loaded Run or a directory)."""
+    if isinstance(source, RankPass):
+        asked = {"util": bool(util_bins), "match": match, "quantiles": quantiles, "nic": nic}
+        lacking = [name for name, want in asked.items() if want and name not in source.made]
+        if util_bins and source.util_bins != util_bins:
+            lacking.append(f"util_bins={util_bins}")
+        if lacking:
+            raise ValueError(f"the rank pass was made without {', '.join(lacking)}")
+        return source
+    options: dict[str, Any] = dict(util_bins=util_bins, match=match, quantiles=quantiles, nic=nic)
+    if isinstance(source, RunView):
+        return rank_pass(source, **options)
+    with open_run(source) as view:
+        return rank_pass(view, **options)
+
+
+def _latency_quantiles(view: RunView) -> pa.Table:
+    """p50 and p99 of the op latency per (op, group, role, size bucket), in DuckDB."""
+    return view.sql(
+        f"""
+        SELECT op, pg_name, role, {BUCKET_SQL} AS size_bucket_bytes,
+               quantile_cont(duration_s, [0.5, 0.99]) AS q
+        FROM events GROUP BY ALL
+        """
+    )
 
 
 def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
-    rows = run.con.execute("SELECT rank FROM ranks WHERE status <> 'missing' ORDER BY rank")
-    ranks = [int(r[0]) for r in rows.fetchall()]
-    t0, t1 = run.time_span() or (0, 0)
+    ranks = run.ranks
+    span = run.time_span()
+    t0, t1 = span or (0, 0)
     n_bins = max(1, util_bins or 1)
     bin_ns = max(1, -(-max(t1 - t0, 1) // n_bins))
     n_bins_total = max(t1 - t0, 0) // bin_ns + 1
@@ -185,13 +258,19 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         for a, b, c in split
     ]
     return RankPass(
+        path=run.path,
+        manifest=run.manifest,
+        world_size=run.world_size,
+        missing_ranks=tuple(run.missing_ranks),
+        step_range=run.steps,
+        windows=run.sql("SELECT * FROM steps"),
+        span=span,
         steps=_steps_table(step_parts),
-        util=_util_table(util_parts, bin_ns) if util_bins else None,
-        matches=matches if match else None,
-        triples=triple_names,
-        util_bins=util_bins,
         agg=pa.concat_tables(agg_parts) if agg_parts else _empty_agg(),
         groups=info.table(),
+        util_bins=util_bins,
+        util=_util_table(util_parts, bin_ns) if util_bins else None,
+        matched=match_calls(tuple(matches), tuple(triple_names)) if match else None,
     )
 
 

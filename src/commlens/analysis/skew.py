@@ -15,136 +15,35 @@ is buffered, say) can finish before the last peer arrives: its transfer is
 then negative and its wait longer than its latency, still summing exactly.
 Point-to-point ops, single-rank groups, groups that include a missing rank
 and instances that not every member of the group recorded are left out.
-The matching runs in numpy over the per-rank arrays of
-:mod:`commlens.analysis.rankpass`, without sorting all events: each instance
-gets a dense id (offset of its (group, op) pair + k), and arrivals are
-gathered by scattering each rank's calls onto those ids.
+The matching (:mod:`commlens.analysis.matching`) runs in numpy over the
+per-rank arrays of the rank pass; each table here reads the pass's
+``matched`` value (``rank_pass(..., match=True)``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.codes import dense_codes
-from commlens.analysis.rankpass import P2P_OPS, MatchPart, ensure_pass
-from commlens.analysis.source import RunView, accepts_run
+from commlens.analysis.matching import Matched
+from commlens.analysis.rankpass import P2P_OPS, Source, as_pass
 
 __all__ = ["P2P_OPS", "matched_events", "skew_by_step", "skew_table", "straggler_table"]
 
 
-@dataclass
-class Instances:
-    """Every collective instance (dense ids), with its arrivals, built without a sort."""
-
-    offset: dict[int, int]  # (group, op) code -> id of its first instance
-    first: np.ndarray
-    last: np.ndarray
-    complete: np.ndarray
-    triple: np.ndarray
-
-    def ids(self, part: MatchPart) -> np.ndarray:
-        if not part.pair.size:
-            return part.k
-        pairs, inverse = dense_codes(part.pair)
-        starts = np.array([self.offset[int(p)] for p in pairs.tolist()], np.int64)
-        return starts[inverse] + part.k
+def _matched(run: Source) -> Matched:
+    matched = as_pass(run, match=True).matched
+    assert matched is not None
+    return matched
 
 
-def _instances(parts: list[MatchPart]) -> Instances:
-    count_per_pair: dict[int, int] = {}
-    for part in parts:  # k counts calls per pair: the instances of a pair = most calls
-        if not part.pair.size:
-            continue
-        pairs, inverse = dense_codes(part.pair)
-        for value, n in zip(pairs.tolist(), np.bincount(inverse).tolist(), strict=True):
-            count_per_pair[value] = max(count_per_pair.get(value, 0), n)
-    offset, total = {}, 0
-    for value in sorted(count_per_pair):
-        offset[value] = total
-        total += count_per_pair[value]
-    first = np.full(total, np.iinfo(np.int64).max, np.int64)
-    last = np.full(total, np.iinfo(np.int64).min, np.int64)
-    seen = np.zeros(total, np.int64)
-    size = np.zeros(total, np.int64)
-    triple = np.zeros(total, np.int32)
-    inst = Instances(offset, first, last, seen, triple)
-    for part in parts:  # ids are unique within a rank: plain fancy indexing is safe
-        ids = inst.ids(part)
-        first[ids] = np.minimum(first[ids], part.t_issue)
-        last[ids] = np.maximum(last[ids], part.t_issue)
-        seen[ids] += 1
-        size[ids] = part.size
-        triple[ids] = part.triple
-    inst.complete = (seen == size) & (seen > 0)
-    return inst
-
-
-@dataclass
-class Matched:
-    """Aggregates of the matched events (complete instances only)."""
-
-    inst: Instances
-    triples: list[tuple[str, str, str]]
-    per_triple: dict[str, np.ndarray]
-    per_rank: dict[str, np.ndarray]
-    per_step: dict[str, np.ndarray]
-
-
-def _matched(run: RunView) -> Matched:
-    cached: Matched | None = run.cache.get("matched")
-    if cached is not None:
-        return cached
-    rp = ensure_pass(run, match=True)
-    parts = rp.matches
-    assert parts is not None
-    inst = _instances(parts)
-    n_tri = len(rp.triples)
-    n_rank = max((p.rank for p in parts), default=-1) + 1
-    n_step = max((int(p.step.max()) + 1 for p in parts if p.step.size), default=0)
-    per_triple = {k: np.zeros(n_tri) for k in ("time_s", "wait_s", "transfer_s")}
-    per_rank = {
-        k: np.zeros(n_rank)
-        for k in ("instances", "last_count", "blame_s", "late_s", "wait_s", "transfer_s")
-    }
-    per_step = {k: np.zeros(n_step) for k in ("wait_s", "transfer_s", "max_skew_s")}
-    per_step["seen"] = np.zeros(n_step)
-    for part in parts:
-        ids = inst.ids(part)
-        ok = inst.complete[ids]
-        ids, issue, end = ids[ok], part.t_issue[ok], part.t_end[ok]
-        first, last = inst.first[ids], inst.last[ids]
-        tri, step, r = part.triple[ok], np.maximum(part.step[ok], 0), part.rank
-        wait, transfer, skew = (last - issue) / 1e9, (end - last) / 1e9, (last - first) / 1e9
-        per_triple["time_s"] += np.bincount(tri, (end - issue) / 1e9, n_tri)
-        per_triple["wait_s"] += np.bincount(tri, wait, n_tri)
-        per_triple["transfer_s"] += np.bincount(tri, transfer, n_tri)
-        at_last = issue == last
-        per_rank["instances"][r] += ids.size
-        per_rank["last_count"][r] += np.count_nonzero(at_last & (last > first))
-        per_rank["blame_s"][r] += skew[at_last].sum()
-        per_rank["late_s"][r] += ((issue - first) / 1e9).sum()
-        per_rank["wait_s"][r] += wait.sum()
-        per_rank["transfer_s"][r] += transfer.sum()
-        per_step["wait_s"] += np.bincount(step, wait, n_step)
-        per_step["transfer_s"] += np.bincount(step, transfer, n_step)
-        per_step["seen"] += np.bincount(step, minlength=n_step)
-        np.maximum.at(per_step["max_skew_s"], step, skew)
-    result = Matched(inst, rp.triples, per_triple, per_rank, per_step)
-    run.cache["matched"] = result
-    return result
-
-
-@accepts_run
-def matched_events(run: RunView) -> pa.Table:
+def matched_events(run: Source) -> pa.Table:
     """Every matched event with its instance's first/last arrival, wait and transfer
     (one row per event: meant for small runs and tests)."""
     mt = _matched(run)
-    parts = ensure_pass(run, match=True).matches
-    assert parts is not None
+    parts = mt.parts
     inst = mt.inst
     last_rank = np.full(inst.first.size, -1, np.int64)
     tables = []
@@ -188,8 +87,7 @@ def matched_events(run: RunView) -> pa.Table:
     )
 
 
-@accepts_run
-def skew_table(run: RunView) -> pa.Table:
+def skew_table(run: Source) -> pa.Table:
     """Per (op, group, role): instances, skew statistics, wait vs transfer time."""
     mt = _matched(run)
     inst = mt.inst
@@ -237,8 +135,7 @@ def skew_table(run: RunView) -> pa.Table:
     )
 
 
-@accepts_run
-def straggler_table(run: RunView) -> pa.Table:
+def straggler_table(run: Source) -> pa.Table:
     """Ranks ranked as stragglers: who arrives last, and how long others wait for it.
 
     ``last_count``: instances where the rank arrived last, strictly after the
@@ -277,8 +174,7 @@ def straggler_table(run: RunView) -> pa.Table:
     )
 
 
-@accepts_run
-def skew_by_step(run: RunView) -> pa.Table:
+def skew_by_step(run: Source) -> pa.Table:
     """Per step, summed over ranks: time waiting for the last peer vs transferring."""
     ps = _matched(run).per_step
     steps = np.flatnonzero(ps["seen"])

@@ -3,7 +3,7 @@
 - ``comm_s``: time covered by at least one communication op of the step (the
   union of ``[t_issue, t_end]``), so overlapping async ops count once;
   ``comm_sum_s`` is the plain sum of op durations, for comparison. The
-  unions are computed by :mod:`commlens.analysis.rankpass`.
+  unions are the rank pass's (:mod:`commlens.analysis.rankpass`).
 - ``exposed_s``: time the training thread was blocked on communication, the
   union of ``[t_end − t_wait, t_end]`` (a blocking op blocks from issue to
   end; an async op blocks from its ``wait()`` until it completes). The rest of
@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView, accepts_run
+from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.sql import query
 
 
-@accepts_run
-def step_table(run: RunView) -> pa.Table:
+def step_table(run: Source) -> pa.Table:
     """One row per (rank, step)."""
-    run.con.register("step_ops", ensure_pass(run).steps)
-    return run.sql(
+    rp = as_pass(run)
+    return query(
         """
         WITH joined AS (
             SELECT coalesce(o.rank, st.rank) AS rank, coalesce(o.step, st.step) AS step,
@@ -48,17 +47,15 @@ def step_table(run: RunView) -> pa.Table:
                greatest(step_s - exposed_s, 0.0) AS compute_s
         FROM joined
         ORDER BY step, rank
-        """
+        """,
+        step_ops=rp.steps,
+        steps=rp.windows,
     )
 
 
 def step_summary(per_rank: pa.Table) -> pa.Table:
     """One row per step over its ranks: the slowest rank's step time, mean shares."""
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("per_rank", per_rank)
-    return con.sql(
+    return query(
         """
         SELECT step, count(*)::BIGINT AS ranks, max(step_s) AS step_s,
                avg(comm_s) AS comm_s, avg(comm_share) AS comm_share,
@@ -67,17 +64,14 @@ def step_summary(per_rank: pa.Table) -> pa.Table:
                sum(ops)::BIGINT AS ops, sum(bytes)::BIGINT AS bytes,
                bool_and(step_source = 'manifest') AS timed
         FROM per_rank GROUP BY step ORDER BY step
-        """
-    ).to_arrow_table()
+        """,
+        per_rank=per_rank,
+    )
 
 
 def rank_summary(per_rank: pa.Table) -> pa.Table:
     """One row per rank over the steps with a recorded window."""
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("per_rank", per_rank)
-    return con.sql(
+    return query(
         """
         SELECT rank, count(*)::BIGINT AS steps, sum(step_s) AS step_s,
                sum(comm_s) AS comm_s,
@@ -88,5 +82,6 @@ def rank_summary(per_rank: pa.Table) -> pa.Table:
                    AS exposed_share,
                sum(ops)::BIGINT AS ops, sum(bytes)::BIGINT AS bytes
         FROM per_rank GROUP BY rank ORDER BY rank
-        """
-    ).to_arrow_table()
+        """,
+        per_rank=per_rank,
+    )

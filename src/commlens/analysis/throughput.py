@@ -19,7 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.analysis.source import RunView, accepts_run
+from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.sql import query
 
 _COLUMNS = ("rank", "step", "warmup", "step_s", "tokens_per_s", "tflops", "loss")
 
@@ -38,15 +39,15 @@ def _per_step_records(meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
-@accepts_run
-def throughput_table(run: RunView) -> pa.Table:
+def throughput_table(run: Source) -> pa.Table:
     """One row per (rank, step) with tokens/s, TFLOP/s and loss where known."""
-    manifest = run.manifest
+    rp = as_pass(run)
+    manifest = rp.manifest
     raw = manifest.get("workload")
     workload: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    world = max(1, run.world_size)
-    steps = run.sql("SELECT rank, step, duration_s FROM steps ORDER BY rank, step").to_pylist()
-    step_s = {(r["rank"], r["step"]): r["duration_s"] for r in steps}
+    world = max(1, rp.world_size)
+    windows = rp.windows.select(["rank", "step", "duration_s"]).to_pylist()
+    step_s = {(r["rank"], r["step"]): r["duration_s"] for r in windows}
     out: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
     for key, rank_meta in sorted(manifest.get("ranks", {}).items(), key=lambda kv: int(kv[0])):
         rank = int(key)
@@ -59,8 +60,8 @@ def throughput_table(run: RunView) -> pa.Table:
         if flops_const is None and _num(workload.get("flops_per_step")) is not None:
             flops_const = float(workload["flops_per_step"]) / world
         step_ids = sorted({s for (r, s) in step_s if r == rank} | set(records))
-        if run.steps is not None:  # the same step range as the events
-            first, stop = run.steps
+        if rp.step_range is not None:  # the same step range as the events
+            first, stop = rp.step_range
             step_ids = [
                 s for s in step_ids if (first is None or s >= first) and (stop is None or s < stop)
             ]
@@ -95,11 +96,7 @@ def throughput_table(run: RunView) -> pa.Table:
 def throughput_summary(table: pa.Table) -> pa.Table:
     """Per rank: mean tokens/s and TFLOP/s over its steps, leaving out warm-up steps
     (those flagged ``warmup``, else the first step) when there are others."""
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("t", table)
-    return con.sql(
+    return query(
         """
         WITH ranked AS (
             SELECT *, count(*) OVER (PARTITION BY rank) AS n,
@@ -114,5 +111,6 @@ def throughput_summary(table: pa.Table) -> pa.Table:
         FROM ranked
         WHERE CASE WHEN flagged AND n_measured > 0 THEN NOT warmup ELSE n = 1 OR i > 1 END
         GROUP BY rank ORDER BY rank
-        """
-    ).to_arrow_table()
+        """,
+        t=table,
+    )

@@ -12,32 +12,23 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView, accepts_run
-from commlens.netem.nic import NIC_FILE, read_nic
+from commlens.analysis.rankpass import Source, as_pass
 
 
-def _origin_ns(run: RunView) -> int | None:
-    row = run.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
-    return int(row[0]) if row and row[0] is not None else None
-
-
-@accepts_run
-def event_utilization(run: RunView, bins: int = 100) -> pa.Table:
+def event_utilization(run: Source, bins: int = 100) -> pa.Table:
     """Per rank and time bin: ``t_s`` (bin start), ``bin_s``, ``wire_bytes``, ``gbit_s``."""
-    util = ensure_pass(run, util_bins=bins).util
+    util = as_pass(run, util_bins=bins).util
     assert util is not None
     return util
 
 
-@accepts_run
-def nic_utilization(run: RunView) -> pa.Table | None:
+def nic_utilization(run: Source) -> pa.Table | None:
     """Per node and sampling interval: ``t_s`` (interval end), tx/rx Gbit/s; None without
     a NIC counters file."""
-    path = run.path / NIC_FILE
-    if not path.is_file():
+    rp = as_pass(run, nic=True)
+    table = rp.nic
+    if table is None:
         return None
-    table = read_nic(path)
     empty = {
         "node": pa.array([], pa.int32()),
         "t_s": pa.array([], pa.float64()),
@@ -48,7 +39,7 @@ def nic_utilization(run: RunView) -> pa.Table | None:
     }
     if table.num_rows < 2:
         return pa.table(empty)
-    origin = _origin_ns(run)
+    origin = rp.span[0] if rp.span is not None else None
     t = table.column("t_ns").to_numpy()
     node = table.column("node").to_numpy()
     tx = table.column("tx_bytes").to_numpy()
@@ -72,9 +63,9 @@ def nic_utilization(run: RunView) -> pa.Table | None:
     )
 
 
-@accepts_run
-def utilization_summary(run: RunView, bins: int = 100) -> pa.Table:
+def utilization_summary(run: Source, bins: int = 100) -> pa.Table:
     """Per rank (events) and per node (NIC): mean and peak Gbit/s."""
+    run = as_pass(run, util_bins=bins, nic=True)
     ev = event_utilization(run, bins)
     sources, units, means, peaks, total = [], [], [], [], []
     if ev.num_rows:

@@ -21,9 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from commlens.analysis.source import RunView, open_run
     from commlens.report.compare import build_compare
     from commlens.report.output import emit
+    from commlens.trace.reader import RunView, open_run
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two runs")

@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from commlens.analysis.source import open_run
     from commlens.report.chrome import write_chrome_trace
+    from commlens.trace.reader import open_run
 
     if args.output != "-":
         resolve_target(args.output)  # a directory or a missing folder fails before the work

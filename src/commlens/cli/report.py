@@ -129,10 +129,10 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from commlens.analysis.source import open_run
     from commlens.report.build import build_report
     from commlens.report.output import emit
     from commlens.sweep.catalog import is_sweep_dir
+    from commlens.trace.reader import open_run
 
     if is_sweep_dir(args.run):  # a `commlens sweep` directory: tables and plots across the grid
         from commlens.sweep.report import render_sweep

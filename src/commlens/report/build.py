@@ -7,11 +7,11 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
-from commlens.analysis.rankpass import ensure_pass
-from commlens.analysis.source import RunView
+from commlens.analysis.rankpass import rank_pass
 from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
 from commlens.trace.files import format_ranks
+from commlens.trace.reader import RunView
 
 C = Column
 OP_COLUMNS = (
@@ -194,22 +194,22 @@ def _records(table: pa.Table) -> list[dict[str, Any]]:
 
 def build_report(run: RunView, *, util_bins: int = 100) -> Document:
     """Every analysis of ``run`` as one document (tables, plots and JSON data)."""
-    ensure_pass(run, util_bins=util_bins, match=True)  # read the events once for all
-    op_t = ops.op_table(run)
-    size_t = ops.op_size_table(run)
-    hist_t = ops.size_histogram(run)
-    per_rank_step = steps.step_table(run)
+    rp = rank_pass(run, util_bins=util_bins, match=True, quantiles=True, nic=True)
+    op_t = ops.op_table(rp)
+    size_t = ops.op_size_table(rp)
+    hist_t = ops.size_histogram(rp)
+    per_rank_step = steps.step_table(rp)
     step_t = steps.step_summary(per_rank_step)
     rank_t = steps.rank_summary(per_rank_step)
-    phase_t = breakdown.phase_table(run)
-    module_t = breakdown.module_table(run)
-    skew_t = skew.skew_table(run)
-    straggler_t = skew.straggler_table(run)
-    skew_step_t = skew.skew_by_step(run)
-    util_t = utilization.event_utilization(run, util_bins)
-    nic_t = utilization.nic_utilization(run)
-    util_sum = utilization.utilization_summary(run, util_bins)
-    tput_t = throughput.throughput_table(run)
+    phase_t = breakdown.phase_table(rp)
+    module_t = breakdown.module_table(rp)
+    skew_t = skew.skew_table(rp)
+    straggler_t = skew.straggler_table(rp)
+    skew_step_t = skew.skew_by_step(rp)
+    util_t = utilization.event_utilization(rp, util_bins)
+    nic_t = utilization.nic_utilization(rp)
+    util_sum = utilization.utilization_summary(rp, util_bins)
+    tput_t = throughput.throughput_table(rp)
     tput_sum = throughput.throughput_summary(tput_t)
 
     cross_note = (
@@ -314,7 +314,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         "utilization": _records(util_sum),
         "utilization_series": _records(util_t),
         "nic_utilization": _records(nic_t) if nic_t is not None else [],
-        "phase_ops": _records(breakdown.op_phase_table(run)),
+        "phase_ops": _records(breakdown.op_phase_table(rp)),
         "throughput": _records(tput_t),
     }
     lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)

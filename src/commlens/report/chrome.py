@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
-from commlens.analysis.source import RunView
+from commlens.trace.reader import RunView
 
 # (api, is_async) -> (tid, thread name)
 _THREADS = {

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels
-from commlens.analysis.source import RunView
+from commlens.analysis.rankpass import rank_pass
 from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
+from commlens.trace.reader import RunView
 
 SUMMARY_COLUMNS = (
     C("run", "run"),
@@ -77,9 +78,10 @@ def _side_by_side(ops: pa.Table, labels: Sequence[str]) -> tuple[pa.Table, list[
 
 
 def build_compare(runs: Sequence[RunView]) -> Document:
-    summary = compare_summary(runs)
-    ops = compare_ops(runs)
-    labels = run_labels(runs)
+    passes = [rank_pass(run) for run in runs]  # each run's events read once
+    summary = compare_summary(passes)
+    ops = compare_ops(passes)
+    labels = run_labels(passes)
     facts = [(label, str(run.path)) for label, run in zip(labels, runs, strict=True)]
     warnings = [
         f"{label}: {w}" for label, run in zip(labels, runs, strict=True) for w in run.warnings

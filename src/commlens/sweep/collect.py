@@ -20,9 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commlens.analysis import open_run, step_summary, step_table, utilization_summary
+from commlens.analysis import (
+    RankPass,
+    matched_events,
+    rank_pass,
+    step_summary,
+    step_table,
+    utilization_summary,
+)
 from commlens.analysis.bandwidth import factor_sql
-from commlens.analysis.ops import BUCKET_SQL
+from commlens.analysis.rankagg import BUCKET_SQL
+from commlens.trace.reader import open_run
 
 
 @dataclass
@@ -105,13 +113,11 @@ def _op_rows(view: Any, first: int, last: int, steps: int, step_s: float) -> lis
     return out
 
 
-def _add_transfer(view: Any, ops: list[dict[str, Any]], first: int, last: int, n: int) -> None:
+def _add_transfer(rp: RankPass, ops: list[dict[str, Any]], first: int, last: int, n: int) -> None:
     """Split each collective's time into transfer and wait for the last peer
     (analysis.skew), mean over the ranks that issue it; p2p ops are not matched."""
-    from commlens.analysis import matched_events
-
     try:
-        matched = matched_events(view).to_pylist()
+        matched = matched_events(rp).to_pylist()
     except Exception:  # no matchable collective: leave the split out
         return
     totals: dict[tuple[str, str], list[float]] = {}
@@ -166,7 +172,8 @@ def collect(
         if first >= steps_total:
             first = 0
         sm = step_metrics(manifest)
-        summary = step_summary(step_table(view)).to_pylist()
+        rp = rank_pass(view, util_bins=100, match=True, nic=True)
+        summary = step_summary(step_table(rp)).to_pylist()
         per_step = [r for r in summary if first <= r["step"] < steps_total]
         k = max(len(per_step), 1)
         metrics: dict[str, Any] = dict(sm)
@@ -176,12 +183,12 @@ def collect(
         n_steps = steps_total - first
         # shares over the mean step: op times are means over the same steps
         ops = _op_rows(view, first, steps_total - 1, n_steps, sm["step_mean_s"])
-        _add_transfer(view, ops, first, steps_total - 1, n_steps)
+        _add_transfer(rp, ops, first, steps_total - 1, n_steps)
         metrics["bytes_per_rank_step"] = sum(o["bytes_per_rank_step"] for o in ops)
         metrics["bytes_per_step"] = sum(o["bytes_per_step"] for o in ops)
         metrics["wire_bytes_per_rank_step"] = sum(o["wire_bytes_per_rank_step"] for o in ops)
         metrics["calls_per_rank_step"] = sum(o["calls_per_rank_step"] for o in ops)
-        util = utilization_summary(view).to_pylist()
+        util = utilization_summary(rp).to_pylist()
         nic = [u for u in util if u["source"] == "nic tx"]
         metrics["peak_link_gbit_s"] = max((u["peak_gbit_s"] for u in nic), default=None)
         metrics["mean_link_gbit_s"] = max((u["mean_gbit_s"] for u in nic), default=None)

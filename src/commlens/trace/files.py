@@ -1,7 +1,7 @@
 """The files of a run directory, checked without reading the events.
 
-One set of rules for every reader (:func:`commlens.load_run`, which loads
-everything, and the analyses' lazy views), applied once by :func:`open_files`:
+The rules of the reader (:mod:`commlens.trace.reader`), applied once by
+:func:`open_files` when a run is opened:
 
 - fatal, a one-line :class:`RunFormatError` naming the file: a missing or
   foreign directory, a bad ``run.json`` (see
@@ -19,16 +19,21 @@ then leaves the rank out the same way (``RunView.drop_rank``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
+from commlens.trace.layout import (
+    MANIFEST,
+    PARTS_DIR,
+    RANK_EVENTS,
+    RANK_EVENTS_GLOB,
+    rank_events_name,
+)
 from commlens.trace.manifest import Manifest, bounds_text, read_manifest
 from commlens.trace.packed import read_packed_parts
 from commlens.trace.schema import (
@@ -41,8 +46,6 @@ from commlens.trace.schema import (
     SUMMED_COLUMNS,
 )
 
-_RANK_FILE = re.compile(r"^rank-(\d{5,})\.parquet$")
-_PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 _MIN_PARQUET = 12  # magic, footer length, magic: a smaller file cannot hold a footer
 
 
@@ -72,7 +75,7 @@ class RunFiles:
         absent = [r for r in missing if r not in self.files and r not in self.skipped]
         absent = [r for r in absent if r not in self.parts]
         self.warnings += [
-            f"rank {a}: no events file (rank-{a:05d}.parquet is missing)"
+            f"rank {a}: no events file ({rank_events_name(a)} is missing)"
             if a == b
             else f"ranks {a}..{b}: no events files ({b - a + 1} ranks)"
             for a, b in rank_ranges(absent)
@@ -114,7 +117,7 @@ def open_files(run_dir: Path) -> RunFiles:
     candidates: dict[int, Path] = {}
     part_dirs: dict[int, Path] = {}
     for entry in sorted(run_dir.iterdir()):
-        if match := _RANK_FILE.match(entry.name):
+        if match := RANK_EVENTS.match(entry.name):
             rank = int(match.group(1))
             if rank >= MAX_WORLD:
                 run.warnings.append(
@@ -126,12 +129,14 @@ def open_files(run_dir: Path) -> RunFiles:
                 run.skipped.add(rank)
             else:
                 candidates[rank] = entry
-        elif (match := _PARTS_DIR.match(entry.name)) and entry.is_dir():
+        elif (match := PARTS_DIR.match(entry.name)) and entry.is_dir():
             if int(match.group(1)) < MAX_WORLD:
                 part_dirs[int(match.group(1))] = entry
     if not run.manifest.found and not candidates and not part_dirs and not run.manifest.ranks:
         if not run.skipped:
-            raise RunFormatError(f"{run_dir}: not a commlens run (no run.json or rank-*.parquet)")
+            raise RunFormatError(
+                f"{run_dir}: not a commlens run (no {MANIFEST} or {RANK_EVENTS_GLOB})"
+            )
     for rank, file in candidates.items():
         if check_rank_file(file, rank, run.warnings):
             run.files[rank] = file
@@ -269,43 +274,10 @@ def out_of_bounds(table: pa.Table) -> str | None:
 
 def read_parts(part_dir: Path) -> pa.Table:
     """The events a rank wrote before it died, from its parts directory."""
-    match = _PARTS_DIR.match(part_dir.name)
+    match = PARTS_DIR.match(part_dir.name)
     rank = int(match.group(1)) if match else -1
     tables = read_packed_parts(part_dir, rank, EVENT_SCHEMA)
     return pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
-
-
-def clocks(manifest: Manifest) -> dict[int, tuple[int, float, int]]:
-    """rank -> (offset_ns, drift, t_ref_ns) of every rank with a measured clock."""
-    return {
-        r: (info.clock.offset_ns, info.clock.drift, info.clock.t_ref_ns)
-        for r, info in manifest.ranks.items()
-        if info.clock is not None
-    }
-
-
-def clock_table(manifest: Manifest) -> pa.Table:
-    offsets = clocks(manifest)
-    return pa.table(
-        {
-            "rank": pa.array(list(offsets), pa.int32()),
-            "offset_ns": pa.array([c[0] for c in offsets.values()], pa.int64()),
-            "drift": pa.array([c[1] for c in offsets.values()], pa.float64()),
-            "t_ref_ns": pa.array([c[2] for c in offsets.values()], pa.int64()),
-        }
-    )
-
-
-def step_table(manifest: Manifest) -> dict[str, list[Any]]:
-    """Every rank's step windows from the manifest, raw (not yet aligned)."""
-    rows: dict[str, list[Any]] = {"rank": [], "step": [], "t_start_ns": [], "t_end_ns": []}
-    for rank, info in manifest.ranks.items():
-        for step in info.steps:
-            rows["rank"].append(rank)
-            rows["step"].append(step.step)
-            rows["t_start_ns"].append(step.t_start_ns)
-            rows["t_end_ns"].append(step.t_end_ns)
-    return rows
 
 
 def ranks_table(manifest: Manifest, with_events: set[int], missing: list[int]) -> pa.Table:

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import RunFormatError
+from commlens.trace.layout import MANIFEST as MANIFEST  # re-exported for writers
+from commlens.trace.layout import MANIFEST_LOCK, RANK_META_GLOB
+from commlens.trace.layout import rank_meta_path as rank_meta_path  # re-exported
 from commlens.trace.schema import FORMAT_VERSION, MAX_TIME_NS, MAX_WORLD
 
-MANIFEST = "run.json"
 FORMAT_NAME = "commlens-run"
 
 # Environment variables that decide the transport (conventions §5).
@@ -39,10 +41,6 @@ TRANSPORT_ENV = (
 )
 
 
-def rank_meta_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank-{rank:05d}.json"
-
-
 def write_json_atomic(path: Path, data: dict[str, Any], *, indent: int | None = 1) -> None:
     """Write ``data`` whole or not at all, inside ``path``'s run directory."""
     from commlens.safefile import write_output
@@ -53,7 +51,7 @@ def write_json_atomic(path: Path, data: dict[str, Any], *, indent: int | None = 
 
 @contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    with open(run_dir / ".run.lock", "a") as lock:
+    with open(run_dir / MANIFEST_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -121,7 +119,7 @@ def merge_manifest(run_dir: Path, extra: dict[str, Any] | None = None) -> dict[s
 
 def collect_rank_meta(run_dir: Path) -> dict[str, Any]:
     ranks: dict[str, Any] = {}
-    for path in sorted(run_dir.glob("rank-*.json")):
+    for path in sorted(run_dir.glob(RANK_META_GLOB)):
         try:
             meta = read_json(path)
         except RunFormatError:
@@ -359,7 +357,7 @@ def read_manifest(run_dir: Path) -> Manifest:
 def _rank_files(run_dir: Path, warnings: list[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(rank, file name, content) of every readable ``rank-NNNNN.json``; the rank
     is the one the content names."""
-    for path in sorted(run_dir.glob("rank-*.json")):
+    for path in sorted(run_dir.glob(RANK_META_GLOB)):
         if not path.is_file():
             warnings.append(f"{path.name} is not a regular file: ignored")
             continue

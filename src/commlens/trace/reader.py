@@ -1,39 +1,74 @@
-"""Read a run directory: manifest plus every rank's events.
+"""Read a run directory: the one reader, lazy over DuckDB.
 
-Readers accept any rank count, tolerate a missing, truncated or damaged rank
-file with a warning (the rank is listed in ``Run.missing_ranks``), and reject
-foreign files or a bad manifest with a one-line :class:`RunFormatError` naming
-the file (the rules are in :mod:`commlens.trace.files`). Event
-times are moved onto rank 0's clock using each rank's measured offset and
-drift (see ``commlens.capture.clock``).
+Public API (what analyses, reports and other packages read runs through):
+
+- :func:`open_run` (path, or a loaded :class:`Run`) -> :class:`RunView`: the
+  manifest checked, every rank file's footer, schema and statistics checked
+  (:mod:`commlens.trace.files`), and DuckDB views over the files, read only
+  when queried:
+
+  - ``events``: every event, ``t_issue_ns``/``t_end_ns`` on rank 0's clock;
+  - ``steps``: ``rank, step, t_start_ns, t_end_ns, duration_s`` from the
+    manifest, on rank 0's clock too (``duration_s`` as the rank measured it);
+  - ``ranks``: ``rank, status, host, events`` of every rank known to the run.
+
+  :meth:`RunView.sql` / :meth:`RunView.row` query them;
+  :meth:`RunView.read_rank` reads one rank's columns straight from its file
+  with pyarrow (for numpy passes), aligned the same way. A step range given
+  to :func:`open_run` applies to all of these. Close the view when done (it
+  is a context manager).
+- :func:`load_run` -> :class:`Run`: every event read into one Arrow table
+  (small runs, tests), through the same view.
+
+A missing, truncated or damaged rank file is a warning and the rank is left
+out (listed in ``missing_ranks``); damage inside a file's pages shows only
+when they are read, and the view then leaves the rank out the same way
+(:meth:`RunView.drop_rank`). Foreign files or a bad manifest are a one-line
+:class:`commlens.errors.RunFormatError` naming the file. File names come from
+:mod:`commlens.trace.layout`, the clock formula from :mod:`commlens.trace.align`.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from commlens.trace.files import (
-    clocks,
-    one_line,
-    open_files,
-    ranks_table,
-    step_table,
-)
-from commlens.trace.manifest import Manifest, read_manifest
+from commlens.errors import RunFormatError
+from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, clocks
+from commlens.trace.files import one_line, open_files, ranks_table
+from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.schema import EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    import duckdb
+
+StepRange = tuple[int | None, int | None]
+"""(first, stop): only steps first <= step < stop; either end may be None (open)."""
+TIME_COLUMNS = ("t_issue_ns", "t_end_ns")
+"""The columns that hold times on the rank's clock (moved onto rank 0's)."""
+_T = TypeVar("_T")
+
+
+class RankDamaged(RunFormatError):
+    """A rank's file failed while being read; the view has left the rank out."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(message)
+        self.rank = rank
 
 
 @dataclass
 class Run:
-    """A loaded run: its manifest, its events and what could not be read."""
+    """A loaded run (:func:`load_run`): its manifest, all its events, what could not be read."""
 
     path: Path
     manifest: dict[str, Any]
@@ -54,7 +89,7 @@ class Run:
         size = self.checked.world_size
         if size is not None:
             return size
-        ranks = self.events.column("rank").to_pylist() if self.events.num_rows else []
+        ranks = self.ranks
         return (max(ranks) + 1) if ranks else 0
 
     @property
@@ -64,8 +99,8 @@ class Run:
             return []
         return sorted(int(r) for r in pc.unique(self.events.column("rank")).to_pylist())
 
-    def duckdb(self) -> Any:
-        """A DuckDB connection with views ``events``, ``steps`` and ``ranks``."""
+    def duckdb(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with tables ``events``, ``steps`` and ``ranks``."""
         import duckdb
 
         con = duckdb.connect()
@@ -80,82 +115,372 @@ class Run:
 
     def steps_table(self) -> pa.Table:
         """Step windows of every rank, on rank 0's clock like the events."""
-        rows = step_table(self.checked)
-        offsets = clocks(self.checked)
-        for col in ("t_start_ns", "t_end_ns"):
-            rows[col] = [
-                t + offset + round(drift * (t - t_ref))
-                for r, t in zip(rows["rank"], rows[col], strict=True)
-                for offset, drift, t_ref in [offsets.get(r, (0, 0.0, 0))]
-            ]
-        return pa.table(
-            {
-                "rank": pa.array(rows["rank"], pa.int32()),
-                "step": pa.array(rows["step"], pa.int32()),
-                "t_start_ns": pa.array(rows["t_start_ns"], pa.int64()),
-                "t_end_ns": pa.array(rows["t_end_ns"], pa.int64()),
-                "duration_s": pa.array(
-                    [
-                        (e - s) / 1e9
-                        for s, e in zip(rows["t_start_ns"], rows["t_end_ns"], strict=True)
-                    ],
-                    pa.float64(),
-                ),
-            }
-        )
+        return step_windows(self.checked)
 
     def ranks_table(self) -> pa.Table:
         return ranks_table(self.checked, set(self.ranks), self.missing_ranks)
 
 
-def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True) -> Run:
-    """Load the run in ``path``; warnings go to stderr unless ``quiet``."""
-    run_dir = Path(path)
-    found = open_files(run_dir)
-    tables: list[pa.Table] = []
-    for rank, file in found.files.items():
-        try:
-            table = pq.ParquetFile(file).read(columns=EVENT_SCHEMA.names)
-            tables.append(table.cast(EVENT_SCHEMA))
-        except (OSError, pa.ArrowException, ValueError) as exc:  # damaged pages: rank left out
-            found.warnings.append(f"{file.name} is damaged ({one_line(exc)}): rank {rank} skipped")
-            found.skipped.add(rank)
-    tables += found.parts.values()
-    events = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
-    events = events.replace_schema_metadata(EVENT_SCHEMA.metadata)
-    read_ranks = set(pc.unique(events.column("rank")).to_pylist()) if events.num_rows else set()
-    missing = found.missing(read_ranks)
-    manifest = found.manifest
-    warnings = found.warnings
-    if align_clocks and events.num_rows:
-        events = _align(events, manifest)
-    if events.num_rows:
-        events = events.sort_by([("rank", "ascending"), ("seq", "ascending")])
-    if not quiet:
-        for line in warnings:
+def step_windows(manifest: Manifest) -> pa.Table:
+    """``rank, step, t_start_ns, t_end_ns, duration_s`` of every rank's recorded steps,
+    the times on rank 0's clock, the duration as the rank's own clock measured it."""
+    rank: list[int] = []
+    step: list[int] = []
+    start: list[int] = []
+    end: list[int] = []
+    for r, info in manifest.ranks.items():
+        for window in info.steps:
+            rank.append(r)
+            step.append(window.step)
+            start.append(window.t_start_ns)
+            end.append(window.t_end_ns)
+    ranks = np.array(rank, np.int32)
+    t_start = np.array(start, np.int64)
+    t_end = np.array(end, np.int64)
+    duration = (t_end - t_start) / 1e9
+    for r, clock in clocks(manifest).items():
+        mask = ranks == r
+        if mask.any():
+            t_start[mask] = align_numpy(t_start[mask], clock)
+            t_end[mask] = align_numpy(t_end[mask], clock)
+    return pa.table(
+        {
+            "rank": pa.array(ranks, pa.int32()),
+            "step": pa.array(step, pa.int32()),
+            "t_start_ns": pa.array(t_start, pa.int64()),
+            "t_end_ns": pa.array(t_end, pa.int64()),
+            "duration_s": pa.array(duration, pa.float64()),
+        }
+    )
+
+
+def step_filter(steps: StepRange | None, column: str = "step") -> str:
+    """SQL condition for ``steps`` = (first, stop): first <= step < stop; None is open."""
+    if steps is None:
+        return "TRUE"
+    parts = []
+    if steps[0] is not None:
+        parts.append(f"{column} >= {int(steps[0])}")
+    if steps[1] is not None:
+        parts.append(f"{column} < {int(steps[1])}")
+    return " AND ".join(parts) or "TRUE"
+
+
+@dataclass
+class RunView:
+    """An opened run (:func:`open_run`): manifest, warnings and DuckDB views over its files."""
+
+    path: Path
+    manifest: dict[str, Any]
+    con: duckdb.DuckDBPyConnection
+    info: Manifest
+    """The checked manifest (``manifest`` is its data)."""
+    warnings: list[str] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    sources: dict[int, Path | pa.Table] = field(default_factory=dict)
+    """Where each rank's raw events are: its Parquet file, or a table (parts, loaded run)."""
+    clocks: dict[int, Clock] = field(default_factory=dict)
+    """rank -> its clock (see :mod:`commlens.trace.align`); none for a loaded Run,
+    whose events are aligned already."""
+    steps: StepRange | None = None
+    """Only steps first <= step < stop are seen (None: all); see :func:`open_run`."""
+    quiet: bool = True
+    """Warnings found after opening (:meth:`drop_rank`) are printed unless quiet."""
+    with_events: set[int] = field(default_factory=set)
+    scans: dict[int, str] = field(default_factory=dict)
+    """rank -> the SQL that reads its raw events (the union is ``raw_events``)."""
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def world_size(self) -> int:
+        if self.info.world_size is not None:
+            return self.info.world_size
+        row = self.row("SELECT max(rank) + 1 FROM events")
+        return int(row[0]) if row and row[0] is not None else 0
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks not missing (those with events, and those known to have none), in order."""
+        rows = self.row("SELECT list(rank ORDER BY rank) FROM ranks WHERE status <> 'missing'")
+        return [int(r) for r in (rows[0] if rows and rows[0] else [])]
+
+    def sql(self, query: str, params: list[Any] | None = None) -> pa.Table:
+        """Run ``query`` and return the result as an Arrow table."""
+        return self._retry(lambda: self.con.sql(query, params=params).to_arrow_table())
+
+    def row(self, query: str) -> tuple[Any, ...] | None:
+        """The first row of ``query`` (the result is consumed whole)."""
+        rows = self._retry(lambda: self.con.execute(query).fetchall())
+        return tuple(rows[0]) if rows else None
+
+    def _retry(self, run: Callable[[], _T]) -> _T:
+        """``run()``; when DuckDB fails on a rank's damaged file, that rank is left
+        out and ``run`` tried again."""
+        import duckdb
+
+        while True:
+            try:
+                return run()
+            except duckdb.Error as exc:
+                rank = self._rank_named_in(str(exc))
+                if rank is None:
+                    raise
+                self.drop_rank(rank, one_line(exc))
+
+    def _rank_named_in(self, message: str) -> int | None:
+        for rank, src in self.sources.items():
+            if isinstance(src, Path) and src.name in message:
+                return rank
+        return None
+
+    def drop_rank(self, rank: int, reason: str) -> str:
+        """Leave out ``rank``, whose file turned out damaged: it joins the missing
+        ranks and its events leave the views."""
+        src = self.sources.pop(rank, None)
+        what = src.name if isinstance(src, Path) else f"rank {rank}'s flushed parts"
+        line = f"{what} is damaged ({reason}): rank {rank} skipped"
+        if src is None:
+            return line
+        self.warnings.append(line)
+        if not self.quiet:
             print(f"commlens: warning: {line}", file=sys.stderr)
-    return Run(run_dir, manifest.data, events, warnings, missing, manifest)
+        self.scans.pop(rank, None)
+        self.with_events.discard(rank)
+        self.missing_ranks = sorted({*self.missing_ranks, rank})
+        _create_raw_events(self)
+        _create_ranks(self)
+        return line
+
+    def _read(self, rank: int, read: Callable[[], _T]) -> _T:
+        try:
+            return read()
+        except (OSError, pa.ArrowException, ValueError) as exc:  # damaged pages
+            raise RankDamaged(rank, self.drop_rank(rank, one_line(exc))) from None
+
+    def read_rank(self, rank: int, columns: list[str], *, dictionary: bool = True) -> pa.Table:
+        """One rank's events (only ``columns``; strings dictionary-encoded unless not
+        ``dictionary``), in file order, times on rank 0's clock. A rank whose file
+        turns out damaged is dropped (:class:`RankDamaged`)."""
+        src = self.sources.get(rank)
+        if src is None:
+            return self.sql(f"SELECT {', '.join(columns)} FROM events WHERE rank = {int(rank)}")
+        if isinstance(src, Path):
+            path = src
+            strings = [c for c in columns if pa.types.is_string(EVENT_SCHEMA.field(c).type)]
+            read_dict = strings if dictionary else None
+            schema = pa.schema([EVENT_SCHEMA.field(c) for c in columns])
+
+            def read() -> pa.Table:
+                table = pq.read_table(path, columns=columns, read_dictionary=read_dict)
+                return table if dictionary else table.cast(schema)
+
+            table = self._read(rank, read)
+        else:
+            table = src.select(columns)
+        clock = self.clocks.get(rank, NO_CLOCK)
+        for name in TIME_COLUMNS:
+            if name in columns and clock != NO_CLOCK:
+                t = align_numpy(table.column(name).to_numpy(), clock)
+                table = table.set_column(
+                    table.schema.get_field_index(name), name, pa.array(t, pa.int64())
+                )
+        return table
+
+    def read_values(self, rank: int, column: str, rows: list[int]) -> list[Any]:
+        """``column`` at the given rows (file order) of one rank, reading only the row
+        groups that hold them."""
+        src = self.sources.get(rank)
+        if not isinstance(src, Path):
+            table = self.read_rank(rank, [column])
+            return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
+        path = src
+        meta = pq.ParquetFile(path).metadata
+        bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        out: list[Any] = []
+        cache: dict[int, pa.Table] = {}
+        for row in rows:
+            g = int(np.searchsorted(bounds, row, side="right")) - 1
+            if g not in cache:
+                read = functools.partial(pq.ParquetFile(path).read_row_group, g, columns=[column])
+                cache[g] = self._read(rank, read)
+            out.append(cache[g].column(column)[row - int(bounds[g])].as_py())
+        return out
+
+    def time_span(self) -> tuple[int, int] | None:
+        """(first issue, last end) over all events, from Parquet statistics when possible."""
+        span = self._span_from_statistics() if self.steps is None else None
+        if span is not None:
+            return span
+        row = self.row("SELECT min(t_issue_ns), max(t_end_ns) FROM events")
+        return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+    def _span_from_statistics(self) -> tuple[int, int] | None:
+        """Alignment keeps the order of a rank's times, so the aligned extremes are
+        the extremes of the row groups' statistics, aligned."""
+        if not self.sources or not all(isinstance(s, Path) for s in self.sources.values()):
+            return None
+        lo: list[int] = []
+        hi: list[int] = []
+        for rank, src in self.sources.items():
+            assert isinstance(src, Path)
+            meta = pq.ParquetFile(src).metadata
+            names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+            issue, end = names.index("t_issue_ns"), names.index("t_end_ns")
+            mins: list[int] = []
+            maxs: list[int] = []
+            for g in range(meta.num_row_groups):
+                a = meta.row_group(g).column(issue).statistics
+                b = meta.row_group(g).column(end).statistics
+                if a is None or b is None or not a.has_min_max or not b.has_min_max:
+                    return None
+                mins.append(int(a.min))
+                maxs.append(int(b.max))
+            clock = self.clocks.get(rank, NO_CLOCK)
+            lo += align_numpy(np.array(mins, np.int64), clock).tolist()
+            hi += align_numpy(np.array(maxs, np.int64), clock).tolist()
+        return (min(lo), max(hi)) if lo else None
+
+    def load(self, *, align_clocks: bool = True) -> Run:
+        """Every event of the view's ranks in one table (schema as written), sorted by
+        (rank, seq); a rank whose file turns out damaged is left out."""
+        if not align_clocks:
+            self.clocks = {}
+        tables = []
+        for rank in sorted(self.sources):
+            try:
+                tables.append(self.read_rank(rank, list(EVENT_SCHEMA.names), dictionary=False))
+            except RankDamaged:
+                continue
+        events = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
+        events = events.replace_schema_metadata(EVENT_SCHEMA.metadata)
+        if events.num_rows:
+            events = events.sort_by([("rank", "ascending"), ("seq", "ascending")])
+        return Run(self.path, self.manifest, events, self.warnings, self.missing_ranks, self.info)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> RunView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _align(events: pa.Table, manifest: Manifest) -> pa.Table:
-    """Shift each rank's times onto rank 0's clock: t + offset + drift·(t − t0)."""
-    ranks = events.column("rank").to_numpy()
-    issue = events.column("t_issue_ns").to_numpy().copy()
-    end = events.column("t_end_ns").to_numpy().copy()
-    changed = False
-    for rank, (offset, drift, t0) in clocks(manifest).items():
-        mask = ranks == rank
-        if not mask.any() or (offset == 0 and drift == 0.0):
-            continue
-        changed = True
-        for arr in (issue, end):
-            shift = offset + np.rint(drift * (arr[mask] - t0)).astype(np.int64)
-            arr[mask] = arr[mask] + shift
-    if not changed:
-        return events
-    events = events.set_column(
-        events.schema.get_field_index("t_issue_ns"), "t_issue_ns", pa.array(issue, pa.int64())
+def open_run(
+    source: str | Path | Run,
+    *,
+    quiet: bool = True,
+    threads: int = 0,
+    steps: StepRange | None = None,
+) -> RunView:
+    """A :class:`RunView` of a run directory (scanned lazily) or of a loaded Run.
+
+    Warnings go to stderr unless ``quiet``. ``steps`` = (first, stop) keeps
+    only the events and step windows with first <= step < stop (either end
+    may be None), e.g. (1, None) to leave out a warm-up step.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if isinstance(source, Run):
+        con.register("all_events", source.events)  # already on rank 0's clock
+        con.execute(f"CREATE VIEW events AS SELECT * FROM all_events WHERE {step_filter(steps)}")
+        view = RunView(
+            source.path,
+            source.manifest,
+            con,
+            source.checked,
+            list(source.warnings),
+            list(source.missing_ranks),
+            steps=steps,
+            quiet=quiet,
+            with_events=set(source.ranks),
+        )
+        _create_steps(view)
+        _create_ranks(view)
+        return view
+    run_dir = Path(source)
+    try:
+        found = open_files(run_dir)
+    except BaseException:
+        con.close()
+        raise
+    view = RunView(
+        run_dir,
+        found.manifest.data,
+        con,
+        found.manifest,
+        found.warnings,
+        clocks=clocks(found.manifest),
+        steps=steps,
+        quiet=quiet,
     )
-    return events.set_column(
-        events.schema.get_field_index("t_end_ns"), "t_end_ns", pa.array(end, pa.int64())
+    for rank, file in found.files.items():
+        view.sources[rank] = file
+        view.scans[rank] = f"SELECT * FROM read_parquet('{_quote(file)}')"
+    for rank, table in found.parts.items():
+        con.register(f"parts_{rank}", table)
+        view.sources[rank] = table
+        view.scans[rank] = f"SELECT * FROM parts_{rank}"
+    con.register("empty_events", EVENT_SCHEMA.empty_table())
+    _create_raw_events(view)
+    con.register("clocks", clock_table(found.manifest))
+    aligned = ", ".join(f"{align_sql('e.' + c)} AS {c}" for c in TIME_COLUMNS)
+    con.execute(
+        f"CREATE VIEW events AS SELECT e.* REPLACE ({aligned}) "
+        f"FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank "
+        f"WHERE {step_filter(steps, 'e.step')}"
     )
+    view.with_events = {r for r, src in view.sources.items() if _has_rows(src)}
+    view.missing_ranks = found.missing(view.with_events)
+    _create_steps(view)
+    _create_ranks(view)
+    if not quiet:
+        for line in view.warnings:
+            print(f"commlens: warning: {line}", file=sys.stderr)
+    return view
+
+
+def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True) -> Run:
+    """Load the run in ``path`` whole; warnings go to stderr unless ``quiet``."""
+    with open_run(path) as view:
+        run = view.load(align_clocks=align_clocks)
+    if not quiet:
+        for line in run.warnings:
+            print(f"commlens: warning: {line}", file=sys.stderr)
+    return run
+
+
+def _create_raw_events(view: RunView) -> None:
+    """``raw_events``: the union of every rank's scan (times as written)."""
+    cols = ", ".join(EVENT_SCHEMA.names)
+    scans = [*view.scans.values(), "SELECT * FROM empty_events"]
+    union = " UNION ALL ".join(f"SELECT {cols} FROM ({s})" for s in scans)
+    view.con.execute(f"CREATE OR REPLACE VIEW raw_events AS {union}")
+
+
+def _has_rows(src: Path | pa.Table) -> bool:
+    if isinstance(src, Path):
+        return pq.ParquetFile(src).metadata.num_rows > 0
+    return src.num_rows > 0
+
+
+def _quote(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _create_steps(view: RunView) -> None:
+    view.con.register("all_steps", step_windows(view.info))
+    view.con.execute(
+        f"CREATE VIEW steps AS SELECT * FROM all_steps WHERE {step_filter(view.steps)}"
+    )
+
+
+def _create_ranks(view: RunView) -> None:
+    view.con.register("ranks", ranks_table(view.info, view.with_events, view.missing_ranks))

@@ -14,24 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from commlens.errors import UsageError
-from commlens.trace.manifest import FORMAT_NAME, MANIFEST
-
-OWN_FILES = re.compile(
-    r"^(run\.json|\.run\.lock|rank-\d{5,}\.(parquet|json)|nic\.parquet)$"
-    # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
-    r"|^\.?(run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet)(\.[0-9a-f]+)*\.tmp$"
-)
-"""Files a run directory holds that commlens wrote."""
-OWN_DIRS = re.compile(r"^\.rank-\d{5,}\.parts$")
-"""Directories of a run that commlens wrote (a rank's flushed parts)."""
-PART_FILES = re.compile(r"^(sites\.jsonl|part-\d+\.(bin|tmp)|\.part-\d+\.bin(\.[0-9a-f]+)*\.tmp)$")
-"""Files of a parts directory."""
+from commlens.trace.layout import MANIFEST, OWN_DIRS, OWN_FILES, PART_FILES, manifest_probe
+from commlens.trace.manifest import FORMAT_NAME
 
 Checker = Callable[[Path], Path | None]
 """Given an entry: None when it is commlens's own, else the foreign path (it or one inside)."""
@@ -125,7 +114,7 @@ def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
         clear_run(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".run.json.{os.getpid()}.tmp"
+        probe = manifest_probe(out, os.getpid())
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

@@ -1,0 +1,72 @@
+"""The names of a run directory's files: the one place they are spelled.
+
+A run directory holds
+
+- ``run.json``: the merged manifest (:mod:`commlens.trace.manifest`), and
+  ``.run.lock``, the lock its writers take;
+- per rank ``rank-NNNNN.json`` (the rank's metadata) and ``rank-NNNNN.parquet``
+  (its events), rank numbers zero-padded to at least five digits;
+- per rank that has not finished, ``.rank-NNNNN.parts/``: its flushed parts
+  (``sites.jsonl`` and ``part-NNNNNN.bin``, named by :mod:`commlens.trace.packed`);
+- ``nic.parquet``: NIC byte counters, when ``commlens.netem`` sampled them;
+- temporary files of the above while they are written.
+
+Writers, readers and ``--force`` (:mod:`commlens.trace.rundir`) all take the
+names and patterns from here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from commlens.trace.packed import SITES_FILE
+
+MANIFEST = "run.json"
+MANIFEST_LOCK = ".run.lock"
+NIC_FILE = "nic.parquet"
+RANK_META_GLOB = "rank-*.json"
+RANK_EVENTS_GLOB = "rank-*.parquet"
+
+RANK_EVENTS = re.compile(r"^rank-(\d{5,})\.parquet$")
+"""A rank's events file; group 1 is the rank."""
+PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
+"""A rank's parts directory; group 1 is the rank."""
+
+_OWN = r"run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet"
+OWN_FILES = re.compile(
+    rf"^({_OWN}|\.run\.lock)$"
+    # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
+    rf"|^\.?({_OWN})(\.[0-9a-f]+)*\.tmp$"
+)
+"""Files a run directory holds that commlens wrote."""
+OWN_DIRS = PARTS_DIR
+"""Directories of a run that commlens wrote (a rank's flushed parts)."""
+PART_FILES = re.compile(
+    rf"^({re.escape(SITES_FILE)}|part-\d+\.(bin|tmp)|\.part-\d+\.bin(\.[0-9a-f]+)*\.tmp)$"
+)
+"""Files of a parts directory."""
+
+
+def rank_events_name(rank: int) -> str:
+    return f"rank-{rank:05d}.parquet"
+
+
+def rank_file(run_dir: Path, rank: int) -> Path:
+    """``rank``'s events file in ``run_dir``."""
+    return run_dir / rank_events_name(rank)
+
+
+def rank_meta_path(run_dir: Path, rank: int) -> Path:
+    """``rank``'s metadata file in ``run_dir``."""
+    return run_dir / f"rank-{rank:05d}.json"
+
+
+def parts_dir(run_dir: Path, rank: int) -> Path:
+    """``rank``'s directory of flushed parts in ``run_dir``."""
+    return run_dir / f".rank-{rank:05d}.parts"
+
+
+def manifest_probe(run_dir: Path, pid: int) -> Path:
+    """A temporary file named like the manifest's own (``--force`` may remove it)."""
+    return run_dir / f".{MANIFEST}.{pid}.tmp"

@@ -175,6 +175,7 @@ _JOB_FIELDS = (*SHAPES, "dtype", "sequence_parallel", "schedule", "recompute")
 """The fields of :class:`Job` that are plain values (not the model, scheme or layout)."""
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunSettings))
 _KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _typed(kind: type, data: Any, where: str = "") -> dict[str, Any]:
@@ -188,10 +189,10 @@ def _typed(kind: type, data: Any, where: str = "") -> dict[str, Any]:
     for key, value in data.items():
         want = types.get(key)
         if want is None:
-            raise RunFormatError(f"unknown key {prefix}{key!r} in the workload")
+            raise RunFormatError(f"unknown key {prefix + key!r} in the workload")
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise RunFormatError(f"{prefix}{key} must be a {want.__name__}, got {value!r}")
+            raise RunFormatError(f"{prefix}{key} must be {_NAMES[want]}, got {value!r}")
         out[key] = value
     return out

@@ -1,0 +1,145 @@
+"""The replay on hand-written event tables, against answers worked out by hand (µs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commlens.errors import RunFormatError
+from commlens.whatif.durations import measured
+from commlens.whatif.model import HOLD, build_program
+from commlens.whatif.replay import replay
+from commlens.whatif.results import figures
+from tests.whatif.synthetic import Ev, make_trace
+
+
+def us(value: float) -> pytest.approx:
+    return pytest.approx(value * 1e-6, abs=1e-12)
+
+
+def both_steps(end: float) -> list[tuple[int, int, float, float]]:
+    return [(0, 0, 0, end), (1, 0, 0, end)]
+
+
+def step_times(tl: object) -> np.ndarray:
+    marks = tl.step_marks  # type: ignore[attr-defined]
+    return marks[1::2] - marks[0::2]
+
+
+def test_collective_waits_for_its_last_member_and_the_step_follows() -> None:
+    # rank 0 arrives at 10, rank 1 at 20; both computed 10 after the op in the capture.
+    trace = make_trace(
+        [Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40)
+    )
+    prog = build_program(trace)
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    tl = replay(prog, np.full(2, 5e-6))
+    assert tl.start.tolist() == [us(20)]
+    assert tl.end.tolist() == [us(25), us(25)]
+    assert tl.held.tolist() == [us(15), us(5)]  # rank 0 waited for rank 1
+    assert step_times(tl).tolist() == [us(35), us(35)]
+    fig = figures(prog, tl, [0])
+    assert fig.step_s == [us(35)]
+    assert fig.comm_s == us(10) and fig.exposed_s == us(10)  # means over ranks: (15 + 5) / 2
+    assert fig.slowest_rank == 1  # held least: the one the other waited for
+    assert [(o.op, o.calls, o.wait_s, o.service_s) for o in fig.ops] == [
+        ("all_reduce", 1.0, us(5), us(5))  # waiting (15 + 0) / 2, service 5
+    ]
+
+
+def test_an_op_queues_behind_the_previous_one_on_its_group() -> None:
+    events = [
+        Ev(0, "all_reduce", 0, 15, is_async=True, wait=5),  # waited from 10
+        Ev(0, "all_gather", 1, 25, is_async=True, wait=10),  # waited from 15
+        Ev(1, "all_reduce", 5, 15, is_async=True, wait=9),
+        Ev(1, "all_gather", 6, 25, is_async=True, wait=10),
+    ]
+    prog = build_program(make_trace(events, both_steps(30)))
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(30), us(30)]
+    slow = replay(prog, np.full(4, 10e-6))
+    assert slow.start.tolist() == [us(5), us(15)]  # the gather is ready at 6, runs after 15
+    fast = replay(prog, np.full(4, 2e-6))
+    assert fast.start.tolist() == [us(5), us(7)]
+    # rank 0 computed 9 then 5: nothing left to wait for; rank 1 is held until 7 and 9.
+    assert fast.held.tolist() == [0.0, 0.0, us(1), us(2)]
+    assert step_times(fast).tolist() == [us(15), us(14)]
+
+
+def test_async_op_holds_its_caller_only_from_its_wait() -> None:
+    events = [Ev(0, "all_reduce", 0, 12, members=(0,), is_async=True, wait=2)]
+    prog = build_program(make_trace(events, [(0, 0, 0, 20)]))
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(20)]
+    hidden = replay(prog, np.array([4e-6]))
+    assert hidden.held.tolist() == [0.0] and step_times(hidden).tolist() == [us(18)]
+    exposed = replay(prog, np.array([15e-6]))
+    assert exposed.held.tolist() == [us(5)] and step_times(exposed).tolist() == [us(23)]
+
+
+def test_sends_meet_their_receives_pair_by_pair() -> None:
+    events = [
+        Ev(0, "send", 5, 8, peer=1, role="pp"),
+        Ev(0, "send", 10, 12, peer=1, role="pp"),
+        Ev(1, "recv", 2, 8, peer=0, role="pp"),
+        Ev(1, "recv", 9, 12, peer=0, role="pp"),
+    ]
+    prog = build_program(make_trace(events, both_steps(20)))
+    assert prog.inst.tolist() == [0, 1, 0, 1]
+    assert prog.cost_groups[int(prog.inst_group[0])] == (0, 1)
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(20), us(20)]
+    tl = replay(prog, np.full(4, 3e-6))
+    assert tl.start.tolist() == [us(5), us(10)]
+    assert tl.held.tolist() == [us(3), us(3), us(6), us(4)]
+    assert step_times(tl).tolist() == [us(21), us(21)]
+
+
+def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
+    # DDP-like: two buckets per rank, no recorded wait; backward blocks until both end.
+    events = [
+        Ev(0, "all_reduce", 10, 25, is_async=True),
+        Ev(0, "all_reduce", 20, 30, is_async=True),
+        Ev(1, "all_reduce", 11, 25, is_async=True),
+        Ev(1, "all_reduce", 21, 30, is_async=True),
+    ]
+    prog = build_program(make_trace(events, both_steps(40)))
+    holds = [
+        (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
+        for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
+        if k == HOLD
+    ]
+    assert holds == [(0, 20.0), (1, 20.0)]  # both at the second bucket's issue
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    tl = replay(prog, np.full(4, 1e-6))
+    assert tl.start.tolist() == [us(11), us(21)]
+    assert tl.held.tolist() == [0.0, us(2), 0.0, us(1)]
+    assert step_times(tl).tolist() == [us(32), us(32)]
+
+
+def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
+    events = [
+        Ev(0, "all_reduce", 10, 25, is_async=True),
+        Ev(0, "broadcast", 15, 16, group="1", members=(0,)),
+        Ev(1, "all_reduce", 10, 25, is_async=True),
+    ]
+    prog = build_program(make_trace(events, both_steps(40)))
+    at = {
+        a: round(sum(prog.gaps[0][: i + 1]) * 1e6, 6)
+        for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
+        if k == HOLD
+    }
+    assert at == {0: 24.0, 1: 15.0}  # compute before the wait at 25: 25 less 1 held in the broadcast
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+
+
+def test_desynchronised_ranks_are_refused() -> None:
+    events = [Ev(0, "all_reduce", 0, 1), Ev(1, "broadcast", 0, 1)]
+    with pytest.raises(RunFormatError, match="all_reduce on one rank and broadcast on another"):
+        build_program(make_trace(events, both_steps(2)))
+    short = [Ev(0, "all_reduce", 0, 1), Ev(0, "all_reduce", 2, 3), Ev(1, "all_reduce", 0, 1)]
+    with pytest.raises(RunFormatError, match=r"different numbers of collectives \(1..2\)"):
+        build_program(make_trace(short, both_steps(4)))
+
+
+def test_a_send_without_its_receive_is_refused() -> None:
+    events = [Ev(0, "send", 0, 1, peer=1), Ev(0, "send", 2, 3, peer=1), Ev(1, "recv", 0, 1, peer=0)]
+    with pytest.raises(RunFormatError, match="rank 0 sent rank 1 a different number"):
+        build_program(make_trace(events, both_steps(4)))

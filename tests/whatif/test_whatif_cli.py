@@ -1,0 +1,108 @@
+"""``commlens whatif`` on real captured runs (gloo, 2 ranks): self-replay, outputs, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlens.cli.main import main
+from commlens.whatif.study import run_study
+
+
+def capture(out: Path, scheme: str) -> Path:
+    exe = Path(sys.executable).with_name("commlens")
+    args = ["--model", "gpt-tiny", "--scheme", scheme, "--nproc", "2", "--steps", "3"]
+    args += ["--seq-len", "16", "--micro-batch", "2", "--microbatches", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [str(exe), "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, COLUMNS="120"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("whatif")
+    return {scheme: capture(root / scheme, scheme) for scheme in ("dp", "pp")}
+
+
+@pytest.mark.parametrize("scheme", ["dp", "pp"])
+def test_replay_with_measured_times_gives_back_the_captured_steps(
+    runs: dict[str, Path], scheme: str
+) -> None:
+    study = run_study(runs[scheme], "tcp-10g,rdma-100g")
+    assert study.check.max_step_error < 1e-6
+    assert study.check.max_event_error_s < 1e-6
+    assert study.captured.figures.steps == [1, 2]  # step 0 (warm-up) left out
+    assert [a.name for a in study.answers] == ["tcp-10g", "rdma-100g"]
+    tcp, rdma = (a.figures for a in study.answers)
+    assert all(t >= r > 0 for t, r in zip(tcp.step_s, rdma.step_s, strict=True))
+    ops = {(o.op, o.role) for o in tcp.ops}
+    assert ops == ({("all_reduce", "dp")} if scheme == "dp" else {
+        ("send", "pp"), ("recv", "pp"), ("all_reduce", "pp")
+    })
+
+
+def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", str(runs["pp"]), "--net", "tcp-10g,rdma-100g", "--width", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "self-check: replay with measured op times reproduces the captured steps" in text
+    for title in ("step time per network", "per op and role", "slowest rank", "assumes"):
+        assert title in text
+    assert main(["whatif", str(runs["pp"]), "--net", "tcp-10g", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["world_size"] == 2 and data["self_check"]["max_step_error"] < 1e-6
+    assert data["placement"]["ranks_per_node"] == 1  # no nodes of its own: one rank per node
+    (net,) = data["networks"]
+    assert net["name"] == "tcp-10g" and net["profile"]["name"] == "tcp-10g"
+    assert net["speedup"] == pytest.approx(
+        data["captured"]["median_step_s"] / net["median_step_s"]
+    )
+
+
+def test_markdown_and_html_files(runs: dict[str, Path], tmp_path: Path) -> None:
+    for suffix in ("md", "html"):
+        out = tmp_path / f"whatif.{suffix}"
+        args = ["whatif", str(runs["dp"]), "--net", "rdma-100g", "--nodes", "1", "-o", str(out)]
+        assert main(args) == 0
+        assert "step time per network" in out.read_text()
+
+
+def one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("commlens whatif: error: "), err
+    return err
+
+
+def test_bad_input_is_one_line(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing"
+    shutil.copytree(runs["pp"], missing)
+    (missing / "rank-00001.parquet").unlink()
+    assert "rank(s) 1 missing" in one_error(capsys, ["whatif", str(missing), "--net", "tcp-10g"])
+    no_steps = tmp_path / "no-steps"
+    shutil.copytree(runs["pp"], no_steps)
+    for path in [no_steps / "run.json", *no_steps.glob("rank-*.json")]:
+        meta = json.loads(path.read_text())
+        for entry in meta.get("ranks", {}).values():
+            entry["steps"] = []
+        meta["steps"] = []
+        path.write_text(json.dumps(meta))
+    err = one_error(capsys, ["whatif", str(no_steps), "--net", "tcp-10g"])
+    assert "no step markers" in err
+    err = one_error(capsys, ["whatif", str(runs["pp"]), "--net", "tcp-10g,warp-drive"])
+    assert "unknown network profile 'warp-drive'" in err
+    err = one_error(capsys, ["whatif", str(runs["pp"]), "--net", "tcp-10g", "--nodes", "3"])
+    assert "--nodes 3 must be a positive divisor" in err

@@ -28,9 +28,7 @@ def step_times(tl: object) -> np.ndarray:
 
 def test_collective_waits_for_its_last_member_and_the_step_follows() -> None:
     # rank 0 arrives at 10, rank 1 at 20; both computed 10 after the op in the capture.
-    trace = make_trace(
-        [Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40)
-    )
+    trace = make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     prog = build_program(trace)
     assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
     tl = replay(prog, np.full(2, 5e-6))
@@ -126,7 +124,8 @@ def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
         for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
         if k == HOLD
     }
-    assert at == {0: 24.0, 1: 15.0}  # compute before the wait at 25: 25 less 1 held in the broadcast
+    # compute before the wait at 25: 25 less the 1 held in the broadcast
+    assert at == {0: 24.0, 1: 15.0}
     assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
 
 

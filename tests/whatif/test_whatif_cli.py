@@ -48,9 +48,11 @@ def test_replay_with_measured_times_gives_back_the_captured_steps(
     tcp, rdma = (a.figures for a in study.answers)
     assert all(t >= r > 0 for t, r in zip(tcp.step_s, rdma.step_s, strict=True))
     ops = {(o.op, o.role) for o in tcp.ops}
-    assert ops == ({("all_reduce", "dp")} if scheme == "dp" else {
-        ("send", "pp"), ("recv", "pp"), ("all_reduce", "pp")
-    })
+    assert ops == (
+        {("all_reduce", "dp")}
+        if scheme == "dp"
+        else {("send", "pp"), ("recv", "pp"), ("all_reduce", "pp")}
+    )
 
 
 def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,9 +67,7 @@ def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixt
     assert data["placement"]["ranks_per_node"] == 1  # no nodes of its own: one rank per node
     (net,) = data["networks"]
     assert net["name"] == "tcp-10g" and net["profile"]["name"] == "tcp-10g"
-    assert net["speedup"] == pytest.approx(
-        data["captured"]["median_step_s"] / net["median_step_s"]
-    )
+    assert net["speedup"] == pytest.approx(data["captured"]["median_step_s"] / net["median_step_s"])
 
 
 def test_markdown_and_html_files(runs: dict[str, Path], tmp_path: Path) -> None:

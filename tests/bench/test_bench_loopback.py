@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from commlens.bench.names import OPS
-from commlens.bench.output import COLUMNS, to_csv, to_json, to_table
 from commlens.bench.runner import BenchConfig, run_bench
 from commlens.cli import bench as bench_cli
 from commlens.errors import UsageError
 from commlens.optable import bus_factor
+from commlens.report.bench import CSV_COLUMNS, bench_document
+from commlens.report.formats import get_renderer
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,14 @@ def test_every_op_and_size_runs_and_is_correct(report) -> None:  # type: ignore[
 
 
 def test_csv_json_and_table(report) -> None:  # type: ignore[no-untyped-def]
-    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
-    assert list(rows[0]) == list(COLUMNS)
+    doc = bench_document(report)
+    rows = list(csv.DictReader(io.StringIO(get_renderer("csv").render(doc))))
+    assert list(rows[0]) == list(CSV_COLUMNS)
     assert len(rows) == len(report.measured)
-    data = json.loads(to_json(report))
+    data = json.loads(get_renderer("json").render(doc))
     assert data["config"]["nproc"] == 3 and len(data["results"]) == len(report.rows)
-    table = to_table(report)
-    assert table.row_count == len(report.rows)
+    table = doc.section("results").table
+    assert table.num_rows == len(report.rows)
 
 
 def _cli(*argv: str) -> int:

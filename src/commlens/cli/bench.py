@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import io
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.sizes import format_size, parse_size, parse_sizes
 from commlens.errors import UsageError
+from commlens.report.formats import FORMATS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,8 +34,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--iters", type=int, default=20, help="timed calls per op and size")
     p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, int32, ...")
-    p.add_argument("--format", default="text", choices=("text", "csv", "json"))
-    p.add_argument("-o", "--output", default=None, help="write the table/CSV/JSON to FILE")
+    p.add_argument("--format", default="text", choices=FORMATS)
+    p.add_argument("-o", "--output", default=None, help="write the results to FILE")
     p.add_argument(
         "--fit",
         default=None,
@@ -188,22 +187,15 @@ def _fitted_profile(
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from commlens.safefile import write_output
+    from commlens.report.bench import bench_document
+    from commlens.report.output import emit
 
     cfg, fit_path, fit_min = check_args(args)
     err = Console(stderr=True)
     if cfg.link and cfg.nodes == 1:
         err.print("note: with --nodes 1 every rank talks over loopback; --link shapes nothing")
     report = _run_with_progress(cfg, err)
-    if args.output:
-        write_output(args.output, _render(report, args.format))
-    elif args.format == "text":
-        out = Console()
-        if not out.is_terminal:
-            out = Console(width=160)
-        out.print(_table(report))
-    else:
-        sys.stdout.write(_render(report, args.format))
+    emit(bench_document(report), args.output, args.format)
     if fit_path is not None:
         from commlens.bench.fit import write_profile
 
@@ -222,23 +214,3 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[bold red]wrong results:[/bold red] {', '.join(wrong)}")
         return 1
     return 0
-
-
-def _table(report: BenchReport) -> Any:
-    from commlens.bench.output import to_table
-
-    return to_table(report)
-
-
-def _render(report: BenchReport, fmt: str) -> str:
-    from rich.console import Console
-
-    from commlens.bench.output import to_csv, to_json
-
-    if fmt == "csv":
-        return to_csv(report)
-    if fmt == "json":
-        return to_json(report)
-    buf = io.StringIO()
-    Console(file=buf, width=160, no_color=True).print(_table(report))
-    return buf.getvalue()

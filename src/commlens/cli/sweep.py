@@ -7,6 +7,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commlens.report.formats import PAGE_FORMATS
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -45,29 +47,10 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="write the report's plots there as PNG files (NAME-SECTION.png) at the end",
     )
-    p.set_defaults(func=run)
-
-
-def list_points(points: list[Point], console: Console) -> None:
-    for i, p in enumerate(points, 1):
-        tail = f"  [yellow]skipped: {p.skip_reason}[/]" if p.skip_reason else ""
-        console.print(f"{i:3d}. {p.id}  ({p.network}){tail}", highlight=False)
-
-
-def _status_line(rec: dict[str, Any]) -> str:
-    if rec["status"] == "skipped":
-        return f"[yellow]skipped[/] {rec['id']}: {rec['error']}"
-    if rec["status"] == "failed":
-        return f"[red]failed[/]  {rec['id']}: {rec['error']}"
-    m = rec["result"]["metrics"]
-    val = rec["result"].get("validation") or {}
-    verdict = "" if not val else ("validates" if val.get("ok") else "[red]does not validate[/]")
-    return (
-        f"[green]done[/]    {rec['id']}: step {m['step_s']:.3f} s, "
-        f"comm {m['comm_share']:.0%} of it, {m['tokens_per_s']:,.0f} tokens/s"
-        + (f", link peak {m['peak_link_gbit_s']:.2f} Gbit/s" if m.get("peak_link_gbit_s") else "")
-        + (f", {verdict}" if verdict else "")
+    p.add_argument(
+        "--format", default="text", choices=PAGE_FORMATS, help="format of the summary on stdout"
     )
+    p.set_defaults(func=run)
 
 
 def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = False) -> SweepOutcome:
@@ -81,6 +64,7 @@ def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = Fals
         TimeElapsedColumn,
     )
 
+    from commlens.report.sweep import status_line
     from commlens.sweep.runner import run_sweep
 
     columns = (
@@ -97,7 +81,7 @@ def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = Fals
             if event == "start":
                 progress.update(task, description=f"{point.id} ({point.network})")
             elif rec is not None:
-                progress.console.print(_status_line(rec), highlight=False)
+                progress.console.print(status_line(rec), markup=False, highlight=False)
                 progress.advance(task)
 
         from commlens.sweep.grid import expand
@@ -116,36 +100,34 @@ def _sigterm(signum: int, frame: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from commlens.report.output import emit
+    from commlens.report.sweep import outcome_document, points_document
+    from commlens.sweep.grid import expand
     from commlens.sweep.spec import load_spec
 
     spec = load_spec(args.file)
-    console = Console(highlight=False, width=max(Console().width, 110))
+    name = spec.settings.name
     if args.list:
-        from commlens.sweep.grid import expand
-
-        list_points(expand(spec), console)
+        emit(points_document(name, expand(spec)), None, args.format)
         return 0
-    out = args.out or Path("runs") / spec.settings.name
+    # the progress lines go to stdout beside a text summary, else to stderr
+    console = Console(
+        stderr=args.format != "text", highlight=False, width=max(Console().width, 110)
+    )
+    out = args.out or Path("runs") / name
     old = signal.signal(signal.SIGTERM, _sigterm)
     try:
         outcome = execute(spec, out, console, args.recollect)
     finally:
         signal.signal(signal.SIGTERM, old)
-    n = len(outcome.points)
-    console.print(
-        f"sweep {spec.settings.name}: {n} points · {len(outcome.ran)} run now · "
-        f"{len(outcome.reused)} already done · {len(outcome.skipped)} skipped · "
-        f"{len(outcome.failed)} failed"
-    )
-    console.print(f"catalog: {out / 'catalog.duckdb'}; see `commlens report {out}`")
+    figures: list[Path] = []
     if args.report:
         from commlens.sweep.report import render_sweep
 
         render_sweep(out, None, args.report)
-        console.print(f"report: {args.report}")
     if args.figures:
         from commlens.sweep.report import save_figures
 
-        for file in save_figures(out, args.figures, prefix=f"{spec.settings.name}-"):
-            console.print(f"figure: {file}")
+        figures = save_figures(out, args.figures, prefix=f"{name}-")
+    emit(outcome_document(name, outcome, args.report, figures), None, args.format)
     return 0 if outcome.ok else 1

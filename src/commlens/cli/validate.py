@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from commlens.cli.predict import console_for_tables
-from commlens.predict.validate import validate_run
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from commlens.predict.validate import Validation
+from commlens.report.formats import PAGE_FORMATS
 
 
 def register(subparsers: Any) -> None:
@@ -33,69 +26,16 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not hold step 0 (DDP's start-up broadcast and one-bucket backward are modelled)",
     )
-    p.add_argument("--format", default="text", choices=("text", "json"))
+    p.add_argument("--format", default="text", choices=PAGE_FORMATS)
     p.set_defaults(func=run)
 
 
-def render_text(result: Validation, console: Console) -> None:
-    from rich.table import Table
-
-    job = result.job
-    d = job.dims
-    console.print(
-        f"[bold]{job.model.name}[/bold] {job.scheme} dp={d.dp} tp={d.tp} pp={d.pp}  "
-        f"s={job.seq_len} b={job.micro_batch} k={job.microbatches} {job.dtype}  "
-        f"steps {result.steps[0]}..{result.steps[-1]} held on ranks "
-        f"{','.join(map(str, result.ranks))}, tolerance {result.tolerance:.2%}"
-    )
-    table = Table(title="measured vs predicted, per op and role", title_justify="left")
-    cols = (
-        "op",
-        "role",
-        "rank-steps",
-        "calls (pred)",
-        "calls (meas)",
-        "bytes (pred)",
-        "bytes (meas)",
-        "max err",
-        "verdict",
-        "explanation",
-    )
-    for col in cols:
-        table.add_column(
-            col,
-            justify="left" if col in ("op", "role", "verdict", "explanation") else "right",
-            overflow="fold",
-        )
-    for s in result.summary():
-        table.add_row(
-            s.op,
-            s.role or "-",
-            str(s.checks),
-            f"{s.predicted_calls:,}",
-            f"{s.measured_calls:,}",
-            f"{s.predicted_bytes:,}",
-            f"{s.measured_bytes:,}",
-            "inf" if s.max_rel_error == float("inf") else f"{s.max_rel_error:.3%}",
-            "[green]ok[/green]" if s.ok else "[red]MISMATCH[/red]",
-            s.explanation,
-        )
-    console.print(table)
-    for note in result.notes:
-        console.print(f"note: {note}")
-    if result.ok:
-        console.print("[green]validate: the run matches the model[/green]")
-    else:
-        bad = sorted({f"{c.op}/{c.role or '-'}" for c in result.failures})
-        console.print(f"[red]validate: mismatch in {', '.join(bad)}[/red]")
-
-
 def run(args: argparse.Namespace) -> int:
+    from commlens.predict.validate import validate_run
+    from commlens.report.output import emit
+    from commlens.report.validate import validation_document
     from commlens.trace.reader import load_run
 
     result = validate_run(load_run(args.run), args.tolerance, args.skip_step0)
-    if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        render_text(result, console_for_tables())
+    emit(validation_document(result), None, args.format)
     return 0 if result.ok else 1

@@ -1,9 +1,12 @@
-"""What a report holds, independent of how it is rendered.
+"""What a command prints, independent of how it is rendered.
 
-A :class:`Document` is a title, a few facts about the run(s), warnings and a
-list of :class:`Section`; each section is a table (with the unit of every
+A :class:`Document` is a title, a few facts (label: value), warnings, a few
+plain sentences before the tables (``intro``) and after them (``notes``), and
+a list of :class:`Section`; each section is a table (with the unit of every
 column in its title), an optional note and optional plots. ``data`` is the
-machine-readable form the JSON renderer prints.
+machine-readable form the JSON renderer prints. Every command's output is one
+(``report``, ``compare``, ``validate``, ``bench``, ``sweep``, ``net``, ...);
+the renderers in :mod:`commlens.report` are the only code that lays one out.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from commlens.report.units import format_bytes
 
 Figure = Any  # matplotlib.figure.Figure, imported lazily
 
+NUMERIC = frozenset("int bytes size s ms us gbps gbit pct float x num rate".split())
+"""The formats of numbers (shown right-aligned)."""
+
 
 @dataclass(frozen=True)
 class Column:
@@ -26,7 +32,17 @@ class Column:
     key: str
     title: str
     fmt: str = "str"
-    """str, int, bytes, s, ms, us, gbps, gbit, pct, float, ranks"""
+    """str, int, bytes, size, s, ms, us, gbps, gbit, pct, float, x, rate, name, num,
+    ranks, or a ``str.format`` template such as ``"{:.2f}"``"""
+    align: str = ""
+    """'left' or 'right'; '' lets the format decide (numbers right, text left)."""
+
+    @property
+    def right(self) -> bool:
+        """Whether the column is shown right-aligned."""
+        if self.align:
+            return self.align == "right"
+        return self.fmt in NUMERIC or self.fmt.startswith("{")
 
 
 @dataclass
@@ -41,18 +57,25 @@ class Section:
     plots: list[tuple[str, Callable[[], Figure]]] = field(default_factory=list)
     max_rows: int = 0
     """Show at most this many rows in text/md/html (0: all); JSON/CSV get all."""
+    group_by: str = ""
+    """A column key: the text table draws a rule where its value changes."""
 
 
 @dataclass
 class Document:
     title: str
-    facts: list[tuple[str, str]]
-    sections: list[Section]
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] | list[Any] = field(default_factory=dict)
+    """What the JSON renderer prints (an object, or a list for a listing)."""
     csv_table: pa.Table | None = None
     highlights: list[str] = field(default_factory=list)
-    """A few sentences shown before the tables."""
+    """A few sentences shown before the tables, as bullets."""
+    intro: list[str] = field(default_factory=list)
+    """Plain lines shown under the facts, before the tables."""
+    notes: list[str] = field(default_factory=list)
+    """Plain lines shown after the tables (verdicts, where files went, what next)."""
 
     def section(self, key: str) -> Section:
         for section in self.sections:
@@ -122,6 +145,8 @@ def format_cell(value: Any, fmt: str) -> str:
         return f"{value:.6g}" if isinstance(value, float) else str(value)
     if fmt == "ranks":
         return format_ranks(value)
+    if fmt.startswith("{"):
+        return fmt.format(value)
     return str(value)
 
 

@@ -8,6 +8,8 @@ from commlens.errors import UsageError
 from commlens.report.base import Renderer
 
 FORMATS = ("text", "md", "html", "json", "csv")
+PAGE_FORMATS = FORMATS[:4]
+"""The formats of a command whose output has no tidy table to write as CSV."""
 _SUFFIXES = {
     ".txt": "text",
     ".md": "md",

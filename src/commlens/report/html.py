@@ -8,7 +8,6 @@ from html import escape
 from commlens.report import plots
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
-from commlens.report.text import _RIGHT
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -28,7 +27,7 @@ def table_html(section: Section) -> str:
     body = []
     for cells in rows(section):
         tds = "".join(
-            f'<td class="num">{escape(x)}</td>' if c.fmt in _RIGHT else f"<td>{escape(x)}</td>"
+            f'<td class="num">{escape(x)}</td>' if c.right else f"<td>{escape(x)}</td>"
             for c, x in zip(section.columns, cells, strict=True)
         )
         body.append(f"<tr>{tds}</tr>")
@@ -45,12 +44,17 @@ class HtmlRenderer(Renderer):
         parts = [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{escape(doc.title)}</title><style>{_CSS}</style></head><body>",
-            f"<h1>{escape(doc.title)}</h1><ul>",
+            f"<title>{escape(doc.title or 'commlens')}</title><style>{_CSS}</style></head><body>",
         ]
-        parts += [f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in doc.facts]
-        parts += [f'<li class="warning">warning: {escape(w)}</li>' for w in doc.warnings]
-        parts.append("</ul>")
+        heading = f"<h1>{escape(doc.title)}</h1>" if doc.title else ""
+        if doc.facts or doc.warnings:
+            parts.append(heading + "<ul>")
+            parts += [f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in doc.facts]
+            parts += [f'<li class="warning">warning: {escape(w)}</li>' for w in doc.warnings]
+            parts.append("</ul>")
+        elif heading:
+            parts.append(heading)
+        parts += [f"<p>{escape(line)}</p>" for line in doc.intro]
         if doc.highlights:
             items = "".join(f"<li>{escape(line)}</li>" for line in doc.highlights)
             parts.append(f'<ul class="highlights">{items}</ul>')
@@ -62,7 +66,8 @@ class HtmlRenderer(Renderer):
         if len(doc.sections) > 1:
             parts.append(f"<nav><ol>{links}</ol></nav>")
         for section in doc.sections:
-            parts.append(f'<section id="{escape(section.key)}"><h2>{escape(section.title)}</h2>')
+            heading = f"<h2>{escape(section.title)}</h2>" if section.title else ""
+            parts.append(f'<section id="{escape(section.key)}">{heading}')
             parts.append(table_html(section))
             if hidden_rows(section):
                 parts.append(
@@ -75,5 +80,6 @@ class HtmlRenderer(Renderer):
                 data = base64.b64encode(plots.png(make())).decode()
                 parts.append(f'<img alt="{escape(title)}" src="data:image/png;base64,{data}">')
             parts.append("</section>")
+        parts += [f'<p class="note">{escape(line)}</p>' for line in doc.notes]
         parts.append("</body></html>")
         return "\n".join(parts) + "\n"

@@ -19,7 +19,6 @@ from pathlib import Path
 from commlens.report import plots
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
-from commlens.report.text import _RIGHT
 from commlens.safefile import make_dir, write_output
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
@@ -45,7 +44,7 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 def table_md(section: Section) -> list[str]:
     head = [_escape(c.title) for c in section.columns]
-    align = ["---:" if c.fmt in _RIGHT else ":---" for c in section.columns]
+    align = ["---:" if c.right else ":---" for c in section.columns]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(_escape(x) for x in r) + " |" for r in rows(section)]
     if not section.table.num_rows:
@@ -62,14 +61,17 @@ class MarkdownRenderer(Renderer):
         self.asset_dir = asset_dir
 
     def render(self, doc: Document) -> str:
-        out = [f"# {md_text(doc.title)}", ""]
+        out = [f"# {md_text(doc.title)}", ""] if doc.title else []
         out += [f"- **{md_text(label)}**: {md_text(value)}" for label, value in doc.facts]
         out += [f"- **warning**: {md_text(line)}" for line in doc.warnings]
+        if doc.intro:
+            out += ["", *[f"{md_text(line)}  " for line in doc.intro]]
         if doc.highlights:
             out += ["", *[f"> {md_text(line)}  " for line in doc.highlights]]
         for section in doc.sections:
-            out += ["", f"## {md_text(section.title)}", ""]
-            out += table_md(section)
+            if section.title:
+                out += ["", f"## {md_text(section.title)}"]
+            out += ["", *table_md(section)]
             if hidden_rows(section):
                 out += ["", f"... {hidden_rows(section)} more rows (see the CSV or JSON output)"]
             if section.note:
@@ -78,7 +80,9 @@ class MarkdownRenderer(Renderer):
                 for i, (title, make) in enumerate(section.plots):
                     image = self._image(plots.png(make()), section.key, i)
                     out += ["", f"![{md_text(title)}]({image})"]
-        return "\n".join(out) + "\n"
+        if doc.notes:
+            out += ["", *[f"{md_text(line)}  " for line in doc.notes]]
+        return "\n".join(out).lstrip("\n") + "\n"
 
     def _image(self, png: bytes, key: str, index: int) -> str:
         if self.asset_dir is None:

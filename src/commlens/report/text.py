@@ -1,5 +1,7 @@
 """Terminal renderer: rich tables, no colour, deterministic for a given width.
 
+Every text from the document is printed as written (never read as rich markup).
+
 Tables keep their natural width (cells are never cut): the console is made at
 least as wide as the widest table, so a narrow terminal wraps lines instead
 of truncating numbers.
@@ -13,12 +15,10 @@ import shutil
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
-
-# formats shown right-aligned (numbers)
-_RIGHT = frozenset("int bytes size s ms us gbps gbit pct float x num rate".split())
 
 
 class TextRenderer(Renderer):
@@ -48,21 +48,28 @@ class TextRenderer(Renderer):
         if doc.title:
             console.print(doc.title, style="bold")
         for label, value in doc.facts:
-            console.print(f"  {label}: {value}")
+            console.print(f"  {label}: {value}", markup=False)
         for line in doc.warnings:
-            console.print(f"  warning: {line}")
+            console.print(f"  warning: {line}", markup=False)
+        for line in doc.intro:
+            console.print(line, markup=False)
         if doc.highlights:
             console.print()
             for line in doc.highlights:
-                console.print(f"* {line}", soft_wrap=True)
+                console.print(f"* {line}", soft_wrap=True, markup=False)
+        above = bool(doc.title or doc.facts or doc.warnings or doc.intro or doc.highlights)
         for i, (section, table) in enumerate(zip(doc.sections, tables, strict=True)):
-            if doc.title or i:
+            if above or i:
                 console.print()
             console.print(table)
             if hidden_rows(section):
                 console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")
             if section.note:
-                console.print(f"  {section.note}")
+                console.print(f"  {section.note}", markup=False)
+        if doc.notes and (above or doc.sections):
+            console.print()
+        for line in doc.notes:
+            console.print(line, markup=False)
         return out.getvalue()
 
     @staticmethod
@@ -76,10 +83,13 @@ class TextRenderer(Renderer):
         )
         for column in section.columns:
             table.add_column(
-                column.title, justify="right" if column.fmt in _RIGHT else "left", no_wrap=True
+                column.title, justify="right" if column.right else "left", no_wrap=True
             )
-        for cells in rows(section):
-            table.add_row(*cells)
+        shown = rows(section)
+        keys = section.table.column(section.group_by).to_pylist() if section.group_by else []
+        for i, cells in enumerate(shown):  # a rule between groups (none after the last row)
+            rule = bool(keys) and i + 1 < len(shown) and keys[i] != keys[i + 1]
+            table.add_row(*map(Text, cells), end_section=rule)
         if not section.table.num_rows:
             table.add_row(*(["(none)"] + [""] * (len(section.columns) - 1)))
         return table

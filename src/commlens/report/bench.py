@@ -1,0 +1,92 @@
+"""What ``commlens bench`` prints: latency and bandwidth per op and size (nccl-tests-like).
+
+Text, Markdown and HTML show latencies in µs and bandwidths in GB/s and
+Gbit/s; the JSON is :meth:`BenchReport.to_dict` (config, topology, every row,
+skipped ones saying why); the CSV is one row per op and size that ran, with
+the units in the column names (:data:`CSV_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from commlens.bench.sizes import format_size
+from commlens.report.document import Column, Document, Section
+
+if TYPE_CHECKING:
+    from commlens.bench.runner import BenchReport
+
+CSV_COLUMNS = (
+    "op",
+    "size_bytes",
+    "count",
+    "dtype",
+    "ranks",
+    "nodes",
+    "iters",
+    "time_min_s",
+    "time_mean_s",
+    "time_max_s",
+    "time_p50_s",
+    "time_p99_s",
+    "algbw_GB/s",
+    "busbw_GB/s",
+    "busbw_Gbit/s",
+    "ok",
+)
+_TIMES = ("time_mean_s", "time_p50_s", "time_p99_s", "time_min_s", "time_max_s")
+_BANDWIDTHS = ("algbw_GB/s", "busbw_GB/s", "busbw_Gbit/s")
+COLUMNS = (
+    Column("op", "op"),
+    Column("size", "size", align="right"),
+    *(Column(key, f"{key[5:-2]} (µs)", "{:,.1f}") for key in _TIMES),
+    Column("algbw_GB/s", "algbw (GB/s)", "{:.3f}"),
+    Column("busbw_GB/s", "busbw (GB/s)", "{:.3f}"),
+    Column("busbw_Gbit/s", "busbw (Gbit/s)", "{:.3f}"),
+    Column("check", "check"),
+)
+
+
+def _check(row: dict[str, Any]) -> str:
+    if "skipped" in row:
+        return f"skipped: {row['skipped']}"
+    return "ok" if row["ok"] else "WRONG"
+
+
+def _csv_table(report: BenchReport) -> pa.Table:
+    """The measured rows as text, floats to 6 significant digits."""
+
+    def cell(value: Any) -> str:
+        return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+    rows = report.measured
+    return pa.table(
+        {key: pa.array([cell(r[key]) for r in rows], pa.string()) for key in CSV_COLUMNS}
+    )
+
+
+def bench_document(report: BenchReport) -> Document:
+    """The bench results, one row per op and size (a rule between ops)."""
+    cfg = report.config
+    where = f"{cfg.nproc} ranks on {cfg.nodes} node{'s' if cfg.nodes > 1 else ''}"
+    if cfg.link:
+        where += f", link {cfg.link}"
+    rows = report.rows
+    columns: dict[str, list[Any]] = {
+        "op": [r["op"] for r in rows],
+        "size": [format_size(r["size_bytes"]) for r in rows],
+        "check": [_check(r) for r in rows],
+    }
+    for key in _TIMES:
+        columns[key] = [None if "skipped" in r else r[key] * 1e6 for r in rows]
+    for key in _BANDWIDTHS:
+        columns[key] = [None if "skipped" in r else float(r[key]) for r in rows]
+    table = pa.table({c.key: pa.array(columns[c.key]) for c in COLUMNS})
+    return Document(
+        title=f"commlens bench: {where}, {cfg.dtype}, {cfg.iters} iters",
+        sections=[Section("results", "", table, COLUMNS, group_by="op")],
+        data=report.to_dict(),
+        csv_table=_csv_table(report),
+    )

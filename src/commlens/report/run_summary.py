@@ -1,0 +1,58 @@
+"""What ``commlens run`` prints when training ends: the measured steps at a glance."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from commlens.report.document import Column, Document, Section
+
+if TYPE_CHECKING:
+    from commlens.workloads.summary import RunSummary
+
+COLUMNS = (
+    Column("op", "op"),
+    Column("role", "role"),
+    Column("group_size", "group", "int"),
+    Column("calls_per_step", "calls", "{:.1f}"),
+    Column("avg_size_bytes", "avg size (bytes)", "rate"),
+    Column("time_per_step_s", "time (s)", "{:.4f}"),
+    Column("share", "share of step", "{:.1%}"),
+)
+
+
+def _flops(tflops: float) -> str:
+    return f"{tflops:.2f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.2f} GFLOP/s"
+
+
+def run_summary_document(s: RunSummary, out: Path) -> Document:
+    """The summary line, the top ops by time per rank per step, and where the run is."""
+    loss = (
+        f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
+        if s.first_loss is not None and s.last_loss is not None
+        else ""
+    )
+    line = (
+        f"{s.steps} measured steps: step {s.step_s:.3f} s · communication {s.comm_s:.3f} s "
+        f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
+        f"{s.tokens_per_s:,.0f} tokens/s · {_flops(s.tflops_per_rank)} per rank · {loss}"
+    )
+    rows = s.top_ops.to_pylist()
+    for row in rows:
+        row["role"] = row["role"] or "-"
+        row["share"] = row["time_per_step_s"] / s.step_s if s.step_s > 0 else 0.0
+    ops = pa.Table.from_pylist(
+        rows, schema=s.top_ops.schema.append(pa.field("share", pa.float64()))
+    )
+    data = {f.name: getattr(s, f.name) for f in fields(s) if f.name != "top_ops"}
+    return Document(
+        title="",
+        warnings=s.warnings,
+        intro=[line],
+        sections=[Section("ops", "top ops by time (per rank per step)", ops, COLUMNS)],
+        notes=[f"run saved in {out}; see `commlens report {out}`"],
+        data={**data, "top_ops": s.top_ops.to_pylist(), "run": str(out)},
+    )

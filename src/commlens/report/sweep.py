@@ -1,0 +1,122 @@
+"""What ``commlens sweep`` prints: its points (``--list``), a line per finished point,
+and what the start did. The report of a sweep directory is :mod:`commlens.sweep.report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from commlens.report.document import Column, Document, Section
+from commlens.sweep.catalog import CATALOG
+
+if TYPE_CHECKING:
+    from commlens.sweep.grid import Point
+    from commlens.sweep.runner import SweepOutcome
+
+LIST_COLUMNS = (
+    Column("n", "#", "int"),
+    Column("id", "point"),
+    Column("network", "network"),
+    Column("skipped", "skipped"),
+)
+POINT_COLUMNS = (
+    Column("id", "point"),
+    Column("network", "network"),
+    Column("status", "status"),
+    Column("step_s", "step (s)", "{:.3f}"),
+    Column("comm_share", "comm", "{:.0%}"),
+    Column("tokens_per_s", "tokens/s", "rate"),
+    Column("validate", "validate"),
+    Column("error", "error"),
+)
+
+
+def points_document(name: str, points: Sequence[Point]) -> Document:
+    """The points of the sweep ``name``, numbered, with why a point cannot run."""
+    table = pa.table(
+        {
+            "n": pa.array(range(1, len(points) + 1), pa.int64()),
+            "id": [p.id for p in points],
+            "network": [p.network for p in points],
+            "skipped": [p.skip_reason for p in points],
+        }
+    )
+    return Document(
+        title=f"sweep {name}: {len(points)} points",
+        sections=[Section("points", "", table, LIST_COLUMNS)],
+        data={"sweep": name, "points": table.drop_columns(["n"]).to_pylist()},
+    )
+
+
+def _verdict(rec: dict[str, Any]) -> str:
+    """'validates', 'does not validate', or '' (not validated)."""
+    val = (rec.get("result") or {}).get("validation") or {}
+    return "" if not val else ("validates" if val.get("ok") else "does not validate")
+
+
+def status_line(rec: dict[str, Any]) -> str:
+    """One line on a point that finished (or was skipped or failed)."""
+    if rec["status"] == "skipped":
+        return f"skipped {rec['id']}: {rec['error']}"
+    if rec["status"] == "failed":
+        return f"failed  {rec['id']}: {rec['error']}"
+    m = rec["result"]["metrics"]
+    verdict = _verdict(rec)
+    return (
+        f"done    {rec['id']}: step {m['step_s']:.3f} s, "
+        f"comm {m['comm_share']:.0%} of it, {m['tokens_per_s']:,.0f} tokens/s"
+        + (f", link peak {m['peak_link_gbit_s']:.2f} Gbit/s" if m.get("peak_link_gbit_s") else "")
+        + (f", {verdict}" if verdict else "")
+    )
+
+
+def outcome_document(
+    name: str,
+    outcome: SweepOutcome,
+    report: str | None = None,
+    figures: Sequence[Path] = (),
+) -> Document:
+    """What one start of the sweep ``name`` did: counts, every point, where things went."""
+    recs = outcome.records
+    metrics = [(r.get("result") or {}).get("metrics") or {} for r in recs]
+    table = pa.table(
+        {
+            "id": [r["id"] for r in recs],
+            "network": [r.get("network", "") for r in recs],
+            "status": [r["status"] for r in recs],
+            "step_s": pa.array([m.get("step_s") for m in metrics], pa.float64()),
+            "comm_share": pa.array([m.get("comm_share") for m in metrics], pa.float64()),
+            "tokens_per_s": pa.array([m.get("tokens_per_s") for m in metrics], pa.float64()),
+            "validate": [_verdict(r) for r in recs],
+            "error": [r.get("error") or "" for r in recs],
+        }
+    )
+    catalog = outcome.path / CATALOG
+    notes = [f"catalog: {catalog}; see `commlens report {outcome.path}`"]
+    if report:
+        notes.append(f"report: {report}")
+    notes += [f"figure: {file}" for file in figures]
+    return Document(
+        title=f"sweep {name}: {len(outcome.points)} points · {len(outcome.ran)} run now · "
+        f"{len(outcome.reused)} already done · {len(outcome.skipped)} skipped · "
+        f"{len(outcome.failed)} failed",
+        sections=[Section("points", "points", table, POINT_COLUMNS)],
+        notes=notes,
+        data={
+            "sweep": name,
+            "out": str(outcome.path),
+            "ok": outcome.ok,
+            "ran": outcome.ran,
+            "reused": outcome.reused,
+            "skipped": outcome.skipped,
+            "failed": outcome.failed,
+            "points": table.to_pylist(),
+            "catalog": str(catalog),
+            "report": report,
+            "figures": [str(f) for f in figures],
+        },
+    )

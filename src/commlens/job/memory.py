@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commlens.errors import UsageError
-from commlens.job.models import ModelConfig, param_shapes, stage_layers
-from commlens.job.parallel import SCHEMES
+from commlens.job.models import param_shapes, stage_layers
+from commlens.job.spec import Job
 
 PROCESS_BASELINE_BYTES = 228_000_000
 """Host memory one rank takes before it holds any tensor, in bytes.
@@ -58,21 +58,8 @@ class MemoryEstimate:
         return self.params + self.grads + self.optimizer + self.activations
 
 
-def estimate_memory(
-    cfg: ModelConfig,
-    *,
-    scheme: str = "dp",
-    dp: int = 1,
-    tp: int = 1,
-    pp: int = 1,
-    seq_len: int = 1024,
-    micro_batch: int = 1,
-    microbatches: int = 1,
-    dtype_bytes: int = 4,
-    recompute: bool = False,
-    schedule: str = "1f1b",
-) -> MemoryEstimate:
-    """Peak bytes on the busiest rank (the first pipeline stage).
+def estimate_memory(job: Job) -> MemoryEstimate:
+    """Peak bytes on the busiest rank (the first pipeline stage) of ``job``.
 
     Parameters, gradients and AdamW's two moments are kept in the training
     dtype (pure fp32 or pure bf16); ZeRO-1 shards the moments, ZeRO-2 also the
@@ -80,8 +67,8 @@ def estimate_memory(
     Korthikanti et al. (s·b·h·(34 + 5·a·s/h) bytes per layer in 16 bit, ÷tp;
     2·s·b·h with recomputation) times the micro-batches in flight, plus logits.
     """
-    if scheme not in SCHEMES:
-        raise UsageError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    cfg, scheme, beta = job.model, job.scheme, job.dtype_bytes
+    dp, tp, pp = job.dims.dp, job.dims.tp, job.dims.pp
     shapes = param_shapes(cfg, tp=tp, pp=pp, pp_stage=0)
     n = 0
     for _, shape in shapes:
@@ -89,20 +76,20 @@ def estimate_memory(
         for d in shape:
             numel *= d
         n += numel
-    p = g = n * dtype_bytes
-    o = 2 * n * dtype_bytes
+    p = g = n * beta
+    o = 2 * n * beta
     if scheme in ("zero1", "zero2", "zero3"):
         o //= dp
     if scheme in ("zero2", "zero3"):
         g //= dp
     if scheme == "zero3":
         p //= dp
-    s, b, h = seq_len, micro_batch, cfg.hidden
-    per_layer = s * b * h * (34 + 5 * cfg.heads * s / h) / tp * dtype_bytes / 2
-    if recompute:
-        per_layer = 2 * s * b * h * dtype_bytes
+    s, b, h, k = job.seq_len, job.micro_batch, cfg.hidden, job.microbatches
+    per_layer = s * b * h * (34 + 5 * cfg.heads * s / h) / tp * beta / 2
+    if job.recompute:
+        per_layer = 2 * s * b * h * beta
     layers = len(stage_layers(cfg.layers, pp, 0)) + cfg.decoder_layers
-    in_flight = microbatches if schedule == "gpipe" else min(pp, microbatches)
+    in_flight = k if job.schedule == "gpipe" else min(pp, k)
     logits = 3 * s * b * (cfg.vocab // tp) * 4 if pp == 1 else 0
     act = int(per_layer * layers * in_flight + logits)
     return MemoryEstimate(params=p, grads=g, optimizer=o, activations=act)

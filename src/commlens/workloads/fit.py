@@ -36,19 +36,7 @@ def check_fits(job: Job, available: int | None = None) -> int:
     On CPU all ranks share the host's memory; with NCCL each rank has a GPU.
     """
     d = job.dims
-    est = estimate_memory(
-        job.model,
-        scheme=job.scheme,
-        dp=d.dp,
-        tp=d.tp,
-        pp=d.pp,
-        seq_len=job.seq_len,
-        micro_batch=job.micro_batch,
-        microbatches=job.microbatches,
-        dtype_bytes=job.dtype_bytes,
-        recompute=job.recompute,
-        schedule=job.schedule,
-    )
+    est = estimate_memory(job)
     on_gpu = job.run.backend == "nccl"
     if available is None:
         available = device_memory_available() if on_gpu else host_memory_available()

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commlens.errors import UsageError
 from commlens.job.options import PREDICT, SHAPE_OVERRIDES, add_job_options, job_from_args
 from commlens.predict.cost import ALGORITHMS
 from commlens.predict.forecast import DEFAULT_TFLOPS, predict
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 FORMATS = ("text", "md", "html", "json")
 
@@ -78,15 +75,6 @@ def check_args(args: argparse.Namespace) -> None:
         if getattr(args, flag, None) is not None:
             scales[flag] = getattr(args, flag)
     check_scales(scales)
-
-
-def console_for_tables() -> Console:
-    """A console at least 140 columns wide, so piped tables keep whole numbers
-    (``commlens net`` and ``validate`` print through it)."""
-    from rich.console import Console
-
-    width = Console().width
-    return Console(width=max(width, 140))
 
 
 def run(args: argparse.Namespace) -> int:

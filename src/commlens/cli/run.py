@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commlens.errors import CommandError, UsageError
 from commlens.job.memory import check_local_ranks
@@ -19,9 +19,6 @@ from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
 from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
-
-if TYPE_CHECKING:
-    from commlens.workloads.summary import RunSummary
 
 WORKER = "commlens.workloads.worker"
 
@@ -128,47 +125,10 @@ def run_command(args: argparse.Namespace) -> int:
         raise CommandError(
             f"training failed: {result.failure()}; partial run left in {out}", result.exit_code
         )
+    from commlens.report.output import emit
+    from commlens.report.run_summary import run_summary_document
     from commlens.workloads.summary import finalize_run, summarize
 
     manifest = finalize_run(out, job, ["commlens", *sys.argv[1:]], topology)
-    print_summary(summarize(out, manifest, job), job, out)
+    emit(run_summary_document(summarize(out, manifest, job), out), None, "text")
     return 0
-
-
-def _flops(tflops: float) -> str:
-    return f"{tflops:.2f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.2f} GFLOP/s"
-
-
-def print_summary(s: RunSummary, job: Job, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    for line in s.warnings:
-        console.print(f"[yellow]warning:[/] {line}")
-    loss = (
-        f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
-        if s.first_loss is not None and s.last_loss is not None
-        else ""
-    )
-    console.print(
-        f"{s.steps} measured steps: step {s.step_s:.3f} s · communication {s.comm_s:.3f} s "
-        f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
-        f"{s.tokens_per_s:,.0f} tokens/s · {_flops(s.tflops_per_rank)} per rank · {loss}"
-    )
-    table = Table(title="top ops by time (per rank per step)", title_justify="left")
-    for col in ("op", "role", "group", "calls", "avg size (bytes)", "time (s)", "share of step"):
-        table.add_column(col, justify="left" if col in ("op", "role") else "right")
-    for row in s.top_ops.to_pylist():
-        share = row["time_per_step_s"] / s.step_s if s.step_s > 0 else 0.0
-        table.add_row(
-            row["op"],
-            row["role"] or "-",
-            str(row["group_size"]),
-            f"{row['calls_per_step']:.1f}",
-            f"{row['avg_size_bytes']:,.0f}",
-            f"{row['time_per_step_s']:.4f}",
-            f"{share:.1%}",
-        )
-    console.print(table)
-    console.print(f"run saved in {out}; see `commlens report {out}`")

@@ -6,8 +6,8 @@ it and its time on each network), one the step time per network. ``data`` is
 :meth:`Prediction.to_dict`, the JSON contract.
 
 Cells are formatted here (MB to a few digits, times to four significant
-figures, shares and speedups with their sign) and shown as written: a column
-of format ``num`` prints a string unchanged and right-aligned.
+figures, shares and speedups with their sign) and shown as written,
+right-aligned where they are numbers.
 """
 
 from __future__ import annotations
@@ -21,14 +21,20 @@ from commlens.report.document import Column, Document, Section
 if TYPE_CHECKING:
     from commlens.predict.forecast import Prediction
 
+
+def _number(key: str, title: str) -> Column:
+    """A column of numbers formatted here, shown right-aligned."""
+    return Column(key, title, align="right")
+
+
 NETWORK_COLUMNS = (
     Column("network", "network"),
-    Column("comm", "comm (s)", "num"),
-    Column("compute", "compute (s)", "num"),
-    Column("step", "step (s)", "num"),
-    Column("overlapped", "step, overlapped (s)", "num"),
-    Column("share", "comm share", "num"),
-    Column("speedup", "speedup", "num"),
+    _number("comm", "comm (s)"),
+    _number("compute", "compute (s)"),
+    _number("step", "step (s)"),
+    _number("overlapped", "step, overlapped (s)"),
+    _number("share", "comm share"),
+    _number("speedup", "speedup"),
 )
 
 
@@ -54,7 +60,7 @@ def _title(pred: Prediction) -> str:
 def _shown(pred: Prediction) -> str:
     s = pred.settings
     return (
-        f"rank {pred.shown_rank} {pred.job.dims.coords(pred.shown_rank)} "
+        f"per rank per step, rank {pred.shown_rank} {pred.job.dims.coords(pred.shown_rank)} "
         f"(the most wire bytes); algorithm {s['algorithm']}, intra-node {s['intra']}, "
         f"{s['tflops']:g} TFLOP/s per rank; MB = 1e6 bytes"
     )
@@ -66,13 +72,13 @@ def _ops_section(pred: Prediction) -> Section:
     columns = [
         Column("op", "op"),
         Column("role", "role"),
-        Column("group", "group", "num"),
-        Column("calls", "calls", "num"),
-        Column("bytes", "S (MB)", "num"),
-        Column("wire", "wire, ring (MB)", "num"),
-        Column("wire_b", "wire, Study B (MB)", "num"),
-        Column("textbook", "textbook S (MB)", "num"),
-        *[Column(f"net{i}", f"{n.name} (s)", "num") for i, n in enumerate(nets)],
+        _number("group", "group"),
+        _number("calls", "calls"),
+        _number("bytes", "S (MB)"),
+        _number("wire", "wire, ring (MB)"),
+        _number("wire_b", "wire, Study B (MB)"),
+        _number("textbook", "textbook S (MB)"),
+        *[_number(f"net{i}", f"{n.name} (s)") for i, n in enumerate(nets)],
     ]
     rows: list[list[str]] = []
     for v in pred.volumes:
@@ -144,7 +150,7 @@ def predict_document(pred: Prediction) -> Document:
         sections.append(_networks_section(pred))
     return Document(
         title=_title(pred),
-        facts=[("per rank per step", _shown(pred))],
+        intro=[_shown(pred)],
         sections=sections,
         data=pred.to_dict(),
     )

@@ -7,7 +7,7 @@ import pytest
 
 from commlens.errors import RunFormatError
 from commlens.whatif.durations import measured
-from commlens.whatif.model import HOLD, build_program
+from commlens.whatif.model import BLOCK, HOLD, build_program
 from commlens.whatif.replay import replay
 from commlens.whatif.results import figures
 from tests.whatif.synthetic import Ev, make_trace
@@ -122,7 +122,7 @@ def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
     at = {
         a: round(sum(prog.gaps[0][: i + 1]) * 1e6, 6)
         for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
-        if k == HOLD
+        if k in (HOLD, BLOCK)
     }
     # compute before the wait at 25: 25 less the 1 held in the broadcast
     assert at == {0: 24.0, 1: 15.0}
@@ -142,3 +142,18 @@ def test_a_send_without_its_receive_is_refused() -> None:
     events = [Ev(0, "send", 0, 1, peer=1), Ev(0, "send", 2, 3, peer=1), Ev(1, "recv", 0, 1, peer=0)]
     with pytest.raises(RunFormatError, match="rank 0 sent rank 1 a different number"):
         build_program(make_trace(events, both_steps(4)))
+
+
+def test_a_send_does_not_wait_for_its_receive() -> None:
+    # Each rank sends before it receives: eager sends, no deadlock.
+    events = [
+        Ev(0, "send", 0, 1, peer=1, role="pp"),
+        Ev(0, "recv", 2, 5, peer=1, role="pp"),
+        Ev(1, "send", 3, 4, peer=0, role="pp"),
+        Ev(1, "recv", 4.5, 5, peer=0, role="pp"),
+    ]
+    prog = build_program(make_trace(events, both_steps(6)))
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(6), us(6)]
+    tl = replay(prog, np.full(4, 1e-6))
+    assert tl.end.tolist() == [us(1), us(4), us(4), us(4.5)]  # rank 1's data came at 1
+    assert step_times(tl).tolist() == [us(5), us(5.5)]

@@ -1,8 +1,9 @@
 """How long each op lasts in a replay: as measured, or from the cost model of a fabric.
 
 *Measured*: an instance starts, in the capture, when its last member issued
-it and its queue's previous instance had ended on every member; member
-``e`` lasts from there to its own recorded end (never less than 0). Fed to
+it (a p2p pair: when its send was issued) and its queue's previous instance
+had ended; member ``e`` lasts from there to its own recorded end (never
+less than 0). Fed to
 the replay, these reproduce the captured timeline: the self-check.
 
 *Modelled*: every member lasts the cost model's time
@@ -33,14 +34,23 @@ OBJECT_AS_TENSOR = {
 
 
 def measured(prog: Program) -> np.ndarray:
-    """Seconds each event's op lasted in the capture, from its instance's start."""
+    """Seconds each event's op lasted in the capture, from its instance's start.
+
+    A collective starts when its last member issued it and the one before it
+    on its group had ended on every member; a p2p pair when its send was
+    issued and the send before it on its channel had ended.
+    """
     tr = prog.trace
     n = prog.instances
-    last_issue = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    low = np.iinfo(np.int64).min
+    last_issue = np.full(n, low, dtype=np.int64)
     np.maximum.at(last_issue, prog.inst, tr.t_issue)
-    last_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    last_end = np.full(n, low, dtype=np.int64)
     np.maximum.at(last_end, prog.inst, tr.t_end)
-    before = np.r_[np.iinfo(np.int64).min, last_end[:-1]]
+    pairs = prog.send_of >= 0
+    sends = prog.send_of[pairs]
+    last_issue[pairs], last_end[pairs] = tr.t_issue[sends], tr.t_end[sends]
+    before = np.r_[low, last_end[:-1]]
     start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
     return np.maximum(tr.t_end - start[prog.inst], 0) / 1e9
 
@@ -57,16 +67,23 @@ def modelled(prog: Program, fabric: Fabric) -> np.ndarray:
     tr = prog.trace
     ops = np.array([OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names], dtype=object)
     roles = instance_roles(prog)
+    n_groups, n_roles = len(prog.cost_groups), len(tr.role_names)
     groups_of_role: dict[int, set[tuple[int, ...]]] = defaultdict(set)
-    for role, g in set(zip(roles.tolist(), prog.inst_group.tolist(), strict=True)):
-        groups_of_role[role].add(prog.cost_groups[g])
+    for pair in np.unique(roles * n_groups + prog.inst_group).tolist():
+        groups_of_role[pair // n_groups].add(prog.cost_groups[pair % n_groups])
     flows = {role: link_flows(fabric, groups) for role, groups in groups_of_role.items()}
-    keys = np.stack([prog.inst_op, prog.inst_size, prog.inst_group, roles], axis=1)
-    unique, which = np.unique(keys, axis=0, return_inverse=True)
+    sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
+    key = ((prog.inst_op * n_groups + prog.inst_group) * n_roles + roles) * sizes.size + size_of
+    unique, which = np.unique(key, return_inverse=True)
     cost = np.array(
         [
-            fabric.time(str(ops[op]), float(size), prog.cost_groups[g], flows[role])
-            for op, size, g, role in unique.tolist()
+            fabric.time(
+                str(ops[k // (sizes.size * n_roles * n_groups)]),
+                float(sizes[k % sizes.size]),
+                prog.cost_groups[k // (sizes.size * n_roles) % n_groups],
+                flows[k // sizes.size % n_roles],
+            )
+            for k in unique.tolist()
         ]
     )
     return cost[which.ravel()][prog.inst]

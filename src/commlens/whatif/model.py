@@ -4,9 +4,9 @@ Every rank becomes a list of *marks* in the order it reached them, each after
 a compute gap (the time the rank spent neither issuing nor held, as
 measured):
 
-- ``ISSUE e``: the rank issues op ``e`` (one event) and goes on;
-- ``HOLD e``: the rank is held until op ``e`` ends: right after the issue of a
-  blocking op, at the ``wait()`` of an async one;
+- ``ISSUE e``: the rank issues async op ``e`` (one event) and goes on;
+- ``HOLD e``: the rank is held until async op ``e`` ends, at its ``wait()``;
+- ``BLOCK e``: the rank issues blocking op ``e`` and is held until it ends;
 - ``STEP j``: a step starts or ends (``j`` = 2·row, 2·row + 1 of the step table).
 
 Ops become *instances*: a collective is matched across the ranks of its group
@@ -14,7 +14,9 @@ by its position among that group's ops on each rank (the k-th op every member
 issued on a group is one collective); a send is matched with the receive of
 the same (group, source, destination) at the same position. Instances of
 one group (of one p2p channel) form a queue: one starts when all its members
-issued it and the one before it on the queue has ended.
+issued it and the one before it on the queue has ended. A send is eager: it
+starts once issued (and the send before it on its channel has ended), and
+its receive ends when the data has arrived, or at its own issue if later.
 
 Where the trace does not say when an async op was waited for (``t_wait = 0``:
 DDP's buckets are waited from C++), the wait is put at the last issue of its
@@ -32,7 +34,7 @@ import numpy as np
 from commlens.errors import RunFormatError
 from commlens.whatif.source import Trace
 
-ISSUE, HOLD, STEP = 0, 1, 2
+ISSUE, HOLD, STEP, BLOCK = 0, 1, 2, 3
 SENDS = ("send", "send_object")
 RECVS = ("recv", "recv_object")
 
@@ -55,6 +57,10 @@ class Program:
     offsets: np.ndarray
     first_of_queue: np.ndarray
     """True where an instance is the first of its queue (no predecessor)."""
+    send_of: np.ndarray
+    """The send event of a p2p instance, -1 for a collective."""
+    recv_of: np.ndarray
+    """The receive event of a p2p instance, -1 for a collective."""
     inst_op: np.ndarray
     inst_size: np.ndarray
     inst_group: np.ndarray
@@ -210,6 +216,8 @@ def build_program(tr: Trace) -> Program:
     inst_group = np.zeros(n_coll, dtype=np.int64)
     inst_group[c_inst] = tr.group[coll]
     first = c_first
+    send_of = np.full(n_coll, -1, dtype=np.int64)
+    recv_of = np.full(n_coll, -1, dtype=np.int64)
     if sends.size or recvs.size:
         s_inst, r_inst, p_first, chan = _match_p2p(tr, sends, recvs)
         inst[sends], inst[recvs] = s_inst + n_coll, r_inst + n_coll
@@ -218,6 +226,9 @@ def build_program(tr: Trace) -> Program:
         inst_group = np.r_[inst_group, len(cost_groups) + pair_of]
         cost_groups += [(int(p // w), int(p % w)) for p in pairs]
         first = np.r_[first, p_first]
+        send_of = np.r_[send_of, np.zeros(p_first.size, dtype=np.int64)]
+        recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int64)]
+        send_of[s_inst + n_coll], recv_of[r_inst + n_coll] = sends, recvs
     total = first.size
     order = np.argsort(inst, kind="stable")
     offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
@@ -235,6 +246,8 @@ def build_program(tr: Trace) -> Program:
         members=order,
         offsets=offsets,
         first_of_queue=first,
+        send_of=send_of,
+        recv_of=recv_of,
         inst_op=inst_op,
         inst_size=inst_size,
         inst_group=inst_group,
@@ -261,13 +274,18 @@ def _marks(tr: Trace) -> tuple[list[list[int]], list[list[int]], list[list[float
         e = np.arange(lo, hi)
         t_issue, t_end = tr.t_issue[lo:hi], tr.t_end[lo:hi]
         asy = tr.is_async[lo:hi]
-        n, m = hi - lo, step_t.size
-        time = np.r_[t_issue, np.where(asy, w, t_issue), step_t]
-        prio = np.r_[np.ones(n), np.where(asy, 2, 1), np.zeros(m)]
-        tie = np.r_[2 * e, 2 * e + 1, step_slot]
-        kind = np.r_[np.full(n, ISSUE), np.full(n, HOLD), np.full(m, STEP)]
-        arg = np.r_[e, e, step_slot]
-        free = np.r_[t_issue, np.maximum(np.where(asy, w, t_issue), t_end), step_t]
+        waits = np.flatnonzero(asy)
+        m = step_t.size
+        time = np.r_[t_issue, w[waits], step_t]
+        prio = np.r_[np.ones(hi - lo), np.full(waits.size, 2), np.zeros(m)]
+        tie = np.r_[e, e[waits], step_slot]
+        kind = np.r_[np.where(asy, ISSUE, BLOCK), np.full(waits.size, HOLD), np.full(m, STEP)]
+        arg = np.r_[e, e[waits], step_slot]
+        free = np.r_[
+            np.where(asy, t_issue, np.maximum(t_issue, t_end)),
+            np.maximum(w[waits], t_end[waits]),
+            step_t,
+        ]
         order = np.lexsort((tie, prio, time))
         time, free = time[order], np.maximum.accumulate(free[order])
         before = np.r_[t0, free[:-1]]

@@ -1,12 +1,14 @@
 """The discrete-event replay of a :class:`~commlens.whatif.model.Program`.
 
-Each rank runs through its marks, spending each compute gap as measured. An
-instance starts when its last member issued it and the instance before it on
-its queue (group or p2p channel) has ended; member ``e`` ends ``dur[e]``
-seconds later. A rank at a ``HOLD`` waits until that end; a rank that reaches
-an instance not yet started is parked and resumed when it starts. Ranks
-advance as far as they can before another is taken, so every event is
-handled once: the replay is linear in the number of marks.
+Each rank runs through its marks, spending each compute gap as measured. A
+collective starts when its last member issued it and the instance before it
+on its group has ended; member ``e`` ends ``dur[e]`` seconds later. A send
+starts when issued and the send before it on its channel has ended, and ends
+``dur[send]`` later; its receive ends ``dur[recv]`` after the send started,
+or when it is issued if that is later. A rank at a ``HOLD`` waits until that
+end; one that reaches an op whose end is not known yet is parked and resumed
+when it is. Ranks advance as far as they can before another is taken, so
+every mark is handled once: the replay is linear in the number of marks.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.model import HOLD, ISSUE, Program
+from commlens.whatif.model import Program
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Timeline:
     held: np.ndarray
     """How long the rank was held at the event's HOLD mark."""
     start: np.ndarray
-    """When each instance started."""
+    """When each instance started (a p2p pair: when its send started)."""
     step_marks: np.ndarray
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
@@ -42,6 +44,7 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
     members = prog.members.tolist()
     offsets = prog.offsets.tolist()
     first = prog.first_of_queue.tolist()
+    send_of, recv_of = prog.send_of.tolist(), prog.recv_of.tolist()
     d = dur.tolist()
     nan = float("nan")
     issue = [nan] * n_ev
@@ -51,75 +54,106 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
     ready = [0.0] * n_inst
     start = [nan] * n_inst
     qend = [nan] * n_inst
+    arrival = [nan] * n_inst
     steps = [nan] * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
     n_ranks = len(prog.kinds)
-    pos = [0] * n_ranks
+    marks = [
+        iter(zip(k, a, g, strict=True))
+        for k, a, g in zip(prog.kinds, prog.args, prog.gaps, strict=True)
+    ]
     clock = [0.0] * n_ranks
-    blocked = [False] * n_ranks
+    blocked_on = [-1] * n_ranks
     todo = list(range(n_ranks - 1, -1, -1))
 
+    def ended(e: int, t: float) -> None:
+        end[e] = t
+        waiting = parked.pop(e, None)
+        if waiting:
+            todo.extend(waiting)
+
     def begin(i: int) -> None:
-        """Start instance ``i`` and any that waited behind it on its queue."""
+        """Start collective ``i`` and any that waited behind it on its group."""
         while True:
             t = ready[i]
-            if not first[i]:
-                before = qend[i - 1]
-                if before > t:
-                    t = before
-            start[i] = t
-            last = t
+            if not first[i] and qend[i - 1] > t:
+                t = qend[i - 1]
+            start[i] = last = t
             for k in range(offsets[i], offsets[i + 1]):
                 e = members[k]
-                t_e = t + d[e]
-                end[e] = t_e
+                end[e] = t_e = t + d[e]
                 if t_e > last:
                     last = t_e
+                if parked:
+                    waiting = parked.pop(e, None)
+                    if waiting:
+                        todo.extend(waiting)
             qend[i] = last
-            waiting = parked.pop(i, None)
-            if waiting:
-                todo.extend(waiting)
             i += 1
             if i >= n_inst or first[i] or missing[i] or start[i] == start[i]:
                 return
 
+    def send(i: int) -> None:
+        """Start the send of pair ``i`` and any that waited behind it on its channel."""
+        while True:
+            s, r = send_of[i], recv_of[i]
+            t = ready[i]
+            if not first[i] and qend[i - 1] > t:
+                t = qend[i - 1]
+            start[i] = t
+            qend[i] = t + d[s]
+            ended(s, qend[i])
+            arrival[i] = t + d[r]
+            if issue[r] == issue[r]:
+                ended(r, max(issue[r], arrival[i]))
+            i += 1
+            if i >= n_inst or first[i] or issue[send_of[i]] != issue[send_of[i]]:
+                return
+            if start[i] == start[i]:
+                return
+
     while todo:
         r = todo.pop()
-        kinds, args, gaps = prog.kinds[r], prog.args[r], prog.gaps[r]
-        i, t, n = pos[r], clock[r], len(kinds)
-        if blocked[r]:  # the instance it waited for has started: the hold ends
-            e = args[i]
+        t = clock[r]
+        e = blocked_on[r]
+        if e >= 0:  # the op it was held for has ended
             t_end = end[e]
             if t_end > t:
                 held[e] = t_end - t
                 t = t_end
-            blocked[r] = False
-            i += 1
-        while i < n:
-            t += gaps[i]
-            kind, a = kinds[i], args[i]
-            if kind == ISSUE:
+            blocked_on[r] = -1
+        for kind, a, gap in marks[r]:  # 0 ISSUE, 1 HOLD, 2 STEP, 3 BLOCK (see model)
+            t += gap
+            if kind == 2:
+                steps[a] = t
+                continue
+            if kind != 1:  # an issue
                 issue[a] = t
                 j = inst_of[a]
-                if t > ready[j]:
+                if send_of[j] < 0:  # a collective
+                    if t > ready[j]:
+                        ready[j] = t
+                    missing[j] -= 1
+                    if not missing[j] and (first[j] or qend[j - 1] == qend[j - 1]):
+                        begin(j)
+                elif a == send_of[j]:
                     ready[j] = t
-                missing[j] -= 1
-                if not missing[j] and (first[j] or qend[j - 1] == qend[j - 1]):
-                    begin(j)
-            elif kind == HOLD:
-                t_end = end[a]
-                if t_end != t_end:  # not started yet: park the rank
-                    parked.setdefault(inst_of[a], []).append(r)
-                    blocked[r] = True
-                    break
-                if t_end > t:
-                    held[a] = t_end - t
-                    t = t_end
-            else:
-                steps[a] = t
-            i += 1
-        pos[r], clock[r] = i, t
-    stuck = [r for r in range(n_ranks) if blocked[r]]
+                    if first[j] or qend[j - 1] == qend[j - 1]:
+                        send(j)
+                elif arrival[j] == arrival[j]:  # a receive whose data is on its way
+                    ended(a, max(t, arrival[j]))
+                if kind == 0:
+                    continue
+            t_end = end[a]
+            if t_end != t_end:  # not ended yet: park the rank
+                parked.setdefault(a, []).append(r)
+                blocked_on[r] = a
+                break
+            if t_end > t:
+                held[a] = t_end - t
+                t = t_end
+        clock[r] = t
+    stuck = [r for r in range(n_ranks) if blocked_on[r] >= 0]
     if stuck:
         raise RunFormatError(
             f"{prog.trace.name}: the replay deadlocked with rank {stuck[0]} waiting "

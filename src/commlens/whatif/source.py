@@ -1,6 +1,7 @@
 """The one place ``whatif`` reads a run: its events and step windows as numpy arrays.
 
-Reading goes through the public reader (:func:`commlens.trace.reader.load_run`);
+Reading goes through the public reader (:func:`commlens.trace.reader.open_run`,
+one rank's columns at a time);
 every other module of the package works on :class:`Trace`, so a change of
 reader touches only this file. A run the replay cannot honestly re-time is
 refused with one line: a rank missing or damaged (its peers' collectives
@@ -20,12 +21,10 @@ import pyarrow.compute as pc
 from commlens.errors import RunFormatError
 from commlens.report.document import format_ranks
 
-COLUMNS = (
-    "rank",
+COLUMNS = [
     "seq",
     "op",
     "pg_name",
-    "pg_ranks",
     "role",
     "size_bytes",
     "peer",
@@ -34,7 +33,8 @@ COLUMNS = (
     "t_end_ns",
     "t_wait_ns",
     "step",
-)
+]
+STRINGS = ("op", "pg_name", "role")
 
 
 @dataclass
@@ -77,11 +77,30 @@ class Trace:
         return int(self.rank.size)
 
 
-def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
-    """Dictionary codes and values of a string column (nulls become '')."""
-    column = pc.fill_null(table.column(name), "")
-    encoded = column.combine_chunks().dictionary_encode()
-    return encoded.indices.to_numpy().astype(np.int32), [str(v) for v in encoded.dictionary]
+class _Names:
+    """One code per distinct string of a column, over all ranks."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def codes(self, column: pa.ChunkedArray) -> np.ndarray:
+        """Global codes of a dictionary-encoded column (nulls are '')."""
+        out = []
+        for chunk in column.chunks:
+            values = [*chunk.dictionary.to_pylist(), ""]  # the last one stands for null
+            local = np.array([self._code(v) for v in values])
+            idx = pc.fill_null(chunk.indices, len(chunk.dictionary)).to_numpy()
+            out.append(local[idx])
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def _code(self, value: str | None) -> int:
+        key = value or ""
+        code = self._index.get(key)
+        if code is None:
+            code = self._index[key] = len(self.values)
+            self.values.append(key)
+        return code
 
 
 def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
@@ -90,54 +109,74 @@ def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
 
 def read_trace(path: str | Path) -> Trace:
     """The run in ``path`` for replay; :class:`RunFormatError` when it cannot be replayed."""
-    from commlens.trace.reader import load_run
+    from commlens.trace.reader import RankDamaged, open_run
 
-    run = load_run(path, quiet=True)
     where = str(path)
-    if run.missing_ranks:
+    with open_run(path) as view:
+        names = {c: _Names() for c in STRINGS}
+        cols: dict[str, list[np.ndarray]] = {c: [] for c in [*COLUMNS, "rank"]}
+        members: dict[int, tuple[int, ...]] = {}
+        for rank in view.ranks:
+            try:
+                table = view.read_rank(rank, COLUMNS)
+            except RankDamaged as exc:
+                message = f"{where}: {exc}; a replay needs every rank's events"
+                raise RunFormatError(message) from None
+            order = np.argsort(table.column("seq").to_numpy(), kind="stable")
+            for c in COLUMNS:
+                if c in STRINGS:
+                    values = names[c].codes(table.column(c))
+                elif c == "is_async":
+                    values = pc.fill_null(table.column(c), False).to_numpy(zero_copy_only=False)
+                else:
+                    values = _ints(table, c, -1)
+                cols[c].append(values[order])
+            cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int64))
+            group = cols["pg_name"][-1]
+            new = [g for g in np.unique(group).tolist() if g not in members]
+            if new:
+                rows = [int(order[np.argmax(group == g)]) for g in new]
+                for g, ranks in zip(new, view.read_values(rank, "pg_ranks", rows), strict=True):
+                    members[g] = tuple(int(r) for r in (ranks or ()))
+        missing, world = list(view.missing_ranks), view.world_size
+        steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+        manifest, warnings = view.manifest, list(view.warnings)
+    if missing:
         raise RunFormatError(
-            f"{where}: rank(s) {format_ranks(run.missing_ranks)} missing or unreadable; "
+            f"{where}: rank(s) {format_ranks(missing)} missing or unreadable; "
             "a replay needs every rank's events (their peers' collectives have no partner)"
         )
-    events = run.events
-    if not events.num_rows:
+    ev = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in cols.items()}
+    if not ev["rank"].size:
         raise RunFormatError(f"{where}: the run holds no communication events to replay")
-    steps = run.steps_table()
     if not steps.num_rows:
         raise RunFormatError(
             f"{where}: the run has no step markers (optimizer steps or commlens.step()); "
             "whatif reports per-step times and needs them"
         )
-    events = events.select(list(COLUMNS))
-    group, group_names = _codes(events, "pg_name")
-    first = np.full(len(group_names), -1, dtype=np.int64)
-    first[group[::-1]] = np.arange(group.size)[::-1]
-    members = events.column("pg_ranks").take(pa.array(first)).to_pylist()
-    op, op_names = _codes(events, "op")
-    role, role_names = _codes(events, "role")
-    order = np.lexsort((_ints(steps, "step", 0), _ints(steps, "rank", 0)))
+    groups = names["pg_name"].values
     return Trace(
         name=Path(path).name or where,
-        world_size=run.world_size,
-        rank=_ints(events, "rank", 0),
-        op=op,
-        op_names=op_names,
-        group=group,
-        group_names=group_names,
-        groups=[tuple(int(r) for r in (m or ())) for m in members],
-        role=role,
-        role_names=role_names,
-        size_bytes=_ints(events, "size_bytes", 0),
-        peer=_ints(events, "peer", -1),
-        is_async=pc.fill_null(events.column("is_async"), False).to_numpy(zero_copy_only=False),
-        t_issue=_ints(events, "t_issue_ns", 0),
-        t_end=_ints(events, "t_end_ns", 0),
-        t_wait=_ints(events, "t_wait_ns", 0),
-        step=_ints(events, "step", -1),
-        step_rank=_ints(steps, "rank", 0)[order],
-        step_index=_ints(steps, "step", 0)[order],
-        step_start=_ints(steps, "t_start_ns", 0)[order],
-        step_end=_ints(steps, "t_end_ns", 0)[order],
-        manifest=run.manifest,
-        warnings=list(run.warnings),
+        world_size=world,
+        rank=ev["rank"],
+        op=ev["op"],
+        op_names=names["op"].values,
+        group=ev["pg_name"],
+        group_names=groups,
+        groups=[members.get(g, ()) for g in range(len(groups))],
+        role=ev["role"],
+        role_names=names["role"].values,
+        size_bytes=ev["size_bytes"],
+        peer=ev["peer"],
+        is_async=ev["is_async"].astype(bool),
+        t_issue=ev["t_issue_ns"],
+        t_end=ev["t_end_ns"],
+        t_wait=ev["t_wait_ns"],
+        step=ev["step"],
+        step_rank=_ints(steps, "rank", 0),
+        step_index=_ints(steps, "step", 0),
+        step_start=_ints(steps, "t_start_ns", 0),
+        step_end=_ints(steps, "t_end_ns", 0),
+        manifest=manifest,
+        warnings=warnings,
     )

@@ -134,7 +134,8 @@ def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
 ASSUMPTIONS = (
     "compute between communication calls keeps its measured length on every network",
     "a collective starts when its last member issued it and the previous op on its group "
-    "ended; a send/recv pair when both ends issued it and the previous pair on that channel ended",
+    "ended; a send is eager (it starts when issued and the previous send on its channel "
+    "ended) and its receive ends when the data has arrived",
     "async ops without a recorded wait (DDP's buckets, waited from C++) are waited at the last "
     "issue of their burst on the group, as DDP's backward waits for its buckets at its end",
     "op times on a network come from the alpha-beta cost model (commlens predict's) for the "

@@ -1,0 +1,213 @@
+"""Benchmark: ``commlens whatif`` on a synthetic run of 1 M events.
+
+    .venv/bin/python benchmarks/whatif_scale.py [--events 1000000] [--nets tcp-10g]
+
+Writes a causally consistent synthetic run straight with Arrow (not timed):
+8 ranks as pp 2 x dp 2 x tp 2; per step, per micro-batch (4), eight blocking
+tensor-parallel all-reduces and a pipeline send/recv each way, then eight
+DDP-like async bucket all-reduces (no recorded wait) and one all-gather over
+the world. All ranks issue slot k within 20 us of each other and every op
+ends 40-60 us after its slot opened, so the replay with measured times must
+give the steps back exactly. Then it runs ``commlens whatif RUN --net NETS
+--format json`` as a child process (self-check replay plus one replay per
+network) and prints wall time, peak RSS (``wait4``) and the self-check, and
+the same stages timed in this process. Target on 2 cores: <= 10 s, <= 2 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from commlens.trace.manifest import FORMAT_NAME, rank_meta_path, write_json_atomic
+from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY
+
+T0 = 1_700_000_000_000_000_000
+WORLD = 8
+MICRO, TP_PER_MICRO, BUCKETS = 4, 8, 8
+SLOT_NS = 100_000
+ACT, BUCKET, GATHER = 1 << 16, 25 << 20, 1 << 20
+
+
+def _rank_pattern(rank: int) -> list[tuple[str, str, tuple[int, ...], int, int, bool, str]]:
+    """One step of ``rank``: (op, group name, members, size, peer, async, role) per slot."""
+    stage, tp = rank // 4, (rank // 2) * 2
+    pp_peer, dp_peer = rank ^ 4, rank ^ 2
+    tp_group = (f"tp{rank // 2}", (tp, tp + 1))
+    dp_group = (f"dp{stage}{rank % 2}", tuple(sorted((rank, dp_peer))))
+    pp_group = (f"pp{rank % 4}", (rank % 4, rank % 4 + 4))
+    slots = []
+    for direction in ("forward", "backward"):
+        for _ in range(MICRO):
+            tp_ops = [("all_reduce", *tp_group, ACT, -1, False, "tp")] * TP_PER_MICRO
+            sends = (stage == 0) == (direction == "forward")
+            p2p = ("send" if sends else "recv", *pp_group, ACT, pp_peer, False, "pp")
+            slots += [*tp_ops, p2p] if direction == "forward" else [p2p, *tp_ops]
+    slots += [("all_reduce", *dp_group, BUCKET, -1, True, "dp")] * BUCKETS
+    slots += [("all_gather", "0", tuple(range(WORLD)), GATHER, -1, False, "")]
+    return slots
+
+
+def _strings(values: list[str]) -> pa.Array:
+    names = sorted(set(values))
+    index = {v: i for i, v in enumerate(names)}
+    codes = pa.array([index[v] for v in values], pa.int32())
+    return pa.DictionaryArray.from_arrays(codes, pa.array(names)).cast(pa.string())
+
+
+def make_run(out: Path, n_events: int) -> int:
+    """Write the run; returns its number of steps."""
+    out.mkdir(parents=True, exist_ok=True)
+    per_step = len(_rank_pattern(0))
+    steps = max(2, n_events // (WORLD * per_step))
+    step_ns = per_step * SLOT_NS
+    rng = np.random.default_rng(0)
+    for rank in range(WORLD):
+        pattern = _rank_pattern(rank)
+        n = per_step * steps
+        slot = np.arange(n, dtype=np.int64)
+        step = slot // per_step
+        base = T0 + slot * SLOT_NS
+        issue = base + rng.integers(0, 20_000, n)
+        end = base + rng.integers(40_000, 60_000, n)
+        cols = list(zip(*pattern, strict=True))
+        op, pg, members, size, peer, is_async, role = (np.array(c, dtype=object) for c in cols)
+        rep = np.tile(np.arange(per_step), steps)
+        async_ = np.array(is_async[rep], dtype=bool)
+        sizes = np.array(size[rep], dtype=np.int64)
+        peers = np.array(peer[rep], dtype=np.int64)
+        ranks_list = [list(m) for m in members[rep]]
+        table = pa.table(
+            {
+                "rank": pa.array(np.full(n, rank, np.int32)),
+                "seq": pa.array(slot),
+                "op": _strings(list(op[rep])),
+                "api": _strings(["python"] * n),
+                "pg_name": _strings(list(pg[rep])),
+                "pg_ranks": pa.array(ranks_list, pa.list_(pa.int32())),
+                "group_size": pa.array([len(m) for m in ranks_list], pa.int32()),
+                "role": _strings(list(role[rep])),
+                "dtype": _strings(["float32"] * n),
+                "count": pa.array(sizes // 4),
+                "bytes_in": pa.array(sizes),
+                "bytes_out": pa.array(sizes),
+                "size_bytes": pa.array(sizes),
+                "peer": pa.array(peers.astype(np.int32), mask=peers < 0),
+                "is_async": pa.array(async_),
+                "t_issue_ns": pa.array(issue),
+                "t_end_ns": pa.array(end),
+                "t_wait_ns": pa.array(np.where(async_, 0, end - issue)),
+                "duration_s": pa.array((end - issue) / 1e9),
+                "step": pa.array(step.astype(np.int32)),
+                "phase": _strings(["other"] * n),
+                "module": _strings([""] * n),
+            },
+            schema=EVENT_SCHEMA.with_metadata(
+                {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
+            ),
+        )
+        pq.write_table(table, out / f"rank-{rank:05d}.parquet", row_group_size=1 << 17)
+        windows = [
+            {"step": s, "t_start_ns": T0 + s * step_ns, "t_end_ns": T0 + (s + 1) * step_ns}
+            for s in range(steps)
+        ]
+        write_json_atomic(
+            rank_meta_path(out, rank),
+            {
+                "format": FORMAT_NAME + "-rank",
+                "rank": rank,
+                "world_size": WORLD,
+                "backend": "gloo",
+                "host": "bench",
+                "status": "ok",
+                "events": n,
+                "steps": windows,
+                "clock": {"offset_ns": 0, "drift": 0.0, "t_ref_ns": T0},
+                "meta": {},
+            },
+        )
+    write_json_atomic(
+        out / "run.json",
+        {"format": FORMAT_NAME, "format_version": 1, "world_size": WORLD, "backend": "gloo"},
+    )
+    return steps
+
+
+def measure(cmd: list[str], out: Path) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS GiB, exit code) of ``cmd`` as a child, its stdout into ``out``."""
+    start = time.perf_counter()
+    with out.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall, cpu = time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 2**20, os.waitstatus_to_exitcode(status)
+
+
+def stages(run: Path, nets: str) -> list[tuple[str, float]]:
+    """CPU seconds of each stage of the study, in this process."""
+    from commlens.predict.profiles import get_profile, get_profiles
+    from commlens.predict.topology import Fabric
+    from commlens.whatif.durations import measured, modelled
+    from commlens.whatif.model import build_program
+    from commlens.whatif.replay import replay
+    from commlens.whatif.source import read_trace
+
+    out = []
+    t = time.process_time()
+    trace = read_trace(run)
+    out.append(("read", time.process_time() - t))
+    t = time.process_time()
+    prog = build_program(trace)
+    out.append(("build model", time.process_time() - t))
+    t = time.process_time()
+    replay(prog, measured(prog))
+    out.append(("replay, measured times", time.process_time() - t))
+    fabric = Fabric(inter=get_profiles(nets)[0], intra=get_profile("loopback"))
+    t = time.process_time()
+    replay(prog, modelled(prog, fabric))
+    out.append((f"replay, {fabric.inter.name}", time.process_time() - t))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--nets", default="tcp-10g")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        t = time.perf_counter()
+        steps = make_run(run, args.events)
+        n = WORLD * steps * len(_rank_pattern(0))
+        took = time.perf_counter() - t
+        print(f"generated {n:,} events, {WORLD} ranks, {steps} steps in {took:.1f} s")
+        cmd = [sys.executable, "-m", "commlens", "whatif", str(run), "--net", args.nets]
+        answer = Path(tmp) / "answer.json"
+        wall, cpu, rss, rc = measure([*cmd, "--format", "json"], answer)
+        ok = rc == 0 and wall <= 10 and rss <= 2
+        check = json.loads(answer.read_text())["self_check"] if rc == 0 else {}
+        print(
+            f"commlens whatif --net {args.nets}: wall {wall:.2f} s, CPU {cpu:.2f} s, "
+            f"peak RSS {rss:.2f} GiB, "
+            f"{n / wall / 1e6:.2f} M events/s, self-check max step error "
+            f"{check.get('max_step_error', float('nan')):.2e}  "
+            f"{'OK' if ok else 'OVER TARGET' if rc == 0 else f'FAILED rc={rc}'}"
+        )
+        for name, seconds in stages(run, args.nets):
+            print(f"  {name:28s} {seconds:6.2f} s")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

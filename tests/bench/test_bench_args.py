@@ -136,3 +136,52 @@ def test_with_nccl_the_buffers_are_checked_on_the_gpu(monkeypatch: pytest.Monkey
     monkeypatch.setattr(fit, "device_memory_available", lambda: 1 << 30)
     with pytest.raises(UsageError, match=r"buffers of 1G need about \d+\.\d GB per GPU"):
         check_bench_fits(cfg, available=1 << 40)
+
+
+def _fake_report(cfg: BenchConfig, on_row: Any = None) -> runner.BenchReport:
+    """A measured all_reduce at 1K and 64K and a skipped all_gather (no ranks start)."""
+    rows: list[dict[str, Any]] = [
+        {"op": "all_reduce", "size_bytes": s, "count": s // 4, "dtype": "float32",
+         "ranks": 2, "nodes": 1, "iters": 2, "ok": True, "time_min_s": t,
+         "time_mean_s": t, "time_max_s": t, "time_p50_s": t, "time_p99_s": t,
+         "algbw_GB/s": s / t / 1e9, "busbw_GB/s": s / t / 1e9, "busbw_Gbit/s": 8 * s / t / 1e9}
+        for s, t in ((1024, 1e-4), (65536, 2e-3))
+    ]  # fmt: skip
+    rows.append({"op": "all_gather", "size_bytes": 0, "skipped": "too small for 2 ranks"})
+    return runner.BenchReport(cfg, rows)
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html", "json", "csv"])
+def test_every_format_renders(
+    fmt: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import csv
+    import io
+    import json
+
+    monkeypatch.setattr(runner, "run_bench", _fake_report)
+    assert (
+        main(["bench", "--ops", "all_reduce,all_gather", "--sizes", "1K,64K", "--format", fmt]) == 0
+    )
+    out = capsys.readouterr().out
+    if fmt == "json":  # the report's dict, skipped rows saying why
+        data = json.loads(out)
+        assert data["config"]["ops"] == ["all_reduce", "all_gather"]
+        assert [r.get("skipped") for r in data["results"]] == [None, None, "too small for 2 ranks"]
+    elif fmt == "csv":  # the measured rows, floats to 6 significant digits
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert [(r["op"], r["size_bytes"], r["ok"]) for r in rows] == [
+            ("all_reduce", "1024", "True"),
+            ("all_reduce", "65536", "True"),
+        ]
+        assert rows[0]["time_mean_s"] == "0.0001" and rows[1]["algbw_GB/s"] == "0.032768"
+    else:
+        assert "commlens bench: 2 ranks on 1 node, float32, 20 iters" in out
+        assert "busbw (GB/s)" in out and "64K" in out and "skipped: too small for 2 ranks" in out
+        assert "2,000.0" in out  # the mean latency of 64K, in µs
+    if fmt == "text":
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("all_gather"))
+        assert not lines[at - 1].strip()  # a rule between ops
+    if fmt == "html":
+        assert out.startswith("<!DOCTYPE html>") and out.count("<table>") == 1

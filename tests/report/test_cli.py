@@ -12,6 +12,7 @@ import pytest
 
 from commlens.cli.main import main
 from tests.distributed import run_ranks
+from tests.report.test_formats import _Collect
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -130,3 +131,76 @@ def test_step_range(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main(["report", run, "--steps", bad])
     assert "not a step range" in capsys.readouterr().err
+
+
+VALIDATED_RUN = str(DATA.parent / "predict" / "data" / "gpt-tiny-pp-1f1b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["validate", VALIDATED_RUN], "measured vs predicted, per op and role"),
+        (["net", "list"], "network profiles (built-in)"),
+        (["net", "show", "rdma-100g"], "network profile rdma-100g"),
+    ],
+)
+def test_every_command_renders_md_html_and_json(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert text in plain
+    assert main([*argv, "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# ") and text in md
+    assert main([*argv, "--format", "html"]) == 0
+    html = capsys.readouterr().out
+    assert html.startswith("<!DOCTYPE html>") and text in html
+    parser = _Collect()  # every tag closed
+    parser.feed(html)
+    assert parser.stack == []
+    assert main([*argv, "--format", "json"]) == 0
+    json.loads(capsys.readouterr().out)
+
+
+def test_validate_prints_the_verdict_and_json_is_the_validation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["validate", VALIDATED_RUN]) == 0
+    out = capsys.readouterr().out
+    assert "gpt-tiny pp dp=1 tp=1 pp=2  s=32 b=2 k=4 fp32" in out
+    assert "steps held: 0..2" in out and "tolerance: 1.00%" in out
+    row = next(line for line in out.splitlines() if line.startswith("all_reduce"))
+    assert row.split()[:9] == [
+        "all_reduce",
+        "pp",
+        "6",
+        "6",
+        "6",
+        "786,432",
+        "786,432",
+        "0.000%",
+        "ok",
+    ]
+    assert out.rstrip().endswith("validate: the run matches the model")
+    assert main(["validate", VALIDATED_RUN, "--format", "md"]) == 0
+    assert (
+        "| all_reduce | pp | 6 | 6 | 6 | 786,432 | 786,432 | 0.000% | ok |"
+        in capsys.readouterr().out
+    )
+    assert main(["validate", VALIDATED_RUN, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["ok", "job", "tolerance", "steps", "ranks", "ops", "mismatches", "notes"]
+    assert data["steps"] == [0, 1, 2] and data["ranks"] == [0, 1]
+
+
+def test_net_list_json_is_the_list_of_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    from commlens.predict.profiles import builtin_profiles
+
+    assert main(["net", "list", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [p.to_dict() for p in builtin_profiles()]
+    assert main(["net", "list"]) == 0
+    row = next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("rdma-100g")
+    )
+    assert row.split()[:6] == ["rdma-100g", "inter", "2.00", "100", "0.90", "90"]

@@ -9,6 +9,7 @@ import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +210,97 @@ def test_json_renderer_nan_and_layout() -> None:
     text = JsonRenderer().render(doc)
     assert json.loads(text) == {"a": [1.0, None], "b": {"c": None}}
     assert text.count("\n") == 4  # one line per top-level key
+
+
+def _doc_with_every_part() -> Any:
+    import pyarrow as pa
+
+    from commlens.report.document import Column, Document, Section
+
+    table = pa.table({"op": ["a", "a", "b"], "t": [1.5, 2.25, None], "v": ["x", "[bold]y[/]", "z"]})
+    columns = [Column("op", "op"), Column("t", "t (s)", "{:.2f}"), Column("v", "v", align="right")]
+    return Document(
+        title="T",
+        facts=[("fact", "[red]one[/red]")],
+        intro=["the intro line"],
+        sections=[Section("s", "", table, columns, group_by="op")],
+        notes=["note: [x] stays", "the verdict"],
+        data={"k": 1},
+    )
+
+
+def test_document_parts_in_every_format() -> None:
+    from commlens.report.html import HtmlRenderer
+    from commlens.report.json import JsonRenderer
+    from commlens.report.markdown import MarkdownRenderer
+    from commlens.report.text import TextRenderer
+
+    doc = _doc_with_every_part()
+    text = TextRenderer(width=80).render(doc)
+    lines = text.splitlines()
+    assert lines[:3] == ["T", "  fact: [red]one[/red]", "the intro line"]  # never read as markup
+    assert lines[-2:] == ["note: [x] stays", "the verdict"]
+    body = [line.rstrip() for line in lines[lines.index("") + 1 : -3]]
+    assert body[2:] == [
+        "a     1.50            x",
+        "a     2.25   [bold]y[/]",
+        "",
+        "b        -            z",
+    ]
+    md = MarkdownRenderer().render(doc)
+    assert md.startswith(
+        "# T\n\n- **fact**: [red]one[/red]".replace("[", "\\[").replace("]", "\\]")
+    )
+    assert "| op | t (s) | v |\n| :--- | ---: | ---: |\n| a | 1.50 |" in md
+    assert md.endswith("note: \\[x\\] stays  \nthe verdict  \n") and "\n\n\n" not in md
+    html = HtmlRenderer().render(doc)
+    assert "<p>the intro line</p>" in html and '<p class="note">the verdict</p>' in html
+    assert '<td class="num">[bold]y[/]</td>' in html and "<h2>" not in html
+    assert json.loads(JsonRenderer().render(doc)) == {"k": 1}
+
+
+def test_run_summary_document() -> None:
+    import pyarrow as pa
+
+    from commlens.report.formats import get_renderer
+    from commlens.report.run_summary import run_summary_document
+    from commlens.workloads.summary import RunSummary
+
+    ops = pa.table(
+        {
+            "op": ["all_reduce", "broadcast"],
+            "role": ["dp", ""],
+            "group_size": [4, 4],
+            "calls_per_step": [2.0, 0.5],
+            "avg_size_bytes": [1048576.0, 4096.0],
+            "time_per_step_s": [0.05, 0.001],
+        }
+    )
+    summary = RunSummary(
+        steps=1,
+        step_s=0.1,
+        comm_s=0.06,
+        comm_share=0.6,
+        exposed_share=0.2,
+        first_loss=10.5,
+        last_loss=9.25,
+        tokens_per_s=1234.0,
+        tflops_per_rank=0.5,
+        top_ops=ops,
+        warnings=["rank 3: no events file"],
+    )
+    doc = run_summary_document(summary, Path("runs/x"))
+    text = get_renderer("text", width=100).render(doc)
+    assert "  warning: rank 3: no events file" in text
+    assert (
+        "1 measured steps: step 0.100 s · communication 0.060 s (60% of the step, 20% exposed)"
+        " · 1,234 tokens/s · 500.00 GFLOP/s per rank · loss 10.5000 → 9.2500"
+    ) in text
+    assert "top ops by time (per rank per step)" in text
+    row = next(line for line in text.splitlines() if line.startswith("broadcast"))
+    assert row.split() == ["broadcast", "-", "4", "0.5", "4,096", "0.0010", "1.0%"]
+    assert text.rstrip().endswith("run saved in runs/x; see `commlens report runs/x`")
+    data = json.loads(get_renderer("json").render(doc))
+    assert data["steps"] == 1 and data["top_ops"][0]["op"] == "all_reduce"
+    for fmt in ("md", "html"):
+        assert "all_reduce" in get_renderer(fmt).render(doc)

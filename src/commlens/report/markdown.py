@@ -61,9 +61,11 @@ class MarkdownRenderer(Renderer):
         self.asset_dir = asset_dir
 
     def render(self, doc: Document) -> str:
-        out = [f"# {md_text(doc.title)}", ""] if doc.title else []
-        out += [f"- **{md_text(label)}**: {md_text(value)}" for label, value in doc.facts]
-        out += [f"- **warning**: {md_text(line)}" for line in doc.warnings]
+        out = [f"# {md_text(doc.title)}"] if doc.title else []
+        if doc.facts or doc.warnings:
+            out.append("")
+            out += [f"- **{md_text(label)}**: {md_text(value)}" for label, value in doc.facts]
+            out += [f"- **warning**: {md_text(line)}" for line in doc.warnings]
         if doc.intro:
             out += ["", *[f"{md_text(line)}  " for line in doc.intro]]
         if doc.highlights:

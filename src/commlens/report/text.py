@@ -46,13 +46,13 @@ class TextRenderer(Renderer):
             force_jupyter=False,
         )
         if doc.title:
-            console.print(doc.title, style="bold")
+            console.print(doc.title, style="bold", markup=False)
         for label, value in doc.facts:
             console.print(f"  {label}: {value}", markup=False)
         for line in doc.warnings:
             console.print(f"  warning: {line}", markup=False)
-        for line in doc.intro:
-            console.print(line, markup=False)
+        for line in doc.intro:  # long lines wrap where the terminal wraps them
+            console.print(line, soft_wrap=True, markup=False)
         if doc.highlights:
             console.print()
             for line in doc.highlights:
@@ -69,13 +69,13 @@ class TextRenderer(Renderer):
         if doc.notes and (above or doc.sections):
             console.print()
         for line in doc.notes:
-            console.print(line, markup=False)
+            console.print(line, soft_wrap=True, markup=False)
         return out.getvalue()
 
     @staticmethod
     def _table(section: Section) -> Table:
         table = Table(
-            title=section.title,
+            title=Text(section.title) if section.title else None,
             box=box.SIMPLE_HEAD,
             title_justify="left",
             pad_edge=False,
@@ -83,7 +83,7 @@ class TextRenderer(Renderer):
         )
         for column in section.columns:
             table.add_column(
-                column.title, justify="right" if column.right else "left", no_wrap=True
+                Text(column.title), justify="right" if column.right else "left", no_wrap=True
             )
         shown = rows(section)
         keys = section.table.column(section.group_by).to_pylist() if section.group_by else []

@@ -16,7 +16,7 @@ from commlens.analysis.bandwidth import algbw_GBps, bus_factor, busbw_GBps, wire
 from commlens.analysis.breakdown import module_table, op_phase_table, phase_table
 from commlens.analysis.compare import compare_ops, compare_summary
 from commlens.analysis.ops import op_size_table, op_table, size_histogram
-from commlens.analysis.rankpass import RankPass, as_pass, rank_pass
+from commlens.analysis.rankpass import RankPass, rank_pass
 from commlens.analysis.skew import matched_events, skew_by_step, skew_table, straggler_table
 from commlens.analysis.steps import rank_summary, step_summary, step_table
 from commlens.analysis.throughput import throughput_summary, throughput_table
@@ -27,7 +27,6 @@ __all__ = [
     "RankPass",
     "RunView",
     "algbw_GBps",
-    "as_pass",
     "bus_factor",
     "busbw_GBps",
     "compare_ops",

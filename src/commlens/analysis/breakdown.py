@@ -5,12 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 
 from commlens.analysis.ops import over_aggregates
-from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.rankpass import Source, rank_pass
 
 
 def _by(run: Source, key: str, extra: str = "") -> pa.Table:
     return over_aggregates(
-        as_pass(run),
+        rank_pass(run),
         f"""
         SELECT {key}, {extra}
                sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes,

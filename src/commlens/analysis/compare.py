@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from commlens.analysis.ops import op_table
-from commlens.analysis.rankpass import RankPass, Source, as_pass
+from commlens.analysis.rankpass import RankPass, Source, rank_pass
 from commlens.analysis.sql import query
 from commlens.analysis.steps import step_table
 
@@ -60,7 +60,7 @@ def _summary(run: RankPass, label: str) -> dict[str, object]:
 
 def compare_summary(runs: Sequence[Source]) -> pa.Table:
     """One row per run with its typical step, comm share and speedup vs the first."""
-    passes = [as_pass(r) for r in runs]
+    passes = [rank_pass(r) for r in runs]
     rows = [_summary(r, label) for r, label in zip(passes, run_labels(passes), strict=True)]
     base = rows[0]["step_s"] if rows else 0.0
     for row in rows:  # no speedup where either run has no timed step
@@ -75,7 +75,7 @@ def compare_summary(runs: Sequence[Source]) -> pa.Table:
 def compare_ops(runs: Sequence[Source]) -> pa.Table:
     """Long table: one row per (run, op, role) with count, bytes, time and the
     time relative to the same op in the first run."""
-    passes = [as_pass(r) for r in runs]
+    passes = [rank_pass(r) for r in runs]
     labels = run_labels(passes)
     tables = []
     for run, label in zip(passes, labels, strict=True):

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from commlens.analysis.bandwidth import factor_sql
 from commlens.analysis.rankagg import BUCKET_SQL as BUCKET_SQL  # re-exported
-from commlens.analysis.rankpass import RankPass, Source, as_pass
+from commlens.analysis.rankpass import RankPass, Source, rank_pass
 from commlens.analysis.sql import query
 
 
@@ -42,7 +42,7 @@ _BW = f"""
 def op_table(run: Source) -> pa.Table:
     """One row per (op, process group, role), largest total time first."""
     return over_aggregates(
-        as_pass(run),
+        rank_pass(run),
         f"""
         SELECT op, pg_name, any_value(pg_ranks) AS pg_ranks,
                any_value(group_size) AS group_size, role,
@@ -57,7 +57,7 @@ def op_table(run: Source) -> pa.Table:
 
 def op_size_table(run: Source) -> pa.Table:
     """One row per (op, group, role, log2 size bucket): the tidy CSV table."""
-    rp = as_pass(run, quantiles=True)
+    rp = rank_pass(run, quantiles=True)
     assert rp.quantiles is not None
     return over_aggregates(
         rp,
@@ -86,7 +86,7 @@ def op_size_table(run: Source) -> pa.Table:
 def size_histogram(run: Source) -> pa.Table:
     """Message sizes in log2 buckets per op, by call count and by volume."""
     return over_aggregates(
-        as_pass(run),
+        rank_pass(run),
         """
         SELECT op, size_bucket_bytes, sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes
         FROM agg GROUP BY op, size_bucket_bytes ORDER BY op, size_bucket_bytes

@@ -21,8 +21,8 @@ few facts of the run the analyses use. Every analysis is a function of it:
     op_table(rp), step_table(rp), skew_table(rp)
 
 An analysis also takes a :class:`RunView`, a loaded :class:`Run` or a run
-directory, and then makes the pass it needs (:func:`as_pass`): for several
-tables of one run, make the pass once. Memory stays at one rank's columns
+directory, and then makes the pass it needs (:func:`rank_pass` of it): for
+several tables of one run, make the pass once. Memory stays at one rank's columns
 plus the small results (and, for matching, a few numbers per collective call).
 """
 
@@ -103,7 +103,7 @@ class RankPass:
 
 
 Source: TypeAlias = "RankPass | RunView | Run | str | Path"
-"""What an analysis takes: a pass, or a run to make one of (:func:`as_pass`)."""
+"""What an analysis takes: a pass, or a run to make one of (:func:`rank_pass`)."""
 
 
 def _kth(code: np.ndarray) -> np.ndarray:
@@ -127,38 +127,6 @@ def _uniques(values: np.ndarray) -> np.ndarray:
 
 
 def rank_pass(
-    view: RunView,
-    *,
-    util_bins: int | None = None,
-    match: bool = False,
-    quantiles: bool = False,
-    nic: bool = False,
-) -> RankPass:
-    """The pass over ``view`` for what is asked (see :class:`RankPass`).
-
-    A rank whose file turns out damaged while read is left out of the view,
-    and the pass made again without it.
-    """
-    while True:
-        missing = list(view.missing_ranks)
-        try:
-            result = _run_pass(view, util_bins, match)
-            if quantiles:
-                result = replace(result, quantiles=_latency_quantiles(view))
-        except RankDamaged:
-            continue
-        if view.missing_ranks == missing:  # no rank dropped while the SQL ran
-            break
-    made = {"util"} if util_bins else set()
-    made |= {name for name, asked in (("match", match), ("quantiles", quantiles)) if asked}
-    if nic:
-        made.add("nic")
-        path = view.path / NIC_FILE
-        result = replace(result, nic=read_nic(path) if path.is_file() else None)
-    return replace(result, made=frozenset(made))
-
-
-def as_pass(
     source: Source,
     *,
     util_bins: int | None = None,
@@ -166,21 +134,42 @@ def as_pass(
     quantiles: bool = False,
     nic: bool = False,
 ) -> RankPass:
-    """``source`` itself when it is a :class:`RankPass` that holds what is asked,
-    else the pass over the run ``source`` is (a view, a loaded Run or a directory)."""
+    """The pass over the run ``source`` (a view, a loaded Run or a directory) for what
+    is asked (see :class:`RankPass`); ``source`` itself when it is a pass holding it.
+
+    A rank whose file turns out damaged while read is left out of the view,
+    and the pass made again without it.
+    """
+    asked = {"util": bool(util_bins), "match": match, "quantiles": quantiles, "nic": nic}
+    made = frozenset(name for name, want in asked.items() if want)
     if isinstance(source, RankPass):
-        asked = {"util": bool(util_bins), "match": match, "quantiles": quantiles, "nic": nic}
-        lacking = [name for name, want in asked.items() if want and name not in source.made]
+        lacking = sorted(made - source.made)
         if util_bins and source.util_bins != util_bins:
             lacking.append(f"util_bins={util_bins}")
         if lacking:
             raise ValueError(f"the rank pass was made without {', '.join(lacking)}")
         return source
-    options: dict[str, Any] = dict(util_bins=util_bins, match=match, quantiles=quantiles, nic=nic)
-    if isinstance(source, RunView):
-        return rank_pass(source, **options)
-    with open_run(source) as view:
-        return rank_pass(view, **options)
+    if not isinstance(source, RunView):
+        with open_run(source) as view:
+            return _pass_over(view, made, util_bins)
+    return _pass_over(source, made, util_bins)
+
+
+def _pass_over(view: RunView, made: frozenset[str], util_bins: int | None) -> RankPass:
+    while True:
+        missing = list(view.missing_ranks)
+        try:
+            result = _run_pass(view, util_bins, "match" in made)
+            if "quantiles" in made:
+                result = replace(result, quantiles=_latency_quantiles(view))
+        except RankDamaged:
+            continue
+        if view.missing_ranks == missing:  # no rank dropped while the SQL ran
+            break
+    if "nic" in made:
+        path = view.path / NIC_FILE
+        result = replace(result, nic=read_nic(path) if path.is_file() else None)
+    return replace(result, made=made)
 
 
 def _latency_quantiles(view: RunView) -> pa.Table:

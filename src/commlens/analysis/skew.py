@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 
 from commlens.analysis.matching import Matched
-from commlens.analysis.rankpass import P2P_OPS, Source, as_pass
+from commlens.analysis.rankpass import P2P_OPS, Source, rank_pass
 
 __all__ = ["P2P_OPS", "matched_events", "skew_by_step", "skew_table", "straggler_table"]
 
 
 def _matched(run: Source) -> Matched:
-    matched = as_pass(run, match=True).matched
+    matched = rank_pass(run, match=True).matched
     assert matched is not None
     return matched
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.rankpass import Source, rank_pass
 from commlens.analysis.sql import query
 
 
 def step_table(run: Source) -> pa.Table:
     """One row per (rank, step)."""
-    rp = as_pass(run)
+    rp = rank_pass(run)
     return query(
         """
         WITH joined AS (

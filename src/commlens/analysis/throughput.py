@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.rankpass import Source, rank_pass
 from commlens.analysis.sql import query
 
 _COLUMNS = ("rank", "step", "warmup", "step_s", "tokens_per_s", "tflops", "loss")
@@ -41,7 +41,7 @@ def _per_step_records(meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 def throughput_table(run: Source) -> pa.Table:
     """One row per (rank, step) with tokens/s, TFLOP/s and loss where known."""
-    rp = as_pass(run)
+    rp = rank_pass(run)
     manifest = rp.manifest
     raw = manifest.get("workload")
     workload: dict[str, Any] = raw if isinstance(raw, dict) else {}

@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.rankpass import Source, as_pass
+from commlens.analysis.rankpass import Source, rank_pass
 
 
 def event_utilization(run: Source, bins: int = 100) -> pa.Table:
     """Per rank and time bin: ``t_s`` (bin start), ``bin_s``, ``wire_bytes``, ``gbit_s``."""
-    util = as_pass(run, util_bins=bins).util
+    util = rank_pass(run, util_bins=bins).util
     assert util is not None
     return util
 
@@ -25,7 +25,7 @@ def event_utilization(run: Source, bins: int = 100) -> pa.Table:
 def nic_utilization(run: Source) -> pa.Table | None:
     """Per node and sampling interval: ``t_s`` (interval end), tx/rx Gbit/s; None without
     a NIC counters file."""
-    rp = as_pass(run, nic=True)
+    rp = rank_pass(run, nic=True)
     table = rp.nic
     if table is None:
         return None
@@ -65,7 +65,7 @@ def nic_utilization(run: Source) -> pa.Table | None:
 
 def utilization_summary(run: Source, bins: int = 100) -> pa.Table:
     """Per rank (events) and per node (NIC): mean and peak Gbit/s."""
-    run = as_pass(run, util_bins=bins, nic=True)
+    run = rank_pass(run, util_bins=bins, nic=True)
     ev = event_utilization(run, bins)
     sources, units, means, peaks, total = [], [], [], [], []
     if ev.num_rows:

@@ -260,10 +260,12 @@ class RunView:
         except (OSError, pa.ArrowException, ValueError) as exc:  # damaged pages
             raise RankDamaged(rank, self.drop_rank(rank, one_line(exc))) from None
 
-    def read_rank(self, rank: int, columns: list[str], *, dictionary: bool = True) -> pa.Table:
+    def read_rank(
+        self, rank: int, columns: list[str], *, dictionary: bool = True, align: bool = True
+    ) -> pa.Table:
         """One rank's events (only ``columns``; strings dictionary-encoded unless not
-        ``dictionary``), in file order, times on rank 0's clock. A rank whose file
-        turns out damaged is dropped (:class:`RankDamaged`)."""
+        ``dictionary``), in file order, times on rank 0's clock unless not ``align``.
+        A rank whose file turns out damaged is dropped (:class:`RankDamaged`)."""
         src = self.sources.get(rank)
         if src is None:
             return self.sql(f"SELECT {', '.join(columns)} FROM events WHERE rank = {int(rank)}")
@@ -280,7 +282,7 @@ class RunView:
             table = self._read(rank, read)
         else:
             table = src.select(columns)
-        clock = self.clocks.get(rank, NO_CLOCK)
+        clock = self.clocks.get(rank, NO_CLOCK) if align else NO_CLOCK
         for name in TIME_COLUMNS:
             if name in columns and clock != NO_CLOCK:
                 t = align_numpy(table.column(name).to_numpy(), clock)
@@ -344,21 +346,22 @@ class RunView:
         return (min(lo), max(hi)) if lo else None
 
     def load(self, *, align_clocks: bool = True) -> Run:
-        """Every event of the view's ranks in one table (schema as written), sorted by
-        (rank, seq); a rank whose file turns out damaged is left out."""
-        if not align_clocks:
-            self.clocks = {}
+        """Every event of the view's ranks in one table (the events schema), sorted by
+        (rank, seq), times on rank 0's clock unless not ``align_clocks``; a rank
+        whose file turns out damaged is left out."""
         tables = []
-        for rank in sorted(self.sources):
+        columns = list(EVENT_SCHEMA.names)
+        for rank in sorted(self.with_events):
             try:
-                tables.append(self.read_rank(rank, list(EVENT_SCHEMA.names), dictionary=False))
+                tables.append(self.read_rank(rank, columns, dictionary=False, align=align_clocks))
             except RankDamaged:
                 continue
         events = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
         events = events.replace_schema_metadata(EVENT_SCHEMA.metadata)
         if events.num_rows:
             events = events.sort_by([("rank", "ascending"), ("seq", "ascending")])
-        return Run(self.path, self.manifest, events, self.warnings, self.missing_ranks, self.info)
+        warnings, missing = list(self.warnings), list(self.missing_ranks)
+        return Run(self.path, self.manifest, events, warnings, missing, self.info)
 
     def close(self) -> None:
         self.con.close()

@@ -157,3 +157,17 @@ def test_a_send_does_not_wait_for_its_receive() -> None:
     tl = replay(prog, np.full(4, 1e-6))
     assert tl.end.tolist() == [us(1), us(4), us(4), us(4.5)]  # rank 1's data came at 1
     assert step_times(tl).tolist() == [us(5), us(5.5)]
+
+
+def test_a_clock_that_breaks_causality_is_corrected() -> None:
+    # rank 1's clock reads 50 late: its all-reduce seems issued (70) after rank 0's ended (30).
+    events = [Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 70, 80)]
+    prog = build_program(make_trace(events, [(0, 0, 0, 40), (1, 0, 50, 90)]))
+    # δ0 − δ1 must lie in [30 − 70, 80 − 10] negated: [40, 70]; the middle is 55.
+    assert prog.clock_shifts.tolist() == [0, -55_000]
+    assert prog.trace.t_issue.tolist() == [10_000, 15_000]
+    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    consistent = build_program(
+        make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
+    )
+    assert not consistent.clock_shifts.any()

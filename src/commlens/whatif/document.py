@@ -181,6 +181,15 @@ def build_document(study: Study) -> Document:
         ),
         ("self-check", check.line),
     ]
+    if study.clock_shifts:
+        moved = ", ".join(f"rank {r} {v / 1e6:+.3f} ms" for r, v in study.clock_shifts.items())
+        facts.append(
+            (
+                "clocks",
+                f"{moved}: corrected, the recorded offsets put ops' ends before their "
+                "peers' issues",
+            )
+        )
     for a in study.answers:
         if a.profile is not None and a.profile.source:
             facts.append((f"profile {a.name}", a.profile.source))
@@ -201,6 +210,7 @@ def build_document(study: Study) -> Document:
             "max_event_error_s": check.max_event_error_s,
         },
         "assumptions": study.assumptions,
+        "clock_shifts_ns": {str(r): v for r, v in study.clock_shifts.items()},
         "captured": _answer_data(study, study.captured),
         "networks": [_answer_data(study, a) for a in study.answers],
     }

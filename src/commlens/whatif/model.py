@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.errors import RunFormatError
+from commlens.whatif.clocks import causal_shifts, shifted
 from commlens.whatif.source import Trace
 
 ISSUE, HOLD, STEP, BLOCK = 0, 1, 2, 3
@@ -69,6 +70,8 @@ class Program:
     """Members of a collective's group, or (source, destination) of a p2p channel."""
     t0_ns: int
     """Capture time that replay time 0 stands for."""
+    clock_shifts: np.ndarray
+    """Nanoseconds each rank's clock was corrected by (see :mod:`commlens.whatif.clocks`)."""
 
     @property
     def instances(self) -> int:
@@ -202,7 +205,9 @@ def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.nda
 
 
 def build_program(tr: Trace) -> Program:
-    """Match the run's ops into instances and lay out every rank's marks."""
+    """Match the run's ops into instances, check the clocks against them (a rank
+    whose ops end before their peers issued them is corrected) and lay out every
+    rank's marks."""
     names = np.array(tr.op_names, dtype=object)
     is_send = np.isin(names, SENDS)[tr.op]
     is_recv = np.isin(names, RECVS)[tr.op]
@@ -236,6 +241,9 @@ def build_program(tr: Trace) -> Program:
     inst_op[inst] = tr.op
     inst_size = np.zeros(total, dtype=np.int64)
     np.maximum.at(inst_size, inst, tr.size_bytes)
+    shifts = causal_shifts(tr, inst, send_of, recv_of)
+    if shifts.any():
+        tr = shifted(tr, shifts)
     kinds, args, gaps, t0 = _marks(tr)
     return Program(
         trace=tr,
@@ -253,6 +261,7 @@ def build_program(tr: Trace) -> Program:
         inst_group=inst_group,
         cost_groups=cost_groups,
         t0_ns=t0,
+        clock_shifts=shifts,
     )
 
 

@@ -66,6 +66,8 @@ class Study:
     captured: Answer
     answers: list[Answer]
     assumptions: list[str] = field(default_factory=list)
+    clock_shifts: dict[int, int] = field(default_factory=dict)
+    """rank -> ns its clock was corrected by from the trace's own order (non-zero only)."""
 
     def speedup(self, answer: Answer) -> float:
         ours = answer.figures.median_step_s
@@ -172,4 +174,5 @@ def run_study(
         answers.append(
             Answer(profile.name, profile, figures(prog, replay(prog, modelled(prog, fabric)), keep))
         )
-    return Study(trace, place, check, captured, answers, list(ASSUMPTIONS))
+    shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
+    return Study(trace, place, check, captured, answers, list(ASSUMPTIONS), shifts)

@@ -1,0 +1,118 @@
+"""Clock offsets checked against causality: the trace's own order fixes a bad offset.
+
+The reader puts every rank on rank 0's clock with the offsets measured at
+start-up; on a loaded host one round trip can be off by milliseconds, and
+then a rank's ops end before their peers issued them. A collective whose
+every member contributes data (all-reduce, all-gather, reduce-scatter,
+all-to-all, barrier) cannot end on any member before every member issued
+it, and a receive cannot end before its send was issued: with ``δ`` the
+correction of each rank's clock, ``δ_a − δ_b ≤ end_b − issue_a`` for every
+such pair. When the offsets as read break one of these bounds, ranks are
+corrected along a spanning tree of the tightest pairs (from the lowest
+rank): a pair keeps its offset when it fits the bounds, else takes the
+middle of them (the NTP estimate). Runs that respect causality are left
+alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from commlens.whatif.source import Trace
+
+STRICT = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+MAX_PAIRS_GROUP = 64
+"""Groups larger than this contribute only neighbouring pairs (a ring)."""
+MAX_WORLD = 4096
+"""Beyond this many ranks clocks are taken as read."""
+NONE = np.iinfo(np.int64).max
+
+
+def _bounds(tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray) -> np.ndarray:
+    """W[a, b]: the least ``end_b − issue_a`` over the pairs that must be ordered (ns)."""
+    w = tr.world_size
+    bound = np.full((w, w), NONE, dtype=np.int64)
+    strict = np.isin(np.array(tr.op_names, dtype=object), STRICT)[tr.op]
+    events = np.flatnonzero(strict)
+    order = events[np.argsort(inst[events], kind="stable")]
+    inst_sorted = inst[order]
+    cuts = np.flatnonzero(np.r_[True, inst_sorted[1:] != inst_sorted[:-1], True])
+    sizes = np.diff(cuts)
+    for n in np.unique(sizes).tolist():
+        if n < 2:
+            continue
+        starts = cuts[:-1][sizes == n]
+        members = order[starts[:, None] + np.arange(n)]  # instances x members
+        if n <= MAX_PAIRS_GROUP:
+            a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+            a, b = a[a != b], b[a != b]
+        else:
+            a, b = np.arange(n), np.roll(np.arange(n), -1)
+            a, b = np.r_[a, b], np.r_[b, a]
+        ea, eb = members[:, a].ravel(), members[:, b].ravel()
+        np.minimum.at(bound, (tr.rank[ea], tr.rank[eb]), tr.t_end[eb] - tr.t_issue[ea])
+    pairs = send_of >= 0
+    s, r = send_of[pairs], recv_of[pairs]
+    np.minimum.at(bound, (tr.rank[s], tr.rank[r]), tr.t_end[r] - tr.t_issue[s])
+    return bound
+
+
+def causal_shifts(
+    tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+) -> np.ndarray:
+    """Nanoseconds to add to each rank's times (all 0 when the clocks respect causality)."""
+    w = tr.world_size
+    shifts = np.zeros(w, dtype=np.int64)
+    if w < 2 or w > MAX_WORLD:
+        return shifts
+    bound = _bounds(tr, inst, send_of, recv_of)
+    if not (bound < 0).any():
+        return shifts
+    a, b = np.nonzero(np.triu((bound < NONE) & (bound.T < NONE), 1))
+    hi, lo = bound[a, b], -bound[b, a]  # δ_a − δ_b must lie in [lo, hi]
+    usable = lo <= hi
+    a, b, lo, hi = a[usable], b[usable], lo[usable], hi[usable]
+    parent = list(range(w))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    tree: dict[int, list[tuple[int, float]]] = {r: [] for r in range(w)}
+    for k in np.argsort(hi - lo, kind="stable").tolist():
+        ra, rb = root(int(a[k])), root(int(b[k]))
+        if ra == rb:
+            continue
+        parent[ra] = rb
+        x = 0 if lo[k] <= 0 <= hi[k] else (int(lo[k]) + int(hi[k])) // 2
+        tree[int(a[k])].append((int(b[k]), -x))  # δ_b = δ_a − x
+        tree[int(b[k])].append((int(a[k]), x))  # δ_a = δ_b + x
+    seen = [False] * w
+    for start in range(w):
+        if seen[start]:
+            continue
+        seen[start], todo = True, [start]
+        while todo:
+            node = todo.pop()
+            for other, step in tree[node]:
+                if not seen[other]:
+                    seen[other] = True
+                    shifts[other] = shifts[node] + step
+                    todo.append(other)
+    return shifts
+
+
+def shifted(tr: Trace, shifts: np.ndarray) -> Trace:
+    """``tr`` with each rank's times moved by ``shifts[rank]`` nanoseconds."""
+    by_event, by_step = shifts[tr.rank], shifts[tr.step_rank]
+    return dataclasses.replace(
+        tr,
+        t_issue=tr.t_issue + by_event,
+        t_end=tr.t_end + by_event,
+        step_start=tr.step_start + by_step,
+        step_end=tr.step_end + by_step,
+    )

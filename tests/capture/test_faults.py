@@ -289,14 +289,14 @@ def _parts_fail(rank: int, world: int, out: str) -> dict[str, object]:
     import torch
     import torch.distributed as dist
 
-    from commlens.capture import api
+    from commlens.capture.intercept import ACTIVE
 
     with commlens.capture(out, flush_events=4, align_clocks=False):
         dist.init_process_group("gloo")
         t = torch.ones(3)
         for _ in range(4):
             dist.all_reduce(t)
-        rec = api.RECORDER
+        rec = ACTIVE.recorder
         assert rec is not None and rec.writer is not None
         rec.writer.flush()
         _block_next_parts(Path(out) / f".rank-{rank:05d}.parts")

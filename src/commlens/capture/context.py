@@ -27,14 +27,13 @@ _graph_task_id = torch._C._current_graph_task_id
 
 
 class ThreadState:
-    """Per-thread capture state: nesting depth and hints from the caller."""
+    """Per-thread capture state: nesting depth and the phase the caller named."""
 
-    __slots__ = ("depth", "hint", "phase_hint")
+    __slots__ = ("depth", "phase_hint")
 
     def __init__(self) -> None:
-        self.depth = 0
-        self.hint: tuple[str, str] = ("python", "")  # (api, role) the caller vouches for
-        self.phase_hint = ""
+        self.depth = 0  # 1 while an intercepted call runs (calls inside are not recorded)
+        self.phase_hint = ""  # from commlens.phase()
 
 
 # By thread id: a dict lookup and slot reads cost less per call than threading.local.

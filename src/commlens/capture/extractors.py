@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from commlens.capture import objects, ops
-from commlens.capture.ops import After, Extractor
+from commlens.capture.intercept import After, Extractor
 
 _broadcast_object = objects.object_list_call("broadcast_object", "src", "group_src")
 _send_object = objects.object_list_call("send_object", "dst", "group_dst")

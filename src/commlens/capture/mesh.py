@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from commlens.capture import api
+from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import patch
 
 
@@ -21,7 +21,7 @@ def install() -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(self, *args, **kwargs)
-        rec = api.RECORDER
+        rec = ACTIVE.recorder
         if rec is not None and not rec.disabled and self.mesh_dim_names:
             # Groups of a mesh made from existing groups exist only after
             # __init__: resolve them when an op first names one.

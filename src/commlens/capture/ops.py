@@ -1,6 +1,7 @@
 """What each intercepted ``torch.distributed`` function moves.
 
-One extractor per function turns the caller's arguments into a :data:`Call`:
+One extractor per function turns the caller's arguments into an
+:data:`~commlens.capture.intercept.Intercepted`:
 canonical op, group, element count, dtype, bytes in and out, the nccl-tests
 size S (conventions §3) and the peer or root. Extractors only read the
 arguments; they never touch tensor data.
@@ -8,26 +9,13 @@ arguments; they never touch tensor data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from commlens.capture.groups import global_rank
-
-# What one call moves, as a plain tuple (the cheapest thing to build per call):
-# (op, group, count, dtype, bytes_in, bytes_out, size_bytes, peer, is_async, tensor)
-# dtype is a torch.dtype (named once per call site) or a name; size_bytes is S
-# (conventions §3); peer is the global peer or root, or None; tensor is the
-# one whose device decides how the call is timed, or None.
-Call = tuple[str, Any, int, Any, int, int, int, "int | None", bool, "torch.Tensor | None"]
-# An extractor: the caller's (args, kwargs) -> Call.
-Extractor = Callable[[tuple[Any, ...], dict[str, Any]], Call]
-# A step after the call for what is known only then: (call, result, args, kwargs) -> call.
-After = Callable[[Call, Any, tuple[Any, ...], dict[str, Any]], Call]
-TENSOR = 9  # index of the tensor in a Call
-
+from commlens.capture.intercept import Intercepted
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
@@ -73,7 +61,7 @@ def _tensor_call(
     is_async: Any,
     bytes_in: int | None = None,
     bytes_out: int | None = None,
-) -> Call:
+) -> Intercepted:
     nbytes = t.nbytes
     return (
         op,
@@ -91,7 +79,7 @@ def _tensor_call(
 
 def _list_call(
     op: str, ts: list[torch.Tensor], group: Any, bytes_out: int, size: int, is_async: Any
-) -> Call:
+) -> Intercepted:
     return (
         op,
         group,
@@ -106,7 +94,7 @@ def _list_call(
     )
 
 
-def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     # The hottest path of all (DDP buckets, TP): no helper calls.
     n = len(a)
     t = a[0] if n else k["tensor"]
@@ -125,34 +113,34 @@ def all_reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     )
 
 
-def all_reduce_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_reduce_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     ts = list(_arg(a, k, 0, "tensors"))
     n = _sum_bytes(ts)
     return _list_call("all_reduce", ts, _arg(a, k, 2, "group"), n, n, _arg(a, k, 3, "async_op"))
 
 
-def all_gather(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_gather(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     out, t = _arg(a, k, 0, "tensor_list"), _arg(a, k, 1, "tensor")
     total = _sum_bytes(out)
     group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
     return _tensor_call("all_gather", t, group, total, None, is_async, bytes_out=total)
 
 
-def all_gather_into_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_gather_into_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     out, t = _arg(a, k, 0, "output_tensor"), _arg(a, k, 1, "input_tensor")
     total = out.nbytes
     group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
     return _tensor_call("all_gather", t, group, total, None, is_async, bytes_out=total)
 
 
-def all_gather_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_gather_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     outs, ins = _arg(a, k, 0, "output_tensor_lists"), list(_arg(a, k, 1, "input_tensor_list"))
     total = sum(_sum_bytes(o) for o in outs)
     group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
     return _list_call("all_gather", ins, group, total, total, is_async)
 
 
-def reduce_scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def reduce_scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     out, ins = _arg(a, k, 0, "output"), list(_arg(a, k, 1, "input_list"))
     group, is_async = _arg(a, k, 3, "group"), bool(_arg(a, k, 4, "async_op"))
     total = _sum_bytes(ins)
@@ -171,38 +159,38 @@ def reduce_scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     )
 
 
-def reduce_scatter_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def reduce_scatter_tensor(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     out, t = _arg(a, k, 0, "output"), _arg(a, k, 1, "input")
     group, is_async = _arg(a, k, 3, "group"), _arg(a, k, 4, "async_op")
     return _tensor_call("reduce_scatter", t, group, t.nbytes, None, is_async, bytes_out=out.nbytes)
 
 
-def all_to_all(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_to_all(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     outs, ins = _arg(a, k, 0, "output_tensor_list"), list(_arg(a, k, 1, "input_tensor_list"))
     total = _sum_bytes(ins)
     group, is_async = _arg(a, k, 2, "group"), _arg(a, k, 3, "async_op")
     return _list_call("all_to_all", ins, group, _sum_bytes(outs), total, is_async)
 
 
-def all_to_all_single(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def all_to_all_single(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     out, t = _arg(a, k, 0, "output"), _arg(a, k, 1, "input")
     group, is_async = _arg(a, k, 4, "group"), _arg(a, k, 5, "async_op")
     return _tensor_call("all_to_all", t, group, t.nbytes, None, is_async, bytes_out=out.nbytes)
 
 
-def broadcast(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def broadcast(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     root = _root(group, _arg(a, k, 1, "src"), k.get("group_src"))
     return _tensor_call("broadcast", t, group, t.nbytes, root, _arg(a, k, 3, "async_op"))
 
 
-def reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def reduce(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 1, "dst"), k.get("group_dst"))
     return _tensor_call("reduce", t, group, t.nbytes, root, _arg(a, k, 4, "async_op"))
 
 
-def gather(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def gather(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, outs, group = _arg(a, k, 0, "tensor"), _arg(a, k, 1, "gather_list"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 2, "dst"), k.get("group_dst"))
     # S is the whole gathered buffer: the rank's piece times the group size.
@@ -211,7 +199,7 @@ def gather(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     return _tensor_call("gather", t, group, size, root, is_async, bytes_out=_sum_bytes(outs))
 
 
-def scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, ins, group = _arg(a, k, 0, "tensor"), _arg(a, k, 1, "scatter_list"), _arg(a, k, 3, "group")
     root = _root(group, _arg(a, k, 2, "src"), k.get("group_src"))
     size = t.nbytes * _group_size(group)
@@ -219,45 +207,47 @@ def scatter(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
     return _tensor_call("scatter", t, group, size, root, is_async, bytes_in=_sum_bytes(ins))
 
 
-def send(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def send(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     peer = _root(group, _arg(a, k, 1, "dst"), k.get("group_dst"))
     return _tensor_call("send", t, group, t.nbytes, peer, False, bytes_out=0)
 
 
-def recv(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def recv(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     t, group = _arg(a, k, 0, "tensor"), _arg(a, k, 2, "group")
     peer = _root(group, _arg(a, k, 1, "src"), k.get("group_src"))
     return _tensor_call("recv", t, group, t.nbytes, peer, False, bytes_in=0)
 
 
-def recv_source(call: Call, result: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def recv_source(
+    call: Intercepted, result: Any, a: tuple[Any, ...], k: dict[str, Any]
+) -> Intercepted:
     """A receive from any source: the sender is what ``recv`` returns."""
     if call[7] is None and isinstance(result, int) and result >= 0:
         return (*call[:7], int(result), *call[8:])  # type: ignore[return-value]
     return call
 
 
-def isend(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def isend(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     op, group, count, dtype, b_in, b_out, size, peer, _, t = send(a, k)
     return (op, group, count, dtype, b_in, b_out, size, peer, True, t)
 
 
-def irecv(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def irecv(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     op, group, count, dtype, b_in, b_out, size, peer, _, t = recv(a, k)
     return (op, group, count, dtype, b_in, b_out, size, peer, True, t)
 
 
-def barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     is_async = bool(_arg(a, k, 1, "async_op", False))
     return ("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, is_async, None)
 
 
-def monitored_barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def monitored_barrier(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     return ("barrier", _arg(a, k, 0, "group"), 0, "", 0, 0, 0, None, False, None)
 
 
-def broadcast_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Call:
+def broadcast_coalesced(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted:
     """``dist._broadcast_coalesced(group, tensors, buffer_size, src)``: DDP's start-up sync.
 
     One event for the whole call: the C++ side packs the tensors into

@@ -34,7 +34,8 @@ import torch.distributed as dist
 
 from commlens.capture.context import StepTracker, current_phase_and_module
 from commlens.capture.groups import GroupRegistry
-from commlens.capture.ops import Call, dtype_name
+from commlens.capture.intercept import Intercepted
+from commlens.capture.ops import dtype_name
 from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
 from commlens.trace.manifest import (
@@ -60,10 +61,10 @@ META_SHARE = 0.01
 class Pending:
     """An async op issued but not yet complete (or still being waited on)."""
 
-    head: tuple[Any, ...] | None  # site .. is_async: the packed fields before the times
+    head: tuple[Any, ...] | None  # kind .. is_async: the packed fields before the times
     step: int
     t_issue: int
-    # Or, for an op read later (Recorder.on_deferred): (make_call, hint, phase, module, seq).
+    # Or, for an op read later (Recorder.on_deferred): (make_call, api, phase, module, seq).
     later: tuple[Any, ...] | None = None
     t_end: int | None = None
     wait_ns: int = 0
@@ -95,7 +96,7 @@ class Recorder:
         # CUDA events only where CUDA tensors can exist: saves a check per call.
         self.gpu = torch.cuda.is_available()
         # Autograd dispatch keys to exclude around intercepted calls while the
-        # C++-call kernel is registered (capture.cpp); None otherwise.
+        # c10d kernel is registered (capture.c10d); None otherwise.
         self.below_autograd: Any = None
         self.writer: EventWriter | None = None
         self.rank: int | None = None
@@ -108,13 +109,16 @@ class Recorder:
         self.pid = os.getpid()
         self.t_start_ns = clock()
         self._lock = threading.Lock()
+        # Ops issued, not yet written, by id() of what completes them: their
+        # Work, or each output tensor of a functional op.
         self._pending: dict[int, tuple[Any, Pending]] = {}
         # (pending, t_end) of completed ops, stamped by the backend's thread.
         self._done: deque[tuple[Pending, int]] = deque()
         # id() of the pending op of each completion callback not yet run.
         self._armed: set[int] = set()
-        self._sites: dict[tuple[Any, ...], int] = {}
-        self.groups.on_change = self._sites_changed
+        # (op, api, group, dtype, phase, module) -> the writer's id of that event kind.
+        self._kinds: dict[tuple[Any, ...], int] = {}
+        self.groups.on_change = self._kinds_changed
         self.steps.on_advance = self._collect
         self._new_locks()
 
@@ -138,7 +142,7 @@ class Recorder:
         self._pending = {}
         self._done = deque()
         self._armed = set()
-        self._sites = {}
+        self._kinds = {}
         self._new_locks()
 
     # -- lifecycle ---------------------------------------------------------
@@ -188,14 +192,17 @@ class Recorder:
             self._closing = True
         self._collect()
         for work, pending in list(self._pending.values()):
-            if work is not None and pending.t_end is None:
+            if isinstance(work, Work) and pending.t_end is None:
                 try:
                     if work.is_completed():
                         pending.t_end = self.clock()
                 except Exception:
                     pass
+            if pending.done or self.writer is None:
+                continue
+            pending.done = True  # written even if recording failed meanwhile
             try:
-                self._emit(pending, force=True)
+                self._write(pending)
             except Exception as exc:
                 self.fail(exc)
         self._pending.clear()
@@ -223,9 +230,8 @@ class Recorder:
         writer = self.writer
         if writer is None or self.disabled:
             return
-        if not writer._lock.acquire(blocking=False):
+        if writer.busy():
             return
-        writer._lock.release()
         self._closing = True
         # Completed ops not yet written, unless the interrupted thread (or the
         # writer thread, which then writes them) is collecting them.
@@ -323,20 +329,21 @@ class Recorder:
     # -- recording ---------------------------------------------------------
     def on_call(
         self,
-        call: Call,
+        call: Intercepted,
         t_issue: int,
         t_return: int,
         result: Any,
         frame: FrameType | None,
-        hint: tuple[str, str],
+        api: str,
         phase_hint: str,
         gpu_token: Any = None,
         *,
         defer: bool = False,
     ) -> tuple[Any, ...] | None:
-        """Record one call; ``hint`` is (api, role) from the capture path.
+        """Record one call that returned ``result``; ``api`` names the capture path.
 
-        The hot path of the capture, kept in one frame. With ``defer`` the
+        The hot path of the capture, kept in one frame (the record step of
+        :func:`commlens.capture.intercept.intercept`). With ``defer`` the
         event is not written: its head (the packed fields before the times)
         is returned for the caller to finish once the op completes.
         """
@@ -348,24 +355,21 @@ class Recorder:
         if len(self._done) >= COLLECT_AT:
             self._collect()
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
-        # The group object itself keys the site; the registry keeps it alive.
+        # The group object itself names the kind; the registry keeps it alive.
         phase, module = current_phase_and_module(self.steps, frame, phase_hint)
-        key = (op, hint, group, dtype, phase, module)
-        site = self._sites.get(key)
-        if site is None:
-            site = self._new_site(key)
+        raw = (op, api, group, dtype, phase, module)
+        kind = self._kinds.get(raw)
+        if kind is None:
+            kind = self._new_kind(raw)
         seq = next(self._seq)
         if peer is None:
             peer = NO_PEER
         if result is None and gpu_token is None and not defer:  # a blocking CPU op
-            # EventWriter.append_packed, inlined: one deque append, lock-free.
-            queue = writer.queue
-            queue.append(_pack(site, seq, count, bytes_in, bytes_out, size, peer, is_async,
-                               t_issue, t_return, t_return - t_issue, self.steps.step))  # fmt: skip
-            if len(queue) >= writer.next_kick:
-                writer.kick()
+            event = _pack(kind, seq, count, bytes_in, bytes_out, size, peer, is_async, t_issue,
+                          t_return, t_return - t_issue, self.steps.step)  # fmt: skip
+            writer.append_packed(event)
             return None
-        head = (site, seq, count, bytes_in, bytes_out, size, peer, is_async)
+        head = (kind, seq, count, bytes_in, bytes_out, size, peer, is_async)
         if defer:
             return head
         if gpu_token is not None:  # CUDA events time it on the device
@@ -378,13 +382,36 @@ class Recorder:
             self._append(head, self.steps.step, t_issue, t_return, t_return - t_issue)
         return None
 
+    def on_issued(
+        self,
+        call: Intercepted,
+        t_issue: int,
+        _t_return: int,
+        outputs: Any,
+        frame: FrameType | None,
+        api: str,
+        phase_hint: str,
+        _gpu_token: Any = None,
+    ) -> None:
+        """Record a call that completes when one of its ``outputs`` is waited on.
+
+        For functional collectives: the op runs from its issue until the
+        first ``wait_tensor`` of an output (:meth:`before_wait`).
+        """
+        head = self.on_call(call, t_issue, t_issue, None, frame, api, phase_hint, defer=True)
+        if head is None:
+            return
+        pending = Pending(head, self.steps.step, t_issue)
+        for tensor in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+            self._pending[id(tensor)] = (tensor, pending)
+
     def on_deferred(
         self,
-        make_call: Callable[[], Call],
+        make_call: Callable[[], Intercepted],
         t_issue: int,
         work: Any,
         frame: FrameType | None,
-        hint: tuple[str, str],
+        api: str,
         phase_hint: str,
     ) -> None:
         """Record an async op whose arguments are read only when it is written.
@@ -398,7 +425,7 @@ class Recorder:
         if self.writer is None and self.ensure_open() is None:
             return
         phase, module = current_phase_and_module(self.steps, frame, phase_hint)
-        later = (make_call, hint, phase, module, next(self._seq))
+        later = (make_call, api, phase, module, next(self._seq))
         self._track(work, Pending(None, self.steps.step, t_issue, later=later))
         if len(self._done) >= COLLECT_AT:
             self._collect()
@@ -423,29 +450,30 @@ class Recorder:
 
     def _head(self, later: tuple[Any, ...]) -> tuple[Any, ...]:
         """The packed fields before the times of an op recorded by :meth:`on_deferred`."""
-        make_call, hint, phase, module, seq = later
+        make_call, api, phase, module, seq = later
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = make_call()
-        key = (op, hint, group, dtype, phase, module)
-        site = self._sites.get(key)
-        if site is None:
-            site = self._new_site(key)
-        return (site, seq, count, bytes_in, bytes_out, size, NO_PEER if peer is None else peer,
+        raw = (op, api, group, dtype, phase, module)
+        kind = self._kinds.get(raw)
+        if kind is None:
+            kind = self._new_kind(raw)
+        return (kind, seq, count, bytes_in, bytes_out, size, NO_PEER if peer is None else peer,
                 is_async)  # fmt: skip
 
-    def _new_site(self, key: tuple[Any, ...]) -> int:
-        op, (api, role_hint), group, dtype, phase, module = key
+    def _new_kind(self, raw: tuple[Any, ...]) -> int:
+        """The writer's id of an event kind, its group given as the group object."""
+        op, api, group, dtype, phase, module = raw
         info = self.groups.info(group)
         assert self.writer is not None
-        site = self.writer.site(
-            (op, api, info.name, info.ranks, info.size, info.role or role_hint,
-             dtype_name(dtype), phase, module)
+        kind = self.writer.kind(
+            (op, api, info.name, info.ranks, info.size, info.role, dtype_name(dtype), phase,
+             module)
         )  # fmt: skip
-        self._sites[key] = site
-        return site
+        self._kinds[raw] = kind
+        return kind
 
-    def _sites_changed(self) -> None:
-        """Group names or roles changed: sites are looked up afresh."""
-        self._sites.clear()
+    def _kinds_changed(self) -> None:
+        """Group names or roles changed: kinds are looked up afresh."""
+        self._kinds.clear()
 
     def _append(self, head: tuple[Any, ...], step: int, t0: int, t1: int, wait: int) -> None:
         assert self.writer is not None
@@ -512,6 +540,8 @@ class Recorder:
                 self._safe_write(pending)
 
     def before_wait(self, work: Any) -> Pending | None:
+        """The pending op that waiting on ``work`` (a Work, or a functional op's
+        output tensor) completes, marked as waited on; None if there is none."""
         if not self._pending:  # blocking ops wait internally: keep that path cheap
             return None
         with self._lock:
@@ -522,6 +552,7 @@ class Recorder:
             return entry[1]
 
     def after_wait(self, work: Any, pending: Pending, t0: int, t1: int) -> None:
+        """The wait from ``t0`` to ``t1`` of :meth:`before_wait` ended: write the op."""
         self._collect()  # the op's own stamp, if its callback ran already
         with self._lock:
             pending.waiting = False
@@ -535,23 +566,11 @@ class Recorder:
         if not self.disabled:
             self._safe_write(pending)
 
-    def _safe_emit(self, pending: Pending) -> None:
-        try:
-            self._emit(pending)
-        except Exception as exc:
-            self.fail(exc)
-
     def _safe_write(self, pending: Pending) -> None:
         try:
             self._write(pending)
         except Exception as exc:
             self.fail(exc)
-
-    def _emit(self, pending: Pending, force: bool = False) -> None:
-        if pending.done or self.writer is None or (self.disabled and not force):
-            return
-        pending.done = True
-        self._write(pending)
 
     def _write(self, pending: Pending) -> None:
         """Append the event of a claimed op (its ``done`` set by the caller)."""

@@ -21,18 +21,17 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commlens.capture import api, ddp, funcol, mesh
+from commlens.capture import ddp, functional, mesh, python
 from commlens.capture.clock import all_ready, clock_record, measure_offset
+from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import restore_all
 from commlens.capture.recorder import Recorder
 from commlens.errors import UsageError
 
-_ACTIVE: Capture | None = None
-
 
 def _after_fork() -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.recorder.forked()
+    if ACTIVE.capture is not None:
+        ACTIVE.capture.recorder.forked()
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -55,7 +54,6 @@ class Capture:
         self.recorder = Recorder(
             self.out_dir, meta=meta, flush_events=flush_events, flush_seconds=flush_seconds
         )
-        self._funcol: Any = None
         self._start_offset: tuple[int, int] | None = None
         self._t_offset = 0
         self._ended = False
@@ -64,21 +62,20 @@ class Capture:
 
     # -- public ------------------------------------------------------------
     def start(self) -> Capture:
-        global _ACTIVE
-        if _ACTIVE is not None:
+        if ACTIVE.capture is not None:
             raise UsageError("a commlens capture is already active in this process")
-        _ACTIVE = self
+        ACTIVE.capture = self
         try:
-            api.install(self._on_init, self._on_destroy)
+            python.install(self._on_init, self._on_destroy)
             ddp.install()
             mesh.install()
-            self._funcol = funcol.install(self.recorder)
+            functional.install()
             self.recorder.steps.install()
         except Exception:
             restore_all()
-            _ACTIVE = None
+            ACTIVE.capture = None
             raise
-        api.RECORDER = self.recorder
+        ACTIVE.recorder = self.recorder
         self.active = True
         atexit.register(self.stop)  # a capture started and never stopped still finishes
         self._install_sigterm()
@@ -87,7 +84,6 @@ class Capture:
         return self
 
     def stop(self) -> None:
-        global _ACTIVE
         if not self.active:
             return
         atexit.unregister(self.stop)
@@ -145,17 +141,14 @@ class Capture:
         self._old_sigterm = signal.SIG_DFL
 
     def _detach(self) -> None:
-        global _ACTIVE
         if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
-        api.RECORDER = None
-        if self._funcol is not None:
-            self._funcol.close()
+        ACTIVE.recorder = None
         self.recorder.steps.uninstall()
         restore_all()
         self.active = False
-        _ACTIVE = None
+        ACTIVE.capture = None
 
     def _on_init(self) -> None:
         rec = self.recorder
@@ -195,30 +188,31 @@ def capture(out_dir: str | os.PathLike[str], **kwargs: Any) -> Capture:
 
 
 def active() -> Capture | None:
-    return _ACTIVE
+    """The capture active in this process, or None."""
+    return ACTIVE.capture
 
 
 def step() -> None:
     """Mark a step boundary in the active capture (no-op without one)."""
-    if _ACTIVE is not None:
-        _ACTIVE.step()
+    if ACTIVE.capture is not None:
+        ACTIVE.capture.step()
 
 
 def set_group_role(group: Any, role: str) -> None:
     """Name the role (dp/tp/pp/ep/cp) of a process group for the active capture."""
-    if _ACTIVE is not None:
-        _ACTIVE.set_group_role(group, role)
+    if ACTIVE.capture is not None:
+        ACTIVE.capture.set_group_role(group, role)
 
 
 def add_meta(key: str, value: Any) -> None:
     """Add a JSON-able entry to this rank's manifest in the active capture."""
-    if _ACTIVE is not None:
-        _ACTIVE.add_meta(key, value)
+    if ACTIVE.capture is not None:
+        ACTIVE.capture.add_meta(key, value)
 
 
 def start_from_env() -> Capture | None:
     """Start a capture when ``COMMLENS_TRACE_DIR`` is set (``commlens trace``)."""
     out = os.environ.get("COMMLENS_TRACE_DIR")
-    if not out or _ACTIVE is not None:
+    if not out or ACTIVE.capture is not None:
         return None
     return Capture(out).start()

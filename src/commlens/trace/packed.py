@@ -1,10 +1,13 @@
 """The compact event record: what the capture stores per call, and how it becomes rows.
 
-An event's constant part (op, group, role, dtype, phase, module...) is one
-interned *site*; the rest is twelve integers packed little-endian into 96
-bytes (:data:`PACKED_EVENT`). A rank's unfinished run keeps them as written:
-``sites.jsonl`` (one site per line, in id order) and ``part-NNNNNN.bin``
-files of packed events. :func:`expand` turns them into event rows.
+An event's *kind* is what it shares with every event like it (op, api,
+group, role, dtype, phase, module: :data:`KIND_FIELDS`), interned once per
+rank as a small integer; an event is that integer and eleven more (sizes,
+peer, times, step), packed little-endian into 96 bytes
+(:data:`PACKED_EVENT`). A rank's unfinished run keeps them as written:
+:data:`SITES_FILE` (the kinds, one per line, in id order; the file keeps the
+name it has had since format 1) and ``part-NNNNNN.bin`` files of packed
+events. :func:`expand` turns them into event rows.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import pyarrow as pa
 
 from commlens.trace.schema import EVENT_COLUMNS
 
-SITE_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
+KIND_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
 COMPACT_FIELDS = (
-    "site",
+    "kind",
     "seq",
     "count",
     "bytes_in",
@@ -45,45 +48,45 @@ def part_name(index: int) -> str:
     return f"part-{index:06d}.bin"
 
 
-def site_line(site: Sequence[Any]) -> str:
-    return json.dumps(list(site), separators=(",", ":")) + "\n"
+def kind_line(kind: Sequence[Any]) -> str:
+    return json.dumps(list(kind), separators=(",", ":")) + "\n"
 
 
-def read_sites(path: Path) -> list[tuple[Any, ...]]:
-    """Sites of a parts directory; a last line cut short by a kill is left out."""
-    sites: list[tuple[Any, ...]] = []
+def read_kinds(path: Path) -> list[tuple[Any, ...]]:
+    """Event kinds of a parts directory; a last line cut short by a kill is left out."""
+    kinds: list[tuple[Any, ...]] = []
     if not path.exists():
-        return sites
+        return kinds
     for line in path.read_text().splitlines():
         try:
             values = json.loads(line)
         except json.JSONDecodeError:
             break
-        if not isinstance(values, list) or len(values) != len(SITE_FIELDS):
+        if not isinstance(values, list) or len(values) != len(KIND_FIELDS):
             break
-        sites.append(tuple(values))
-    return sites
+        kinds.append(tuple(values))
+    return kinds
 
 
 def expand(
-    packed: bytes | bytearray, sites: Sequence[Sequence[Any]], rank: int, schema: pa.Schema
+    packed: bytes | bytearray, kinds: Sequence[Sequence[Any]], rank: int, schema: pa.Schema
 ) -> pa.Table:
-    """Packed events to a table of ``schema`` (EVENT_COLUMNS): sites expand by one take().
+    """Packed events to a table of ``schema`` (EVENT_COLUMNS): kinds expand by one take().
 
-    A trailing partial record and events whose site is unknown are dropped.
+    A trailing partial record and events whose kind is unknown are dropped.
     """
     usable = len(packed) - len(packed) % PACKED_EVENT.size
     rows = np.frombuffer(packed, dtype="<i8", count=usable // 8).reshape(-1, len(COMPACT_FIELDS))
-    site_ids = rows[:, 0]
-    known = (site_ids >= 0) & (site_ids < len(sites))
+    kind_ids = rows[:, 0]
+    known = (kind_ids >= 0) & (kind_ids < len(kinds))
     if not known.all():
         rows = rows[known]
     columns = {name: rows[:, i] for i, name in enumerate(COMPACT_FIELDS)}
-    take = pa.array(columns.pop("site").astype(np.int32))
+    take = pa.array(columns.pop("kind").astype(np.int32))
     arrays: dict[str, Any] = {"rank": pa.array(np.full(len(rows), rank, np.int32))}
-    per_field = list(zip(*sites, strict=True)) if sites else [() for _ in SITE_FIELDS]
-    for name, per_site in zip(SITE_FIELDS, per_field, strict=True):
-        arrays[name] = pa.array(per_site, type=schema.field(name).type).take(take)
+    per_field = list(zip(*kinds, strict=True)) if kinds else [() for _ in KIND_FIELDS]
+    for name, per_kind in zip(KIND_FIELDS, per_field, strict=True):
+        arrays[name] = pa.array(per_kind, type=schema.field(name).type).take(take)
     peer = columns.pop("peer")
     arrays["peer"] = pa.array(peer.astype(np.int32), mask=peer == NO_PEER)
     arrays["is_async"] = pa.array(columns.pop("is_async") != 0)
@@ -96,7 +99,7 @@ def expand(
 
 def read_packed_parts(part_dir: Path, rank: int, schema: pa.Schema) -> list[pa.Table]:
     """Every part of an unfinished rank, in order, as tables."""
-    sites = read_sites(part_dir / SITES_FILE)
+    kinds = read_kinds(part_dir / SITES_FILE)
     return [
-        expand(part.read_bytes(), sites, rank, schema) for part in sorted(part_dir.glob(PART_GLOB))
+        expand(part.read_bytes(), kinds, rank, schema) for part in sorted(part_dir.glob(PART_GLOB))
     ]

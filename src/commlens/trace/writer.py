@@ -2,7 +2,7 @@
 
 Appending only buffers packed records (:mod:`commlens.trace.packed`). A
 writer thread writes the buffer as it is into ``.rank-NNNNN.parts/`` (new
-sites first, then one ``part-NNNNNN.bin``, written under a temporary name,
+event kinds first, then one ``part-NNNNNN.bin``, written under a temporary name,
 fsynced and renamed into place whole) whenever ``flush_events`` events are
 queued, and everything queued at least every ``flush_seconds`` seconds, so
 the caller never converts anything. Before each timed write the thread runs
@@ -29,21 +29,21 @@ from typing import IO, Any
 import pyarrow.parquet as pq
 
 from commlens.trace.packed import (
+    KIND_FIELDS,
     NO_PEER,
     PACKED_EVENT,
     PART_GLOB,
-    SITE_FIELDS,
     SITES_FILE,
     expand,
+    kind_line,
     part_name,
-    site_line,
 )
 from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RANK_KEY
 
 _pack = PACKED_EVENT.pack
 _COLUMN = {name: i for i, name in enumerate(EVENT_COLUMNS)}
-_SITE_AT = tuple(_COLUMN[name] for name in SITE_FIELDS)
-_PG_RANKS = SITE_FIELDS.index("pg_ranks")
+_KIND_AT = tuple(_COLUMN[name] for name in KIND_FIELDS)
+_PG_RANKS = KIND_FIELDS.index("pg_ranks")
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
@@ -66,7 +66,8 @@ def fsync_path(path: Path) -> None:
 class EventWriter:
     """Append events of one rank; write them in the background; finish into one file.
 
-    Appending is one ``deque.append`` (thread-safe, no lock). The writer
+    Appending (:meth:`append_packed`) is one ``deque.append`` and a length
+    test (thread-safe, no lock): the capture's hot path. The writer
     thread takes what is queued every ``flush_events`` events, or every
     ``flush_seconds`` seconds, and writes it as one part. Past
     :attr:`max_pending` full batches queued the appending thread waits, so
@@ -97,11 +98,11 @@ class EventWriter:
         self.schema = EVENT_SCHEMA.with_metadata(
             {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
         )
-        self.queue: deque[bytes] = deque()  # packed events, oldest first
-        # The queue length at which an appender must call kick().
-        self.next_kick = self.flush_events
-        self._sites: list[tuple[Any, ...]] = []
-        self._site_ids: dict[tuple[Any, ...], int] = {}
+        self._queue: deque[bytes] = deque()  # packed events, oldest first
+        # The queue length at which an appender must call _kick().
+        self._next_kick = self.flush_events
+        self._kinds: list[tuple[Any, ...]] = []
+        self._kind_ids: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # a batch is queued, or stop
         self._room = threading.Condition(self._lock)  # a part was written
@@ -112,8 +113,8 @@ class EventWriter:
         self.error: BaseException | None = None
         self._parts = parts_dir(self.run_dir, rank)
         self._parts.mkdir(parents=True, exist_ok=True)
-        self._sites_file: IO[str] = open(self._parts / SITES_FILE, "a")
-        self._sites_written = 0
+        self._kinds_file: IO[str] = open(self._parts / SITES_FILE, "a")
+        self._kinds_written = 0
         self._n_parts = 0
         self.closed = False
         self._thread = threading.Thread(
@@ -122,24 +123,31 @@ class EventWriter:
         self._thread.start()
 
     # -- appending (any thread) -------------------------------------------
-    def site(self, key: tuple[Any, ...]) -> int:
-        """The id of a call site: a tuple of SITE_FIELDS values."""
-        sid = self._site_ids.get(key)
-        if sid is None:
+    def kind(self, fields: tuple[Any, ...]) -> int:
+        """The id of an event kind: a tuple of KIND_FIELDS values."""
+        kid = self._kind_ids.get(fields)
+        if kid is None:
             with self._lock:
-                sid = self._site_ids.setdefault(key, len(self._sites))
-                if sid == len(self._sites):
-                    self._sites.append(key)
-        return sid
+                kid = self._kind_ids.setdefault(fields, len(self._kinds))
+                if kid == len(self._kinds):
+                    self._kinds.append(fields)
+        return kid
 
     def append_packed(self, event: bytes) -> None:
-        """Add one event packed by :data:`PACKED_EVENT` (``site`` from :meth:`site`)."""
-        queue = self.queue
+        """Add one event packed by :data:`PACKED_EVENT` (``kind`` from :meth:`kind`)."""
+        queue = self._queue
         queue.append(event)
-        if len(queue) >= self.next_kick:
-            self.kick()
+        if len(queue) >= self._next_kick:
+            self._kick()
 
-    def kick(self) -> None:
+    def busy(self) -> bool:
+        """Whether another thread is inside the writer (a signal handler must not wait)."""
+        if not self._lock.acquire(blocking=False):
+            return True
+        self._lock.release()
+        return False
+
+    def _kick(self) -> None:
         """A batch is queued: wake the writer thread; wait if too much is queued.
 
         The writer thread itself (appending from ``drain``) never waits: it is
@@ -150,21 +158,21 @@ class EventWriter:
             limit = self.max_pending * self.flush_events
             writer = self._thread
             waits = threading.get_ident() != writer.ident
-            while waits and len(self.queue) >= limit and writer.is_alive() and self.error is None:
+            while waits and len(self._queue) >= limit and writer.is_alive() and self.error is None:
                 self._room.wait(0.1)
             if self.error is not None:
-                self.queue.clear()  # background writing ended: the events are dropped
-            self.next_kick = min(len(self.queue) + self.flush_events, limit)
+                self._queue.clear()  # background writing ended: the events are dropped
+            self._next_kick = min(len(self._queue) + self.flush_events, limit)
 
     def append(self, row: tuple[Any, ...]) -> None:
         """Add one event given as a tuple in EVENT_COLUMNS order (``rank`` is this writer's)."""
-        site = [row[i] for i in _SITE_AT]
-        site[_PG_RANKS] = tuple(site[_PG_RANKS])
+        kind = [row[i] for i in _KIND_AT]
+        kind[_PG_RANKS] = tuple(kind[_PG_RANKS])
         c = _COLUMN
         peer = row[c["peer"]]
         self.append_packed(
             _pack(
-                self.site(tuple(site)),
+                self.kind(tuple(kind)),
                 row[c["seq"]],
                 row[c["count"]],
                 row[c["bytes_in"]],
@@ -182,25 +190,25 @@ class EventWriter:
     @property
     def n_events(self) -> int:
         """Events appended so far."""
-        return self._n_written + self._writing + len(self.queue)
+        return self._n_written + self._writing + len(self._queue)
 
     @property
     def buffered(self) -> int:
         """Events held in memory, not yet written."""
-        return len(self.queue) + self._writing
+        return len(self._queue) + self._writing
 
     def flush(self) -> None:
         """Write everything queued so far; wait until it is on disk."""
         with self._lock:
             self._flush_now = True
             self._wake.notify()
-            while (self.queue or self._writing) and self._thread.is_alive():
+            while (self._queue or self._writing) and self._thread.is_alive():
                 self._room.wait(0.1)
         self._raise_error()
 
     # -- the writer thread ------------------------------------------------
     def _run(self) -> None:
-        queue, size, period = self.queue, self.flush_events, self.flush_seconds
+        queue, size, period = self._queue, self.flush_events, self.flush_seconds
         due = time.monotonic() + period  # the next timed write
         while True:
             with self._lock:
@@ -229,7 +237,7 @@ class EventWriter:
                 with self._lock:
                     self._n_written += n
                     self._writing = 0
-                    self.next_kick = min(len(queue) + size, self.max_pending * size)
+                    self._next_kick = min(len(queue) + size, self.max_pending * size)
                     self._room.notify_all()
             if timed and not self._hook(self.checkpoint):
                 return
@@ -248,13 +256,13 @@ class EventWriter:
         return True
 
     def _write_part(self, packed: bytes) -> None:
-        # Sites before the events that name them: a part on disk is readable.
-        new = self._sites[self._sites_written :]
+        # Kinds before the events that name them: a part on disk is readable.
+        new = self._kinds[self._kinds_written :]
         if new:
-            self._sites_file.write("".join(site_line(site) for site in new))
-            self._sites_file.flush()
-            os.fsync(self._sites_file.fileno())
-            self._sites_written += len(new)
+            self._kinds_file.write("".join(kind_line(kind) for kind in new))
+            self._kinds_file.flush()
+            os.fsync(self._kinds_file.fileno())
+            self._kinds_written += len(new)
         path = self._parts / part_name(self._n_parts)
         tmp = path.with_suffix(".tmp")  # not a part to a reader until renamed
         with open(tmp, "wb") as fh:
@@ -269,7 +277,7 @@ class EventWriter:
         with self._lock:
             self.error = exc
             self._writing = 0
-            self.queue.clear()
+            self._queue.clear()
             self._room.notify_all()
         if self.on_error is not None:
             self.on_error(exc)
@@ -295,15 +303,15 @@ class EventWriter:
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"rank {self.rank}: events still being written")
-        self._sites_file.close()
+        self._kinds_file.close()
         self._raise_error()
-        sites = list(self._sites)
+        kinds = list(self._kinds)
         tmp = final.with_name(f".{final.name}.tmp")
         try:
             with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
                 parts = sorted(self._parts.glob(PART_GLOB))
                 for part in parts:
-                    out.write_table(expand(part.read_bytes(), sites, self.rank, self.schema))
+                    out.write_table(expand(part.read_bytes(), kinds, self.rank, self.schema))
                 if not parts:
                     out.write_table(self.schema.empty_table())
             fsync_path(tmp)

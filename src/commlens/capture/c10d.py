@@ -1,4 +1,5 @@
-"""All-reduces issued from C++, seen where every collective passes: the c10d dispatcher.
+"""All-reduces issued from C++, seen where every collective passes: the c10d
+dispatcher (events with ``api`` "c10d").
 
 DDP's reducer all-reduces its gradient buckets in C++, never through the
 Python API. A kernel for ``c10d::allreduce_`` on the autograd keys (which
@@ -22,33 +23,25 @@ by the Python-API interception.
 
 from __future__ import annotations
 
-import time
-from sys import _getframe
-from threading import get_ident as _get_ident
-from typing import TYPE_CHECKING, Any
+from types import FrameType
+from typing import Any
 
 import torch
 
-from commlens.capture import api
-from commlens.capture.context import STATES as _STATES
-from commlens.capture.context import thread_state
-from commlens.capture.ops import Call
+from commlens.capture.intercept import Intercepted, intercept
 from commlens.capture.patching import change
-
-if TYPE_CHECKING:
-    from commlens.capture.recorder import Recorder
+from commlens.capture.recorder import Recorder
 
 _ProcessGroup = torch._C._distributed_c10d.ProcessGroup
 _Work = torch._C._distributed_c10d.Work
-_time_ns = time.time_ns
 _KEYS = ("AutogradCPU", "AutogradCUDA")
 _KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCPU) | torch._C.DispatchKeySet(
     torch._C.DispatchKey.AutogradCUDA
 )
-HINT = ("c10d", "")  # api of these events; the role comes from the group
+API = "c10d"  # the role comes from the group
 
 
-def _call(tensors: list[torch.Tensor], group: Any) -> Call:
+def _intercepted(tensors: list[torch.Tensor], group: Any) -> Intercepted:
     """What an ``allreduce_`` call moves (its tensors, and its group as passed to the kernel)."""
     first = tensors[0]
     if len(tensors) == 1:
@@ -61,42 +54,42 @@ def _call(tensors: list[torch.Tensor], group: Any) -> Call:
     )  # fmt: skip
 
 
+def _extract(args: tuple[Any, ...], _kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    # (keyset, tensors, group, ...): what is needed now; the call is read afterwards.
+    return (args[1][0], args[1], args[2])
+
+
+def _record(
+    rec: Recorder,
+    noted: tuple[Any, ...],
+    t_issue: int,
+    t_return: int,
+    out: Any,
+    frame: FrameType | None,
+    api: str,
+    phase_hint: str,
+    gpu: Any,
+) -> None:
+    _, tensors, group = noted
+    work = _Work.unbox(out[1])
+    if gpu is None:  # read later, with the completed ops (Recorder.on_deferred)
+        make = lambda: _intercepted(tensors, group)  # noqa: E731
+        rec.on_deferred(make, t_issue, work, frame, api, phase_hint)
+    else:
+        call = _intercepted(tensors, group)
+        rec.on_call(call, t_issue, t_return, work, frame, api, phase_hint, gpu)
+
+
 def _kernel(op: Any) -> Any:
     below = torch._C._after_autograd_keyset
     redispatch = op.redispatch
 
     def allreduce_(keyset: Any, *args: Any) -> Any:
-        # Called between DDP's backward computations, so it does the least
-        # it can before handing the call on; the call is read afterwards.
-        rec = api.RECORDER
-        state = _STATES.get(_get_ident()) or thread_state()
-        if rec is None or rec.disabled or state.depth:
-            return redispatch(keyset & below, *args)
-        try:
-            gpu = rec.cuda.start() if rec.gpu and args[0][0].is_cuda else None
-        except Exception as exc:
-            rec.fail(exc)
-            return redispatch(keyset & below, *args)
-        state.depth = 1
-        try:
-            t0 = _time_ns()
-            out = redispatch(keyset & below, *args)
-            t1 = _time_ns()
-        finally:
-            state.depth = 0
-        try:
-            tensors, group, work, frame = args[0], args[1], _Work.unbox(out[1]), _getframe(1)
-            if gpu is None:  # read later, with the completed ops (Recorder.on_deferred)
-                make = lambda: _call(tensors, group)  # noqa: E731
-                rec.on_deferred(make, t0, work, frame, HINT, state.phase_hint)
-            else:
-                call = _call(tensors, group)
-                rec.on_call(call, t0, t1, work, frame, HINT, state.phase_hint, gpu)
-        except Exception as exc:
-            rec.fail(exc)
-        return out
+        return redispatch(keyset & below, *args)
 
-    return allreduce_
+    # Called between DDP's backward computations: it does the least it can
+    # before handing the call on.
+    return intercept(allreduce_, _extract, _record, api=API, tensor_at=0, below_autograd=False)
 
 
 def install(rec: Recorder) -> None:

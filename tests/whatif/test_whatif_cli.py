@@ -106,3 +106,19 @@ def test_bad_input_is_one_line(
     assert "unknown network profile 'warp-drive'" in err
     err = one_error(capsys, ["whatif", str(runs["pp"]), "--net", "tcp-10g", "--nodes", "3"])
     assert "--nodes 3 must be a positive divisor" in err
+
+
+def test_own_link_and_delta_op_times(runs: dict[str, Path], tmp_path: Path) -> None:
+    model = run_study(runs["pp"], "loopback,tcp-10g")
+    assert model.own_link is not None and model.own_link.name == "loopback"  # one gloo host
+    assert model.model_error is not None
+    delta = run_study(runs["pp"], "loopback,tcp-10g", op_times="delta", nodes=1)
+    # on its own link and placement, measured + (own - own) is the capture itself
+    assert delta.answers[0].figures.step_s == pytest.approx(delta.captured.figures.step_s)
+    assert "measured time plus" in delta.assumptions[-1]
+    slow = tmp_path / "slow.toml"
+    slow.write_text('name = "slow"\n[link]\nlatency_s = 1e-3\nbandwidth_Gbps = 0.1\n')
+    slower = run_study(runs["pp"], str(slow), op_times="delta", captured_net="loopback")
+    assert slower.own_link is not None and slower.own_link.name == "loopback"
+    steps = zip(slower.answers[0].figures.step_s, slower.captured.figures.step_s, strict=True)
+    assert all(t > c + 1e-3 for t, c in steps)  # every step pays at least one more latency

@@ -29,6 +29,22 @@ def register(subparsers: Any) -> None:
         help="comma list of inter-node profiles (built-in names or FILE.toml, e.g. a "
         "`commlens bench --fit` profile), as `commlens predict --net` takes them",
     )
+    p.add_argument(
+        "--captured-net",
+        default=None,
+        metavar="PROFILE",
+        help="profile of the link the run was captured on (e.g. a `bench --fit` FILE.toml); "
+        "default: an emulated run's recorded rate, loopback for a gloo run on one host. The "
+        "model on it, beside the measured steps, shows the cost model's own error",
+    )
+    p.add_argument(
+        "--op-times",
+        choices=("model", "delta"),
+        default="model",
+        help="an op's time on a network: the cost model's (model, default), or its measured "
+        "time plus the model's difference from the own link (delta: keeps each op's CPU and "
+        "software cost)",
+    )
     p.add_argument("--nodes", type=int, default=None, help="place the ranks on K nodes")
     p.add_argument(
         "--ranks-per-node",
@@ -62,11 +78,13 @@ def run(args: argparse.Namespace) -> int:
     study = run_study(
         args.run,
         args.net,
-        steps=args.steps if args.steps is not None else None,
+        steps=args.steps,
         nodes=args.nodes,
         ranks_per_node=args.ranks_per_node,
         intra=args.intra,
         algorithm=args.algo,
+        captured_net=args.captured_net,
+        op_times=args.op_times,
     )
     emit(build_document(study), args.output, args.format, width=args.width)
     return 0

@@ -15,6 +15,20 @@ def _table(rows: Sequence[Mapping[str, object]], columns: list[Column]) -> pa.Ta
     return pa.table({c.key: [r[c.key] for r in rows] for c in columns})
 
 
+def _all(study: Study) -> list[Answer]:
+    """The answers in table order: captured, the model on the run's own link, the networks."""
+    own = [study.own_link] if study.own_link is not None else []
+    return [study.captured, *own, *study.answers]
+
+
+def _label(study: Study, a: Answer) -> str:
+    if a is study.captured:
+        return "captured (measured op times)"
+    if a is study.own_link:
+        return f"model on own link ({a.name})"
+    return a.name
+
+
 def _networks(study: Study) -> Section:
     columns = [
         Column("network", "network"),
@@ -28,11 +42,11 @@ def _networks(study: Study) -> Section:
         Column("speedup", "speedup vs captured", "x"),
     ]
     rows = []
-    for a in [study.captured, *study.answers]:
+    for a in _all(study):
         f = a.figures
         rows.append(
             {
-                "network": a.name if a.profile else "captured (measured op times)",
+                "network": _label(study, a),
                 "gbit": a.profile.effective_Gbps if a.profile else None,
                 "latency": a.profile.latency_s if a.profile else None,
                 "step": f.median_step_s,
@@ -54,9 +68,9 @@ def _networks(study: Study) -> Section:
 
 
 def _steps(study: Study) -> Section:
-    answers = [study.captured, *study.answers]
+    answers = _all(study)
     columns = [Column("step", "step", "int")] + [
-        Column(f"net{i}", f"{a.name} (s)", "s") for i, a in enumerate(answers)
+        Column(f"net{i}", f"{_label(study, a)} (s)", "s") for i, a in enumerate(answers)
     ]
     data: dict[str, list[object]] = {"step": list(study.captured.figures.steps)}
     for i, a in enumerate(answers):
@@ -78,7 +92,7 @@ def _ops(study: Study) -> Section:
     ]
     rows = [
         {
-            "network": a.name,
+            "network": _label(study, a),
             "op": o.op,
             "role": o.role,
             "calls": o.calls,
@@ -88,7 +102,7 @@ def _ops(study: Study) -> Section:
             "wait": o.wait_s,
             "exposed": o.exposed_s,
         }
-        for a in [study.captured, *study.answers]
+        for a in _all(study)
         for o in a.figures.ops
     ]
     return Section(
@@ -110,7 +124,7 @@ def _roles(study: Study) -> Section:
         Column("exposed", "exposed (s/step)", "s"),
     ]
     rows = []
-    for a in [study.captured, *study.answers]:
+    for a in _all(study):
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         for o in a.figures.ops:
             acc = sums[o.role]
@@ -120,7 +134,7 @@ def _roles(study: Study) -> Section:
         for role, (time, service, exposed) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
             rows.append(
                 {
-                    "network": a.name,
+                    "network": _label(study, a),
                     "role": role,
                     "time": time,
                     "service": service,
@@ -139,12 +153,12 @@ def _ranks(study: Study) -> Section:
     ]
     rows = [
         {
-            "network": a.name,
+            "network": _label(study, a),
             "rank": a.figures.slowest_rank,
             "held": a.figures.slowest_held_s,
             "median": a.figures.median_held_s,
         }
-        for a in [study.captured, *study.answers]
+        for a in _all(study)
     ]
     return Section(
         "ranks",
@@ -190,11 +204,30 @@ def build_document(study: Study) -> Document:
                 "peers' issues",
             )
         )
-    for a in study.answers:
+    for a in _all(study):
         if a.profile is not None and a.profile.source:
             facts.append((f"profile {a.name}", a.profile.source))
     best = max(study.answers, key=lambda a: study.speedup(a), default=None)
     highlights = [check.line[0].upper() + check.line[1:] + "."]
+    error = study.model_error
+    if study.own_link is not None and error is not None:
+        carried = (
+            "the networks below keep each op's measured time and change only the model's "
+            "difference (--op-times delta)"
+            if study.op_times == "delta"
+            else "the other networks carry that error; a profile fitted here (`commlens bench "
+            "--fit FILE.toml`, then --captured-net FILE.toml) or --op-times delta narrows it"
+        )
+        highlights.append(
+            f"On the run's own link ({study.own_link.name}) the cost model gives a median step of "
+            f"{study.own_link.figures.median_step_s:.6f} s against the measured "
+            f"{study.captured.figures.median_step_s:.6f} s ({error:+.1%}): {carried}."
+        )
+    else:
+        highlights.append(
+            "The run's own link is unknown, so the cost model's error on it is not shown: "
+            "give its profile with --captured-net."
+        )
     if best is not None:
         highlights.append(
             f"Fastest network: {best.name}, median step {best.figures.median_step_s:.6f} s, "
@@ -213,6 +246,9 @@ def build_document(study: Study) -> Document:
         "clock_shifts_ns": {str(r): v for r, v in study.clock_shifts.items()},
         "captured": _answer_data(study, study.captured),
         "networks": [_answer_data(study, a) for a in study.answers],
+        "own_link": _answer_data(study, study.own_link) if study.own_link else None,
+        "model_error_on_own_link": error,
+        "op_times": study.op_times,
     }
     return Document(
         title=f"what-if replay of {tr.name}",

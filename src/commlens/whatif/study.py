@@ -68,6 +68,18 @@ class Study:
     assumptions: list[str] = field(default_factory=list)
     clock_shifts: dict[int, int] = field(default_factory=dict)
     """rank -> ns its clock was corrected by from the trace's own order (non-zero only)."""
+    own_link: Answer | None = None
+    """The cost model on the run's own link and placement: its error is the model's."""
+    op_times: str = "model"
+    """How op times on the networks were found (see :data:`OP_TIMES`)."""
+
+    @property
+    def model_error(self) -> float | None:
+        """(model on the own link − captured) / captured, median step times."""
+        if self.own_link is None or self.captured.figures.median_step_s <= 0:
+            return None
+        ours = self.own_link.figures.median_step_s
+        return ours / self.captured.figures.median_step_s - 1.0
 
     def speedup(self, answer: Answer) -> float:
         ours = answer.figures.median_step_s
@@ -120,6 +132,42 @@ def placement_for(
     return Placement(per, world // per, intra_name, algorithm, source)
 
 
+TBF_EFFICIENCY = 0.97
+"""Share of an emulated (tbf) link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
+
+
+def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | None:
+    """The profile of the link the run was captured on, and its ranks per node.
+
+    ``spec`` (a profile name or file, e.g. one ``bench --fit`` wrote) wins;
+    else an emulated link's recorded rate; else loopback for a gloo run on one
+    host; else None (unknown).
+    """
+    topo = trace.manifest.get("topology")
+    topo = topo if isinstance(topo, dict) else {}
+    nodes = topo.get("nodes")
+    nodes = nodes if isinstance(nodes, int) and nodes >= 1 else 1
+    per = trace.world_size // nodes if trace.world_size % nodes == 0 else 1
+    if spec:
+        return get_profile(spec), per
+    rate = topo.get("link_bits_per_s")
+    loopback = get_profile("loopback")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
+        profile = NetworkProfile(
+            name=f"emulated-{topo.get('link') or rate}",
+            latency_s=loopback.latency_s,
+            bandwidth_Gbps=float(rate) / 1e9,
+            efficiency=TBF_EFFICIENCY,
+            scope="inter",
+            source=f"the run's emulated link ({rate / 1e9:g} Gbit/s tbf, manifest topology); "
+            f"efficiency {TBF_EFFICIENCY} as tbf measured in REFERENCE.md §6; latency of loopback",
+        )
+        return profile, per
+    if nodes == 1 and trace.manifest.get("backend") == "gloo":
+        return loopback, trace.world_size
+    return None
+
+
 def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
     """Replay with measured op times; how far it lands from the capture."""
     tr = prog.trace
@@ -145,6 +193,11 @@ ASSUMPTIONS = (
 )
 
 
+OP_TIMES = ("model", "delta")
+"""How an op's time on a network is found: the cost model's time alone, or the
+measured time plus the model's difference between that network and the own link."""
+
+
 def run_study(
     path: str | Path,
     nets: str,
@@ -154,15 +207,34 @@ def run_study(
     ranks_per_node: int | None = None,
     intra: str | None = None,
     algorithm: str = "ring",
+    captured_net: str | None = None,
+    op_times: str = "model",
 ) -> Study:
-    """Replay the run in ``path`` as captured and on every profile of ``nets``."""
+    """Replay the run in ``path`` as captured, on its own link and on every profile of ``nets``."""
+    if op_times not in OP_TIMES:
+        raise UsageError(f"unknown --op-times {op_times!r}; expected one of {', '.join(OP_TIMES)}")
     profiles = get_profiles(nets)  # a bad profile is refused before the run is read
     trace = read_trace(path)
     place = placement_for(trace, nodes, ranks_per_node, intra, algorithm)
     intra_profile = get_profile(place.intra)
     keep = kept_steps(trace, steps)
+    own = own_link(trace, captured_net)
+    if own is None and op_times == "delta":
+        raise UsageError(
+            "--op-times delta needs the profile of the run's own link: give --captured-net"
+        )
     prog = build_program(trace)
     check, captured = self_check(prog, keep)
+    own_answer, base = None, np.zeros(prog.inst.size)
+    if own is not None:
+        fabric = Fabric(
+            inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
+        )
+        own_times = modelled(prog, fabric)
+        timeline = replay(prog, own_times)
+        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
+        if op_times == "delta":
+            base = measured(prog) - own_times
     answers = []
     for profile in profiles:
         fabric = Fabric(
@@ -171,8 +243,24 @@ def run_study(
             gpus_per_node=place.ranks_per_node,
             algorithm=algorithm,
         )
-        answers.append(
-            Answer(profile.name, profile, figures(prog, replay(prog, modelled(prog, fabric)), keep))
-        )
+        times = np.maximum(base + modelled(prog, fabric), 0.0)
+        answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
-    return Study(trace, place, check, captured, answers, list(ASSUMPTIONS), shifts)
+    assumptions = list(ASSUMPTIONS)
+    if op_times == "delta":
+        assumptions[-1] = (
+            "an op's time on a network is its measured time plus the cost model's difference "
+            "between that network and the run's own link (never below 0): the software and "
+            "CPU costs of each op are kept; all groups of a role share a node's inter-node link"
+        )
+    return Study(
+        trace,
+        place,
+        check,
+        captured,
+        answers,
+        assumptions,
+        clock_shifts=shifts,
+        own_link=own_answer,
+        op_times=op_times,
+    )

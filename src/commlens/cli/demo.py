@@ -34,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from commlens.cli.sweep import execute
-    from commlens.report.demo import demo_document
     from commlens.report.output import emit
     from commlens.sweep.catalog import clear_sweep, open_catalog
     from commlens.sweep.demo import demo_plan
     from commlens.sweep.findings import link_speedup
     from commlens.sweep.report import render_sweep
+    from commlens.sweep.summary import demo_document
 
     # the progress lines go to stdout beside a text summary, else to stderr
     console = Console(

@@ -64,8 +64,8 @@ def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = Fals
         TimeElapsedColumn,
     )
 
-    from commlens.report.sweep import status_line
     from commlens.sweep.runner import run_sweep
+    from commlens.sweep.summary import status_line
 
     columns = (
         SpinnerColumn(),
@@ -101,9 +101,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from commlens.report.output import emit
-    from commlens.report.sweep import outcome_document, points_document
     from commlens.sweep.grid import expand
     from commlens.sweep.spec import load_spec
+    from commlens.sweep.summary import outcome_document, points_document
 
     spec = load_spec(args.file)
     name = spec.settings.name

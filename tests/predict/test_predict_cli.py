@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from commlens.cli.main import main
-from commlens.job import ParallelDims, get_preset
-from commlens.job.spec import Job
+from commlens.job import Job, ParallelDims, get_preset
 from commlens.predict.forecast import predict
 from commlens.predict.profiles import get_profiles
 

@@ -185,3 +185,14 @@ def test_every_format_renders(
         assert not lines[at - 1].strip()  # a rule between ops
     if fmt == "html":
         assert out.startswith("<!DOCTYPE html>") and out.count("<table>") == 1
+
+
+def test_fit_lines_and_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "run_bench", _fake_report)
+    target = tmp_path / "p.toml"
+    assert main(["bench", "--sizes", "1K,64K", "--fit", str(target), "-o", os.devnull]) == 0
+    err = capsys.readouterr().err
+    assert "fit all_reduce: t = 69.8 µs + S / 0.034 GB/s (r2 1.0000, max error 0.0%)" in err
+    assert "wrote network profile" in err and target.exists()

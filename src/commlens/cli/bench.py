@@ -187,7 +187,7 @@ def _fitted_profile(
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from commlens.report.bench import bench_document
+    from commlens.report.bench import bench_document, fit_line
     from commlens.report.output import emit
 
     cfg, fit_path, fit_min = check_args(args)
@@ -203,11 +203,7 @@ def run(args: argparse.Namespace) -> int:
         fits, profile = _fitted_profile(report, fit_min, fit_path, name)
         write_profile(fit_path, profile)
         for f in fits:
-            rate = 1 / f.slope_s_per_byte / 1e9 if f.slope_s_per_byte else float("inf")
-            err.print(
-                f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s "
-                f"(r2 {f.r2:.4f}, max error {f.max_rel_err:.1%})"
-            )
+            err.print(fit_line(f))
         err.print(f"wrote network profile {fit_path}")
     wrong = [f"{r['op']} {format_size(r['size_bytes'])}" for r in report.measured if not r["ok"]]
     if wrong:

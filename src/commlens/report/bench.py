@@ -16,6 +16,7 @@ from commlens.bench.sizes import format_size
 from commlens.report.document import Column, Document, Section
 
 if TYPE_CHECKING:
+    from commlens.bench.fit import OpFit
     from commlens.bench.runner import BenchReport
 
 CSV_COLUMNS = (
@@ -89,4 +90,13 @@ def bench_document(report: BenchReport) -> Document:
         sections=[Section("results", "", table, COLUMNS, group_by="op")],
         data=report.to_dict(),
         csv_table=_csv_table(report),
+    )
+
+
+def fit_line(f: OpFit) -> str:
+    """One op's fitted alpha-beta line: latency in µs, rate in GB/s, and how well it fits."""
+    rate = 1 / f.slope_s_per_byte / 1e9 if f.slope_s_per_byte else float("inf")
+    return (
+        f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s "
+        f"(r2 {f.r2:.4f}, max error {f.max_rel_err:.1%})"
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from commlens.cli.main import main
+from commlens.errors import UsageError
 from commlens.whatif.study import run_study
 
 
@@ -122,3 +123,20 @@ def test_own_link_and_delta_op_times(runs: dict[str, Path], tmp_path: Path) -> N
     assert slower.own_link is not None and slower.own_link.name == "loopback"
     steps = zip(slower.answers[0].figures.step_s, slower.captured.figures.step_s, strict=True)
     assert all(t > c + 1e-3 for t, c in steps)  # every step pays at least one more latency
+
+
+def test_data_parallel_scale_out(runs: dict[str, Path]) -> None:
+    from commlens.predict.profiles import get_profile
+    from commlens.predict.topology import Fabric
+
+    wide = run_study(runs["dp"], "tcp-10g", dp=8)
+    (bucket,) = wide.answers[0].figures.ops
+    fabric = Fabric(inter=get_profile("tcp-10g"), intra=get_profile("loopback"))
+    ranks = tuple(range(8))  # the two ranks and three copies of them, one per node
+    expected = fabric.time("all_reduce", bucket.bytes, ranks, flows=1)
+    assert bucket.service_s == pytest.approx(expected)
+    assert any("--dp 8: the job is repeated to 8 ranks" in a for a in wide.assumptions)
+    with pytest.raises(UsageError, match="no data-parallel group"):
+        run_study(runs["pp"], "tcp-10g", dp=4)
+    with pytest.raises(UsageError, match="multiple of the run's dp degree 2"):
+        run_study(runs["dp"], "tcp-10g", dp=3)

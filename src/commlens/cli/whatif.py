@@ -45,6 +45,14 @@ def register(subparsers: Any) -> None:
         "time plus the model's difference from the own link (delta: keeps each op's CPU and "
         "software cost)",
     )
+    p.add_argument(
+        "--dp",
+        type=int,
+        default=None,
+        metavar="N",
+        help="data-parallel scale-out of a DP/ZeRO job: its dp groups grow to N ranks (a "
+        "multiple of the run's dp degree), the same per-rank work on each replica",
+    )
     p.add_argument("--nodes", type=int, default=None, help="place the ranks on K nodes")
     p.add_argument(
         "--ranks-per-node",
@@ -85,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         algorithm=args.algo,
         captured_net=args.captured_net,
         op_times=args.op_times,
+        dp=args.dp,
     )
     emit(build_document(study), args.output, args.format, width=args.width)
     return 0

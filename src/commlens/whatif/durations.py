@@ -20,6 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from commlens.errors import UsageError
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.model import Program
 
@@ -62,15 +63,19 @@ def instance_roles(prog: Program) -> np.ndarray:
     return roles
 
 
-def modelled(prog: Program, fabric: Fabric) -> np.ndarray:
-    """Seconds each event's op lasts on ``fabric`` (the same for all members)."""
+def modelled(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]] | None = None
+) -> np.ndarray:
+    """Seconds each event's op lasts on ``fabric`` (the same for all members), each
+    instance costed on ``groups[inst_group]`` (default: the run's own groups)."""
     tr = prog.trace
+    cost_groups = prog.cost_groups if groups is None else groups
     ops = np.array([OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names], dtype=object)
     roles = instance_roles(prog)
-    n_groups, n_roles = len(prog.cost_groups), len(tr.role_names)
+    n_groups, n_roles = len(cost_groups), len(tr.role_names)
     groups_of_role: dict[int, set[tuple[int, ...]]] = defaultdict(set)
     for pair in np.unique(roles * n_groups + prog.inst_group).tolist():
-        groups_of_role[pair // n_groups].add(prog.cost_groups[pair % n_groups])
+        groups_of_role[pair // n_groups].add(cost_groups[pair % n_groups])
     flows = {role: link_flows(fabric, groups) for role, groups in groups_of_role.items()}
     sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
     key = ((prog.inst_op * n_groups + prog.inst_group) * n_roles + roles) * sizes.size + size_of
@@ -80,10 +85,39 @@ def modelled(prog: Program, fabric: Fabric) -> np.ndarray:
             fabric.time(
                 str(ops[k // (sizes.size * n_roles * n_groups)]),
                 float(sizes[k % sizes.size]),
-                prog.cost_groups[k // (sizes.size * n_roles) % n_groups],
+                cost_groups[k // (sizes.size * n_roles) % n_groups],
                 flows[k // sizes.size % n_roles],
             )
             for k in unique.tolist()
         ]
     )
     return cost[which.ravel()][prog.inst]
+
+
+def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:
+    """The cost groups of a data-parallel scale-out to ``dp`` ranks per dp group, and its world.
+
+    The captured job is repeated ``f = dp / n`` times (``n`` the size of its dp
+    groups): replica ``k`` holds ranks ``r + k·world``. Every group whose ops
+    carry the role ``dp`` becomes the union of its copies; other groups and
+    p2p channels stay as they are.
+    """
+    tr = prog.trace
+    if "dp" not in tr.role_names:
+        raise UsageError(
+            "--dp: the run has no data-parallel group (no op with role dp) to scale out"
+        )
+    dp_code = tr.role_names.index("dp")
+    roles = instance_roles(prog)
+    dp_groups = sorted(set(prog.inst_group[roles == dp_code].tolist()))
+    sizes = {len(prog.cost_groups[g]) for g in dp_groups}
+    if len(sizes) != 1:
+        raise UsageError(f"--dp: the run's dp groups differ in size ({sorted(sizes)})")
+    (n,) = sizes
+    if dp < n or dp % n:
+        raise UsageError(f"--dp {dp} must be a multiple of the run's dp degree {n}")
+    copies, world = dp // n, tr.world_size
+    groups = list(prog.cost_groups)
+    for g in dp_groups:
+        groups[g] = tuple(r + k * world for k in range(copies) for r in prog.cost_groups[g])
+    return groups, world * copies

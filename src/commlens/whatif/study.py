@@ -10,7 +10,7 @@ import numpy as np
 from commlens.errors import UsageError
 from commlens.predict.profiles import NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import measured, modelled
+from commlens.whatif.durations import measured, modelled, scaled_groups
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
 from commlens.whatif.results import Figures, figures
@@ -209,6 +209,7 @@ def run_study(
     algorithm: str = "ring",
     captured_net: str | None = None,
     op_times: str = "model",
+    dp: int | None = None,
 ) -> Study:
     """Replay the run in ``path`` as captured, on its own link and on every profile of ``nets``."""
     if op_times not in OP_TIMES:
@@ -235,6 +236,9 @@ def run_study(
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
         if op_times == "delta":
             base = measured(prog) - own_times
+    groups, world = prog.cost_groups, trace.world_size
+    if dp is not None:
+        groups, world = scaled_groups(prog, dp)
     answers = []
     for profile in profiles:
         fabric = Fabric(
@@ -243,10 +247,17 @@ def run_study(
             gpus_per_node=place.ranks_per_node,
             algorithm=algorithm,
         )
-        times = np.maximum(base + modelled(prog, fabric), 0.0)
+        times = np.maximum(base + modelled(prog, fabric, groups), 0.0)
         answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     assumptions = list(ASSUMPTIONS)
+    if dp is not None:
+        assumptions.append(
+            f"--dp {dp}: the job is repeated to {world} ranks; its dp groups grow to {dp} ranks "
+            "(replica k holds ranks r + k x the run's world, placed in order on the nodes), "
+            "every replica does the captured per-rank work and arrives like the captured ranks; "
+            "only the captured ranks are replayed, the own-link row stays at the captured scale"
+        )
     if op_times == "delta":
         assumptions[-1] = (
             "an op's time on a network is its measured time plus the cost model's difference "

@@ -63,6 +63,9 @@ class Section:
 
 @dataclass
 class Document:
+    """Everything one command prints, in the order the renderers show it: title,
+    facts, warnings, intro, highlights, sections, notes."""
+
     title: str
     facts: list[tuple[str, str]] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)

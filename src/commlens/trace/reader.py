@@ -17,8 +17,13 @@ Public API (what analyses, reports and other packages read runs through):
   with pyarrow (for numpy passes), aligned the same way. A step range given
   to :func:`open_run` applies to all of these. Close the view when done (it
   is a context manager).
-- :func:`load_run` -> :class:`Run`: every event read into one Arrow table
-  (small runs, tests), through the same view.
+- :func:`load_run` -> :class:`Run` (or :meth:`RunView.load`): every event read
+  into one Arrow table through the same view (small runs, tests, replay):
+  ``Run.events`` sorted by (rank, seq), ``Run.steps_table()`` and
+  ``Run.ranks_table()`` (the ``steps`` and ``ranks`` views' tables),
+  ``Run.missing_ranks``, ``Run.warnings``, ``Run.world_size``, ``Run.duckdb()``.
+- :func:`step_windows` (the ``steps`` table of a checked manifest) and
+  :func:`step_filter` (a step range as SQL), for code that builds its own views.
 
 A missing, truncated or damaged rank file is a warning and the rank is left
 out (listed in ``missing_ranks``); damage inside a file's pages shows only
@@ -53,6 +58,16 @@ if TYPE_CHECKING:
 
 StepRange = tuple[int | None, int | None]
 """(first, stop): only steps first <= step < stop; either end may be None (open)."""
+STEPS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int32()),
+        ("t_start_ns", pa.int64()),
+        ("t_end_ns", pa.int64()),
+        ("duration_s", pa.float64()),
+    ]
+)
+"""The ``steps`` view: each rank's recorded step windows."""
 TIME_COLUMNS = ("t_issue_ns", "t_end_ns")
 """The columns that hold times on the rank's clock (moved onto rank 0's)."""
 _T = TypeVar("_T")
@@ -143,15 +158,7 @@ def step_windows(manifest: Manifest) -> pa.Table:
         if mask.any():
             t_start[mask] = align_numpy(t_start[mask], clock)
             t_end[mask] = align_numpy(t_end[mask], clock)
-    return pa.table(
-        {
-            "rank": pa.array(ranks, pa.int32()),
-            "step": pa.array(step, pa.int32()),
-            "t_start_ns": pa.array(t_start, pa.int64()),
-            "t_end_ns": pa.array(t_end, pa.int64()),
-            "duration_s": pa.array(duration, pa.float64()),
-        }
-    )
+    return pa.table([ranks, np.array(step, np.int32), t_start, t_end, duration], STEPS_SCHEMA)
 
 
 def step_filter(steps: StepRange | None, column: str = "step") -> str:

@@ -38,12 +38,8 @@ from commlens.capture.intercept import Intercepted
 from commlens.capture.ops import dtype_name
 from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
-from commlens.trace.manifest import (
-    FORMAT_NAME,
-    merge_manifest,
-    rank_meta_path,
-    write_json_atomic,
-)
+from commlens.trace.layout import rank_meta_path
+from commlens.trace.manifest import FORMAT_NAME, merge_manifest, write_json_atomic
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
 from commlens.trace.writer import EventWriter
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import pyarrow.parquet as pq
 
+from commlens.trace.layout import parts_dir, rank_file
 from commlens.trace.packed import (
     KIND_FIELDS,
     NO_PEER,
@@ -44,14 +45,6 @@ _pack = PACKED_EVENT.pack
 _COLUMN = {name: i for i, name in enumerate(EVENT_COLUMNS)}
 _KIND_AT = tuple(_COLUMN[name] for name in KIND_FIELDS)
 _PG_RANKS = KIND_FIELDS.index("pg_ranks")
-
-
-def rank_file(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank-{rank:05d}.parquet"
-
-
-def parts_dir(run_dir: Path, rank: int) -> Path:
-    return run_dir / f".rank-{rank:05d}.parts"
 
 
 def fsync_path(path: Path) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from commlens.errors import RunFormatError
+from commlens.whatif.critical import critical_path
 from commlens.whatif.durations import measured
 from commlens.whatif.model import BLOCK, HOLD, build_program
 from commlens.whatif.replay import replay
@@ -171,3 +172,12 @@ def test_a_clock_that_breaks_causality_is_corrected() -> None:
         make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     )
     assert not consistent.clock_shifts.any()
+
+
+def test_critical_path_crosses_to_the_last_arrival() -> None:
+    trace = make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
+    prog = build_program(trace)
+    path = critical_path(prog, replay(prog, np.full(2, 5e-6)), 0)
+    # rank 0's last 10 of compute, the all-reduce's 5, rank 1's first 20 (it came last)
+    assert [(p.op, p.seconds) for p in path] == [("compute", us(30)), ("all_reduce", us(5))]
+    assert sum(p.share for p in path) == pytest.approx(1.0)

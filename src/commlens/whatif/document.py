@@ -168,6 +168,40 @@ def _ranks(study: Study) -> Section:
     )
 
 
+TOP_PATH = 5
+"""Ops shown per network on the critical path (after compute)."""
+
+
+def _critical(study: Study) -> Section:
+    columns = [
+        Column("network", "network"),
+        Column("op", "on the path"),
+        Column("role", "role", "name"),
+        Column("time", "time (s)", "s"),
+        Column("share", "share (%)", "pct"),
+    ]
+    rows = [
+        {
+            "network": _label(study, a),
+            "op": p.op,
+            "role": p.role,
+            "time": p.seconds,
+            "share": p.share,
+        }
+        for a in _all(study)
+        for p in a.figures.critical[: TOP_PATH + 1]
+    ]
+    step = study.captured.figures.steps[-1] if study.captured.figures.steps else 0
+    return Section(
+        "critical",
+        f"critical path of step {step}: compute and the top ops",
+        _table(rows, columns),
+        columns,
+        note="from the step's latest end back to its earliest start: compute on the ranks "
+        "the path crosses, and the service of each op it waited for",
+    )
+
+
 def _assumptions(study: Study) -> Section:
     columns = [Column("assumption", "assumption")]
     rows = [{"assumption": a} for a in study.assumptions]
@@ -259,6 +293,7 @@ def build_document(study: Study) -> Document:
             _roles(study),
             _ops(study),
             _ranks(study),
+            _critical(study),
             _assumptions(study),
         ],
         warnings=list(tr.warnings),

@@ -33,6 +33,10 @@ class Timeline:
     """How long the rank was held at the event's HOLD mark."""
     start: np.ndarray
     """When each instance started (a p2p pair: when its send started)."""
+    by: np.ndarray
+    """The event whose issue came last in each instance (its send for a p2p pair)."""
+    queued: np.ndarray
+    """True where an instance started late because its queue's previous one was running."""
     step_marks: np.ndarray
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
@@ -55,6 +59,8 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
     start = [nan] * n_inst
     qend = [nan] * n_inst
     arrival = [nan] * n_inst
+    by = [-1] * n_inst
+    queued = [False] * n_inst
     steps = [nan] * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
     n_ranks = len(prog.kinds)
@@ -78,6 +84,7 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
             t = ready[i]
             if not first[i] and qend[i - 1] > t:
                 t = qend[i - 1]
+                queued[i] = True
             start[i] = last = t
             for k in range(offsets[i], offsets[i + 1]):
                 e = members[k]
@@ -100,6 +107,7 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
             t = ready[i]
             if not first[i] and qend[i - 1] > t:
                 t = qend[i - 1]
+                queued[i] = True
             start[i] = t
             qend[i] = t + d[s]
             ended(s, qend[i])
@@ -131,13 +139,15 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
                 issue[a] = t
                 j = inst_of[a]
                 if send_of[j] < 0:  # a collective
-                    if t > ready[j]:
+                    if t >= ready[j]:
                         ready[j] = t
+                        by[j] = a
                     missing[j] -= 1
                     if not missing[j] and (first[j] or qend[j - 1] == qend[j - 1]):
                         begin(j)
                 elif a == send_of[j]:
                     ready[j] = t
+                    by[j] = a
                     if first[j] or qend[j - 1] == qend[j - 1]:
                         send(j)
                 elif arrival[j] == arrival[j]:  # a receive whose data is on its way
@@ -165,5 +175,7 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
         end=np.array(end),
         held=np.array(held),
         start=np.array(start),
+        by=np.array(by, dtype=np.int64),
+        queued=np.array(queued, dtype=bool),
         step_marks=np.array(steps),
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commlens.whatif.critical import PathShare, critical_path
 from commlens.whatif.model import Program
 from commlens.whatif.replay import Timeline
 
@@ -54,6 +55,8 @@ class Figures:
     """The rank the others wait for most: the least held."""
     slowest_held_s: float = 0.0
     median_held_s: float = 0.0
+    critical: list[PathShare] = field(default_factory=list)
+    """The critical path of the last step kept, per (op, role), compute first."""
 
     @property
     def median_step_s(self) -> float:
@@ -77,6 +80,7 @@ class Figures:
             "slowest_rank_held_s": self.slowest_held_s,
             "median_rank_held_s": self.median_held_s,
             "ops": [vars(o) for o in self.ops],
+            "critical_path_last_step": [vars(p) for p in self.critical],
         }
 
 
@@ -133,6 +137,7 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         median_held_s=float(np.median(per_rank_held[candidates])) / max(n_steps, 1)
         if candidates.size
         else 0.0,
+        critical=critical_path(prog, tl, int(steps[-1])) if n_steps else [],
     )
 
 

@@ -2,12 +2,14 @@
 
 Each query runs on its own cursor (a connection to that database, a few ms
 to open where a new database takes tens), with ``tables`` registered on that
-cursor only, so queries from different threads do not see each other's.
+cursor only, so queries from different threads do not see each other's. A
+forked child opens a database of its own: DuckDB's threads do not survive a
+fork, and the parent's is left untouched (closing it in the child crashes).
 """
 
 from __future__ import annotations
 
-import functools
+import os
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -15,12 +17,17 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import duckdb
 
+_DATABASES: dict[int, duckdb.DuckDBPyConnection] = {}
+"""pid -> the database that process opened."""
 
-@functools.cache
+
 def _database() -> duckdb.DuckDBPyConnection:
     import duckdb
 
-    return duckdb.connect()
+    pid = os.getpid()
+    if pid not in _DATABASES:
+        _DATABASES[pid] = duckdb.connect()
+    return _DATABASES[pid]
 
 
 def query(sql: str, **tables: pa.Table) -> pa.Table:

@@ -35,7 +35,7 @@ from commlens.errors import RunFormatError
 from commlens.whatif.clocks import causal_shifts, shifted
 from commlens.whatif.source import Trace
 
-ISSUE, HOLD, STEP, BLOCK = 0, 1, 2, 3
+ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
 SENDS = ("send", "send_object")
 RECVS = ("recv", "recv_object")
 

@@ -86,8 +86,7 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
                 t = qend[i - 1]
                 queued[i] = True
             start[i] = last = t
-            for k in range(offsets[i], offsets[i + 1]):
-                e = members[k]
+            for e in members[offsets[i] : offsets[i + 1]]:
                 end[e] = t_e = t + d[e]
                 if t_e > last:
                     last = t_e
@@ -130,12 +129,9 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
                 held[e] = t_end - t
                 t = t_end
             blocked_on[r] = -1
-        for kind, a, gap in marks[r]:  # 0 ISSUE, 1 HOLD, 2 STEP, 3 BLOCK (see model)
+        for kind, a, gap in marks[r]:  # 0 ISSUE, 1 BLOCK, 2 HOLD, 3 STEP (see model)
             t += gap
-            if kind == 2:
-                steps[a] = t
-                continue
-            if kind != 1:  # an issue
+            if kind < 2:  # an issue
                 issue[a] = t
                 j = inst_of[a]
                 if send_of[j] < 0:  # a collective
@@ -154,6 +150,9 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
                     ended(a, max(t, arrival[j]))
                 if kind == 0:
                     continue
+            elif kind == 3:
+                steps[a] = t
+                continue
             t_end = end[a]
             if t_end != t_end:  # not ended yet: park the rank
                 parked.setdefault(a, []).append(r)

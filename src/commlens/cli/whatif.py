@@ -6,9 +6,8 @@ import argparse
 from typing import Any
 
 from commlens.cli.report import add_steps_option, add_width_option
-
-ALGORITHMS = ("ring", "tree", "direct", "auto")  # commlens.predict.cost's, without its imports
-FORMATS = ("text", "md", "html", "json")
+from commlens.predict.cost import ALGORITHMS
+from commlens.report.formats import PAGE_FORMATS
 
 
 def register(subparsers: Any) -> None:
@@ -68,7 +67,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--algo", default="ring", choices=ALGORITHMS, help="collective algorithm")
     p.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=PAGE_FORMATS,
         default=None,
         help="output format (default: from -o's suffix, else text)",
     )

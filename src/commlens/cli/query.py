@@ -34,7 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run", help="run directory")
     parser.add_argument("sql", help="the query")
-    parser.add_argument("--format", choices=("text", "csv", "json"), default=None)
+    parser.add_argument(
+        "--format",
+        choices=("text", "csv", "json"),
+        default=None,
+        help="output format: text (a table), csv or json (default: from -o's suffix, else text)",
+    )
     parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     add_width_option(parser)
     parser.add_argument(

@@ -1,7 +1,7 @@
-"""``commlens trace --out DIR -- COMMAND ...``: trace a job with no code change.
+"""commlens trace --out DIR -- COMMAND ...: trace a job with no code change.
 
-COMMAND is a launcher (``torchrun``, ``python -m torch.distributed.run``, a
-script that spawns its own ranks), or any rank program when ``--nproc N``
+COMMAND is a launcher (torchrun, python -m torch.distributed.run, a
+script that spawns its own ranks), or any rank program when --nproc N
 asks commlens to start the ranks itself. Every Python process of the job
 starts a capture as soon as it imports torch.
 """

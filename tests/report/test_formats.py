@@ -293,9 +293,10 @@ def test_run_summary_document() -> None:
     text = get_renderer("text", width=100).render(doc)
     assert "  warning: rank 3: no events file" in text
     assert (
-        "1 measured steps: step 0.100 s · communication 0.060 s (60% of the step, 20% exposed)"
+        "1 measured step: step 0.100 s · communication 0.060 s (60% of the step, 20% exposed)"
         " · 1,234 tokens/s · 500.00 GFLOP/s per rank · loss 10.5000 → 9.2500"
-    ) in text
+    ) in " ".join(text.split())  # one step, singular; wrapped at the width
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 100
     assert "top ops by time (per rank per step)" in text
     row = next(line for line in text.splitlines() if line.startswith("broadcast"))
     assert row.split() == ["broadcast", "-", "4", "0.5", "4,096", "0.0010", "1.0%"]

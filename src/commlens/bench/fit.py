@@ -33,6 +33,7 @@ import numpy as np
 from commlens.bench.runner import BenchReport
 from commlens.errors import UsageError
 from commlens.predict.cost import flat_time
+from commlens.report.units import plural
 from commlens.safefile import write_output
 
 # The median is robust to the odd slow call of a busy machine.
@@ -124,7 +125,9 @@ def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str,
                 "points": f.points,
                 "fit": f"t = {f.intercept_s:.6g} s + {f.slope_s_per_byte:.6g} s/B x S",
             }
-    where = f"{cfg.nproc} ranks on {cfg.nodes} node(s), link {cfg.link or 'unshaped'}"
+    where = (
+        f"{plural(cfg.nproc, 'rank')} on {plural(cfg.nodes, 'node')}, link {cfg.link or 'unshaped'}"
+    )
     return {
         "name": name,
         "description": f"fitted by commlens bench on {where}",

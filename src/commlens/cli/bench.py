@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from commlens.bench.names import BACKENDS, OPS
 from commlens.bench.sizes import format_size, parse_size, parse_sizes
+from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
+from commlens.job.options import TOTAL_RANKS_HELP, TotalRanks, add_node_options, resolve_nproc
 from commlens.report.formats import FORMATS
+
+MIN, MAX = "8", "64M"
+DEFAULT_SIZES = f"{MIN}:{MAX}"
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,19 +28,68 @@ def register(subparsers: Any) -> None:
         "bench",
         help="benchmark collectives (nccl-tests semantics), optionally fit a network profile",
         description="Time collectives over N ranks (optionally on K emulated nodes joined by a "
-        "shaped link) and report latency, algbw and busbw per op and size.",
+        "shaped link) and report latency, algbw and busbw per op and size. nccl-tests' "
+        "-b, -e, -f, -n and -w work as there (sizes in bytes with K/M/G = 1024-based).",
     )
-    p.add_argument("--ops", default="all_reduce", help=f"comma list of {','.join(OPS)} or 'all'")
-    p.add_argument("--sizes", default="8:64M", help="MIN:MAX[:FACTOR] (doubling) or a list: 1K,1M")
-    p.add_argument("--nproc", type=int, default=2, help="ranks in total (default 2)")
-    p.add_argument("--nodes", type=int, default=1, help="emulated nodes (namespaces; needs root)")
-    p.add_argument("--link", default=None, help="rate of each node's link, e.g. 500mbit, 2gbit")
-    p.add_argument("--warmup", type=int, default=5, help="untimed calls per op and size")
-    p.add_argument("--iters", type=int, default=20, help="timed calls per op and size")
-    p.add_argument("--backend", default="auto", choices=BACKENDS)
-    p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, int32, ...")
-    p.add_argument("--format", default="text", choices=FORMATS)
+    p.add_argument(
+        "--ops",
+        default="all_reduce",
+        help=f"comma list of {','.join(OPS)} or 'all' (default all_reduce)",
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help=f"MIN:MAX[:FACTOR] (FACTOR 2 unless given) or a list such as 1K,1M "
+        f"(default {DEFAULT_SIZES})",
+    )
+    p.add_argument(
+        "-b", "--minbytes", default=None, metavar="SIZE", help=f"smallest size (default {MIN})"
+    )
+    p.add_argument(
+        "-e", "--maxbytes", default=None, metavar="SIZE", help=f"largest size (default {MAX})"
+    )
+    p.add_argument(
+        "-f",
+        "--stepfactor",
+        default=None,
+        metavar="F",
+        help="multiply the size by F from one size to the next (default 2)",
+    )
+    p.add_argument(
+        "--nproc", type=int, default=2, action=TotalRanks, help=f"{TOTAL_RANKS_HELP} (default 2)"
+    )
+    add_node_options(p)
+    p.add_argument(
+        "--link",
+        default=None,
+        help="rate of each node's link, e.g. 500mbit, 2gbit (default: unshaped)",
+    )
+    p.add_argument(
+        "-w",
+        "--warmup",
+        "--warmup_iters",
+        dest="warmup",
+        type=int,
+        default=5,
+        help="untimed calls per op and size (default 5)",
+    )
+    p.add_argument(
+        "-n", "--iters", type=int, default=20, help="timed calls per op and size (default 20)"
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="torch.distributed backend (default auto: nccl with a GPU per rank, else gloo)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help="float32, float16, bfloat16, int32, ... (default float32)",
+    )
+    p.add_argument("--format", default="text", choices=FORMATS, help="output format (default text)")
     p.add_argument("-o", "--output", default=None, help="write the results to FILE")
+    add_width_option(p)
     p.add_argument(
         "--fit",
         default=None,
@@ -47,15 +101,29 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def sizes_text(args: argparse.Namespace) -> str:
+    """--sizes, or the range nccl-tests' -b/-e/-f give (both: a usage error)."""
+    parts = (args.minbytes, args.maxbytes, args.stepfactor)
+    if all(part is None for part in parts):
+        return args.sizes or DEFAULT_SIZES
+    if args.sizes is not None:
+        raise UsageError("give --sizes or -b/-e/-f, not both")
+    low, high, factor = (
+        p if p is not None else d for p, d in zip(parts, (MIN, MAX, "2"), strict=True)
+    )
+    return f"{low}:{high}:{factor}"
+
+
 def _config(args: argparse.Namespace) -> BenchConfig:
     from commlens.bench.runner import BenchConfig  # torch loads only when a bench runs
 
+    resolve_nproc(args)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     if ops == ["all"]:
         ops = list(OPS)
     return BenchConfig(
         ops=ops,
-        sizes=parse_sizes(args.sizes),
+        sizes=parse_sizes(sizes_text(args)),
         nproc=args.nproc,
         nodes=args.nodes,
         link=args.link,
@@ -67,30 +135,15 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 
 
 def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
+    """The bench under a progress bar (plain timed lines when stderr is no terminal)."""
     from commlens.bench.runner import run_bench
+    from commlens.cli.progress import Progress
 
-    with Progress(
-        TextColumn("[bold]bench[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("starting ranks", total=len(cfg.ops) * len(cfg.sizes))
+    with Progress(console, "bench", total=len(cfg.ops) * len(cfg.sizes)) as progress:
+        progress.update(f"starting {cfg.nproc} ranks", force=True)
 
         def on_row(row: dict[str, Any]) -> None:
-            progress.update(
-                task, advance=1, description=f"{row['op']} {format_size(row['size_bytes'])}"
-            )
+            progress.update(f"{row['op']} {format_size(row['size_bytes'])} done", advance=1)
 
         return run_bench(cfg, on_row=on_row)
 
@@ -195,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.link and cfg.nodes == 1:
         err.print("note: with --nodes 1 every rank talks over loopback; --link shapes nothing")
     report = _run_with_progress(cfg, err)
-    emit(bench_document(report), args.output, args.format)
+    emit(bench_document(report), args.output, args.format, width=args.width)
     if fit_path is not None:
         from commlens.bench.fit import write_profile
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
 from commlens.report.formats import PAGE_FORMATS
 
@@ -25,15 +26,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--loopback", action="store_true", help="no emulated nodes, even as root")
     p.add_argument("--fresh", action="store_true", help="remove earlier demo results first")
     p.add_argument(
-        "--format", default="text", choices=PAGE_FORMATS, help="format of the summary on stdout"
+        "--format",
+        default="text",
+        choices=PAGE_FORMATS,
+        help="format of the summary on stdout (default text)",
     )
+    add_width_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from commlens.cli.sweep import execute
+    from commlens.cli.sweep import execute, progress_console
     from commlens.report.output import emit
     from commlens.sweep.catalog import clear_sweep, open_catalog
     from commlens.sweep.demo import demo_plan
@@ -41,10 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from commlens.sweep.report import render_sweep
     from commlens.sweep.summary import demo_document
 
-    # the progress lines go to stdout beside a text summary, else to stderr
-    console = Console(
-        stderr=args.format != "text", highlight=False, width=max(Console().width, 110)
-    )
+    console = progress_console(args)
     plan = demo_plan(False if args.loopback else None)
     out: Path = args.out
     if out.exists() and not out.is_dir():
@@ -61,5 +61,10 @@ def run(args: argparse.Namespace) -> int:
         con.close()
     html = out / "report.html"
     render_sweep(sweep_dir, "html", str(html))
-    emit(demo_document(outcome.records, speedups, html, sweep_dir), None, args.format)
+    emit(
+        demo_document(outcome.records, speedups, html, sweep_dir),
+        None,
+        args.format,
+        width=args.width,
+    )
     return 0 if outcome.ok else 1

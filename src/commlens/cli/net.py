@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from commlens.cli.report import add_width_option
 from commlens.report.formats import PAGE_FORMATS
 
 
@@ -17,11 +18,11 @@ def register(subparsers: Any) -> None:
     )
     actions = p.add_subparsers(dest="net_action", metavar="ACTION")
     ls = actions.add_parser("list", help="list the built-in profiles")
-    ls.add_argument("--format", default="text", choices=PAGE_FORMATS)
+    add_page_options(ls)
     ls.set_defaults(func=run_list)
     show = actions.add_parser("show", help="show one profile (a built-in name or FILE.toml)")
     show.add_argument("name", help="built-in name (see `commlens net list`) or path to FILE.toml")
-    show.add_argument("--format", default="text", choices=PAGE_FORMATS)
+    add_page_options(show)
     show.set_defaults(func=run_show)
     clean = actions.add_parser(
         "cleanup",
@@ -34,6 +35,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=lambda args: _help(p))
 
 
+def add_page_options(parser: argparse.ArgumentParser) -> None:
+    """--format (of a page: no CSV) and --width, for a command that prints to stdout."""
+    parser.add_argument(
+        "--format",
+        default="text",
+        choices=PAGE_FORMATS,
+        help=f"output format: {', '.join(PAGE_FORMATS)} (default text)",
+    )
+    add_width_option(parser)
+
+
 def _help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -44,7 +56,7 @@ def run_list(args: argparse.Namespace) -> int:
     from commlens.report.net import profiles_document
     from commlens.report.output import emit
 
-    emit(profiles_document(builtin_profiles()), None, args.format)
+    emit(profiles_document(builtin_profiles()), None, args.format, width=args.width)
     return 0
 
 
@@ -53,7 +65,7 @@ def run_show(args: argparse.Namespace) -> int:
     from commlens.report.net import profile_document
     from commlens.report.output import emit
 
-    emit(profile_document(get_profile(args.name)), None, args.format)
+    emit(profile_document(get_profile(args.name)), None, args.format, width=args.width)
     return 0
 
 

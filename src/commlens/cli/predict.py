@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
 from commlens.job.options import PREDICT, SHAPE_OVERRIDES, add_job_options, job_from_args
 from commlens.predict.cost import ALGORITHMS
@@ -29,9 +30,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--gpus-per-node",
+        "--nproc-per-node",
+        dest="gpus_per_node",
         type=int,
         default=1,
-        help="ranks per node (default 1: every rank on its own node)",
+        help="ranks per node, as torchrun's --nproc-per-node (default 1: every rank on "
+        "its own node)",
     )
     p.add_argument(
         "--nics-per-node",
@@ -47,7 +51,8 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_TFLOPS,
         help=f"achieved model TFLOP/s per rank (default {DEFAULT_TFLOPS:g})",
     )
-    p.add_argument("--format", default="text", choices=FORMATS, help="output format")
+    p.add_argument("--format", default="text", choices=FORMATS, help="output format (default text)")
+    add_width_option(p)
     p.set_defaults(func=run)
 
 
@@ -92,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
         tflops=args.tflops,
         nics_per_node=args.nics_per_node,
     )
-    emit(predict_document(pred), None, args.format)
+    emit(predict_document(pred), None, args.format, width=args.width)
     return 0

@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from commlens.cli.report import add_width_option
 from commlens.errors import CommandError, UsageError
 from commlens.job.memory import check_local_ranks
-from commlens.job.options import RUN, add_job_options
+from commlens.job.options import RUN, add_job_options, add_node_options, resolve_nproc
 from commlens.job.spec import Job
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
+from commlens.report.units import plural
 from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
 
@@ -28,18 +30,14 @@ def register(subparsers: Any) -> None:
         "run",
         help="train a built-in GPT/BERT/T5 under DP, ZeRO, TP, PP or 3D and capture it",
         description=(
-            "Launch --nproc ranks on this host that train a built-in model with synthetic "
+            "Launch --nproc ranks in total (or --nproc-per-node × --nodes, as torchrun counts "
+            "them) on this host that train a built-in model with synthetic "
             "tokens under a parallel scheme, capture every communication op into --out, "
             "and print a summary: step time, communication share, top ops by time."
         ),
     )
     add_job_options(p, RUN)
-    p.add_argument(
-        "--nodes",
-        type=int,
-        default=1,
-        help="emulated nodes (network namespaces, needs root); ranks spread evenly",
-    )
+    add_node_options(p)
     p.add_argument(
         "--link",
         metavar="RATE",
@@ -47,6 +45,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", type=Path, help="run directory (default runs/MODEL-SCHEME-TIME)")
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    add_width_option(p)
     p.set_defaults(func=run_command)
 
 
@@ -100,6 +99,7 @@ def _launch(
 
 
 def run_command(args: argparse.Namespace) -> int:
+    resolve_nproc(args)
     check_local_ranks(args.nproc)
     job = workload_from_options(args)
     emulated = _check_emulation(args)
@@ -108,11 +108,12 @@ def run_command(args: argparse.Namespace) -> int:
     d = job.dims
     print(
         f"commlens run: {job.model.name} · {job.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
-        f"{d.world_size} ranks ({job.run.backend})"
+        f"{plural(d.world_size, 'rank')} ({job.run.backend})"
         + (f" on {args.nodes} nodes, link {args.link or 'unshaped'}" if emulated else "")
         + f" → {out}",
         flush=True,
     )
+    print(f"starting {plural(d.world_size, 'rank')}...", flush=True)
     with tempfile.TemporaryDirectory(prefix="commlens-run-") as tmp:
         config = Path(tmp) / "workload.json"
         config.write_text(json.dumps(job.to_dict()))
@@ -130,5 +131,5 @@ def run_command(args: argparse.Namespace) -> int:
     from commlens.workloads.summary import finalize_run, summarize
 
     manifest = finalize_run(out, job, ["commlens", *sys.argv[1:]], topology)
-    emit(run_summary_document(summarize(out, manifest, job), out), None, "text")
+    emit(run_summary_document(summarize(out, manifest, job), out), None, "text", width=args.width)
     return 0

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commlens.cli.report import add_width_option
 from commlens.report.formats import PAGE_FORMATS
 
 if TYPE_CHECKING:
@@ -48,49 +49,46 @@ def register(subparsers: Any) -> None:
         help="write the report's plots there as PNG files (NAME-SECTION.png) at the end",
     )
     p.add_argument(
-        "--format", default="text", choices=PAGE_FORMATS, help="format of the summary on stdout"
+        "--format",
+        default="text",
+        choices=PAGE_FORMATS,
+        help="format of the summary on stdout (default text)",
     )
+    add_width_option(p)
     p.set_defaults(func=run)
 
 
 def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = False) -> SweepOutcome:
-    """Run the sweep under a progress bar naming the point being run."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
+    """Run the sweep under a progress bar naming the point being run (on a console that
+    is no terminal: a line as each point starts, and one every so often while it runs)."""
+    from commlens.cli.progress import Progress
+    from commlens.sweep.grid import expand
     from commlens.sweep.runner import run_sweep
     from commlens.sweep.summary import status_line
 
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("preparing", total=None)
+    points = expand(spec)
+    with Progress(console, "sweep", total=len(points), every_s=30.0) as progress:
 
         def listener(event: str, point: Point, rec: dict[str, Any] | None) -> None:
             if event == "start":
-                progress.update(task, description=f"{point.id} ({point.network})")
+                progress.update(f"running {point.id} ({point.network})", force=True)
             elif rec is not None:
-                progress.console.print(status_line(rec), markup=False, highlight=False)
-                progress.advance(task)
+                progress.print(status_line(rec))
+                progress.update(progress.description, advance=1)
 
-        from commlens.sweep.grid import expand
+        return run_sweep(spec, out, listener, recollect)
 
-        points = expand(spec)
-        progress.update(task, total=len(points))
-        outcome = run_sweep(spec, out, listener, recollect)
-        progress.update(task, completed=len(points))
-    return outcome
+
+def progress_console(args: argparse.Namespace) -> Console:
+    """Where progress lines go: stdout beside a text summary, else stderr; as wide as
+    --width or the terminal."""
+    from rich.console import Console
+
+    from commlens.report.text import default_width
+
+    return Console(
+        stderr=args.format != "text", highlight=False, width=args.width or default_width()
+    )
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -98,7 +96,6 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from commlens.report.output import emit
     from commlens.sweep.grid import expand
@@ -108,12 +105,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.file)
     name = spec.settings.name
     if args.list:
-        emit(points_document(name, expand(spec)), None, args.format)
+        emit(points_document(name, expand(spec)), None, args.format, width=args.width)
         return 0
-    # the progress lines go to stdout beside a text summary, else to stderr
-    console = Console(
-        stderr=args.format != "text", highlight=False, width=max(Console().width, 110)
-    )
+    console = progress_console(args)
     out = args.out or Path("runs") / name
     old = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -129,5 +123,5 @@ def run(args: argparse.Namespace) -> int:
         from commlens.sweep.report import save_figures
 
         figures = save_figures(out, args.figures, prefix=f"{name}-")
-    emit(outcome_document(name, outcome, args.report, figures), None, args.format)
+    emit(outcome_document(name, outcome, args.report, figures), None, args.format, width=args.width)
     return 0 if outcome.ok else 1

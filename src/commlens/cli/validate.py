@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from commlens.report.formats import PAGE_FORMATS
+from commlens.cli.net import add_page_options
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not hold step 0 (DDP's start-up broadcast and one-bucket backward are modelled)",
     )
-    p.add_argument("--format", default="text", choices=PAGE_FORMATS)
+    add_page_options(p)
     p.set_defaults(func=run)
 
 
@@ -37,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     from commlens.trace.reader import load_run
 
     result = validate_run(load_run(args.run), args.tolerance, args.skip_step0)
-    emit(validation_document(result), None, args.format)
+    emit(validation_document(result), None, args.format, width=args.width)
     return 0 if result.ok else 1

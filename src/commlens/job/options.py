@@ -19,11 +19,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from commlens.errors import UsageError
 from commlens.job.models import PRESETS, ModelConfig, get_preset
 from commlens.job.parallel import SCHEMES, ParallelDims, resolve_dims
 from commlens.job.spec import DTYPE_BYTES, SCHEDULES, Job, RunSettings
 
 RUN, PREDICT = "run", "predict"
+TOTAL_RANKS_HELP = (
+    "ranks in total, over all emulated nodes (torchrun's --nproc-per-node × --nnodes)"
+)
+NODES_HELP = (
+    "emulated nodes, as torchrun's --nnodes (network namespaces, needs root); "
+    "the ranks spread evenly over them"
+)
 BOTH = (RUN, PREDICT)
 SHAPE_OVERRIDES = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "max_positions")
 """Fields of the preset's :class:`ModelConfig` that ``predict`` may override."""
@@ -91,7 +99,7 @@ OPTIONS: tuple[Option, ...] = (
         choices=SCHEMES,
         required=True,
     ),
-    Option("nproc", "layout", "ranks to start", {RUN: 2}),
+    Option("nproc", "layout", TOTAL_RANKS_HELP, {RUN: 2}),
     Option(
         "dp",
         "layout",
@@ -152,7 +160,13 @@ OPTIONS: tuple[Option, ...] = (
         dict.fromkeys(BOTH, False),
         kind=bool,
     ),
-    Option("steps", "run", "training steps", {RUN: 5}),
+    Option(
+        "steps",
+        "run",
+        "how many training steps to run (a count; the --steps of report, compare and "
+        "export is a slice of step numbers instead)",
+        {RUN: 5},
+    ),
     Option("warmup_steps", "run", "first steps left out of the summary", {RUN: 1}),
     Option("seed", "run", "seed of data and weights", {RUN: 1234}),
     Option("lr", "run", "AdamW learning rate", {RUN: 1e-3}, kind=float),
@@ -189,7 +203,55 @@ def add_job_options(parser: argparse.ArgumentParser, command: str) -> None:
             kwargs["choices"] = o.choices
         if o.metavar:
             kwargs["metavar"] = o.metavar
+        if o.dest == "nproc":
+            kwargs["action"] = TotalRanks
         parser.add_argument(o.flag, **kwargs)
+
+
+class TotalRanks(argparse.Action):
+    """Stores ``--nproc`` and notes that it was given, for :func:`resolve_nproc`."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.nproc_given = True
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    """``--nodes`` (alias ``--nnodes``) and torchrun's ``--nproc-per-node``."""
+    parser.add_argument(
+        "--nodes", "--nnodes", type=int, default=1, help=f"{NODES_HELP} (default 1)"
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks per node, as torchrun means it: starts N × --nodes ranks in total "
+        "(instead of --nproc)",
+    )
+
+
+def resolve_nproc(args: argparse.Namespace) -> None:
+    """Turn ``--nproc-per-node N`` into ``--nproc`` = N × ``--nodes`` (both given: they
+    must agree); ``--nproc`` stays the total number of ranks."""
+    per_node = getattr(args, "nproc_per_node", None)
+    if per_node is None:
+        return
+    if per_node < 1 or args.nodes < 1:
+        raise UsageError("--nproc-per-node and --nodes must be at least 1")
+    total = per_node * args.nodes
+    if getattr(args, "nproc_given", False) and args.nproc != total:
+        raise UsageError(
+            f"--nproc {args.nproc} (ranks in total) disagrees with --nproc-per-node "
+            f"{per_node} × --nodes {args.nodes} = {total}; give one of them"
+        )
+    args.nproc = total
 
 
 def point_keys() -> dict[str, type]:

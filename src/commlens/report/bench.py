@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from commlens.bench.sizes import format_size
 from commlens.report.document import Column, Document, Section
+from commlens.report.units import plural
 
 if TYPE_CHECKING:
     from commlens.bench.fit import OpFit
@@ -71,7 +72,7 @@ def _csv_table(report: BenchReport) -> pa.Table:
 def bench_document(report: BenchReport) -> Document:
     """The bench results, one row per op and size (a rule between ops)."""
     cfg = report.config
-    where = f"{cfg.nproc} ranks on {cfg.nodes} node{'s' if cfg.nodes > 1 else ''}"
+    where = f"{plural(cfg.nproc, 'rank')} on {plural(cfg.nodes, 'node')}"
     if cfg.link:
         where += f", link {cfg.link}"
     rows = report.rows

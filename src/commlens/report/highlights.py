@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from commlens.report.units import plural
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -48,8 +50,8 @@ def highlights(
             if first["last_count"] > 0:
                 line += (
                     f"; the costliest straggler is rank {first['rank']} (last to arrive "
-                    f"{first['last_count']} times; others waited {first['blame_s']:.6f} s "
-                    "for it)"
+                    f"{plural(first['last_count'], 'time')}; others waited "
+                    f"{first['blame_s']:.6f} s for it)"
                 )
         lines.append(line)
     return lines

@@ -59,8 +59,10 @@ def _title(pred: Prediction) -> str:
 
 def _shown(pred: Prediction) -> str:
     s = pred.settings
+    coords = pred.job.dims.coords(pred.shown_rank)
+    where = ", ".join(f"{k} {coords[k]}" for k in ("dp", "tp", "pp"))
     return (
-        f"per rank per step, rank {pred.shown_rank} {pred.job.dims.coords(pred.shown_rank)} "
+        f"per rank per step, rank {pred.shown_rank} ({where}) "
         f"(the most wire bytes); algorithm {s['algorithm']}, intra-node {s['intra']}, "
         f"{s['tflops']:g} TFLOP/s per rank; MB = 1e6 bytes"
     )

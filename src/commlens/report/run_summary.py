@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
+from commlens.report.units import plural
 
 if TYPE_CHECKING:
     from commlens.workloads.summary import RunSummary
@@ -36,7 +37,8 @@ def run_summary_document(s: RunSummary, out: Path) -> Document:
         else ""
     )
     line = (
-        f"{s.steps} measured steps: step {s.step_s:.3f} s · communication {s.comm_s:.3f} s "
+        f"{plural(s.steps, 'measured step')}: step {s.step_s:.3f} s · "
+        f"communication {s.comm_s:.3f} s "
         f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
         f"{s.tokens_per_s:,.0f} tokens/s · {_flops(s.tflops_per_rank)} per rank · {loss}"
     )

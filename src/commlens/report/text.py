@@ -2,17 +2,26 @@
 
 Every text from the document is printed as written (never read as rich markup).
 
-Tables keep their natural width (cells are never cut): the console is made at
-least as wide as the widest table, so a narrow terminal wraps lines instead
-of truncating numbers.
+The width is ``--width`` (the renderer's ``width``), else ``$COLUMNS``, else the
+terminal's; output that is not a terminal (a file, a pipe) keeps every table
+at its natural width unless one of the first two says otherwise. A table wider
+than the width is fitted to it: column titles wrap at their spaces and text
+cells wrap (long words fold), the columns with the most room to give shrinking
+first; numbers are never wrapped nor cut, so a table of numbers too wide to
+fit stays as wide as it must. Prose (facts, warnings, intro, highlights,
+notes) wraps at the width, with a hanging indent.
 """
 
 from __future__ import annotations
 
 import io
-import shutil
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -20,22 +29,91 @@ from rich.text import Text
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
 
+TEXT_FLOOR = 12
+"""A text column shrinks to no fewer columns than this (or its longest title word)."""
+
+
+def default_width() -> int | None:
+    """``$COLUMNS`` when set, else the terminal's width; None when stdout is no terminal."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+GAP = 3
+"""Columns between two table columns: padding either side of a one-space rule."""
+
+
+def _extent(title: str, values: Sequence[str], numeric: bool) -> tuple[int, int]:
+    """(natural, floor) content width of one column: its floor is its longest title
+    word, and its widest cell for numbers (never wrapped) or :data:`TEXT_FLOOR` for text."""
+    widest = max((cell_len(v) for v in values), default=0)
+    words = max((cell_len(w) for w in title.split()), default=0)
+    return max(cell_len(title), widest), max(words, widest if numeric else min(widest, TEXT_FLOOR))
+
+
+def column_widths(naturals: Sequence[int], floors: Sequence[int], room: int) -> list[int]:
+    """Content widths that sum to at most ``room`` where the floors allow: the column
+    with the most room above its floor gives up one column at a time."""
+    widths = list(naturals)
+    excess = sum(widths) - room
+    while excess > 0:
+        i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])
+        if widths[i] <= floors[i]:
+            break
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def table_parts(numeric: Sequence[bool], floors: Sequence[int], width: int) -> list[list[int]]:
+    """The columns of each part of a table shown in ``width`` columns: all in one when
+    their floors fit, else the leading text columns (the row's key) repeated in each
+    part with as many of the others as fit."""
+    every = list(range(len(floors)))
+
+    def need(cols: list[int]) -> int:
+        return sum(floors[i] for i in cols) + GAP * max(len(cols) - 1, 0)
+
+    if need(every) <= width:
+        return [every]
+    keys: list[int] = []
+    for i in every:
+        if numeric[i] or need([*keys, i]) > width // 2:
+            break
+        keys.append(i)
+    parts: list[list[int]] = []
+    current: list[int] = []
+    for i in every[len(keys) :]:
+        if current and need([*keys, *current, i]) > width:
+            parts.append([*keys, *current])
+            current = []
+        current.append(i)
+    parts.append([*keys, *current])
+    return parts
+
 
 class TextRenderer(Renderer):
     name = "text"
     extension = ".txt"
 
     def __init__(self, width: int | None = None) -> None:
-        self.width = width or max(100, shutil.get_terminal_size((160, 24)).columns)
+        self.width = width or default_width()
 
     def render(self, doc: Document) -> str:
         out = io.StringIO()
-        tables = [self._table(section) for section in doc.sections]
+        tables = [self._tables(section, self.width) for section in doc.sections]
         probe = Console(width=10_000, color_system=None, file=io.StringIO())
-        widest = max((probe.measure(t).maximum for t in tables), default=0)
+        widest = max((probe.measure(t).maximum for ts in tables for t in ts), default=0)
         console = Console(
             file=out,
-            width=max(self.width, widest),
+            width=max(self.width or 0, widest, 40),
             color_system=None,
             force_terminal=False,
             no_color=True,
@@ -45,51 +123,91 @@ class TextRenderer(Renderer):
             legacy_windows=False,
             force_jupyter=False,
         )
+
+        def prose(line: str, first: str = "", rest: str = "") -> None:
+            for part in self._wrap(line, first, rest):
+                console.print(part, markup=False, soft_wrap=True)
+
         if doc.title:
             console.print(doc.title, style="bold", markup=False)
         for label, value in doc.facts:
-            console.print(f"  {label}: {value}", markup=False)
+            prose(f"{label}: {value}", "  ", "      ")
         for line in doc.warnings:
-            console.print(f"  warning: {line}", markup=False)
-        for line in doc.intro:  # long lines wrap where the terminal wraps them
-            console.print(line, soft_wrap=True, markup=False)
+            prose(f"warning: {line}", "  ", "    ")
+        for line in doc.intro:
+            prose(line)
         if doc.highlights:
             console.print()
             for line in doc.highlights:
-                console.print(f"* {line}", soft_wrap=True, markup=False)
+                prose(line, "* ", "  ")
         above = bool(doc.title or doc.facts or doc.warnings or doc.intro or doc.highlights)
-        for i, (section, table) in enumerate(zip(doc.sections, tables, strict=True)):
-            if above or i:
-                console.print()
-            console.print(table)
+        for i, (section, parts) in enumerate(zip(doc.sections, tables, strict=True)):
+            for n, table in enumerate(parts):
+                if above or i or n:
+                    console.print()
+                console.print(table)
             if hidden_rows(section):
                 console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")
             if section.note:
-                console.print(f"  {section.note}", markup=False)
+                prose(section.note, "  ", "  ")
         if doc.notes and (above or doc.sections):
             console.print()
         for line in doc.notes:
-            console.print(line, soft_wrap=True, markup=False)
+            prose(line, "", "  ")
         return out.getvalue()
 
+    def _wrap(self, line: str, first: str, rest: str) -> list[str]:
+        """``line`` wrapped at the width (words never broken), or whole without one."""
+        if not self.width or cell_len(first + line) <= self.width:
+            return [first + line]
+        return textwrap.wrap(
+            line,
+            self.width,
+            initial_indent=first,
+            subsequent_indent=rest,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [first + line]
+
     @staticmethod
-    def _table(section: Section) -> Table:
-        table = Table(
-            title=Text(section.title) if section.title else None,
-            box=box.SIMPLE_HEAD,
-            title_justify="left",
-            pad_edge=False,
-            show_edge=False,
-        )
-        for column in section.columns:
-            table.add_column(
-                Text(column.title), justify="right" if column.right else "left", no_wrap=True
-            )
+    def _tables(section: Section, width: int | None) -> list[Table]:
+        """The section as one table, or as several parts side by side no wider than
+        ``width`` (see :func:`table_parts`); the title heads the first."""
         shown = rows(section)
-        keys = section.table.column(section.group_by).to_pylist() if section.group_by else []
-        for i, cells in enumerate(shown):  # a rule between groups (none after the last row)
-            rule = bool(keys) and i + 1 < len(shown) and keys[i] != keys[i + 1]
-            table.add_row(*map(Text, cells), end_section=rule)
         if not section.table.num_rows:
-            table.add_row(*(["(none)"] + [""] * (len(section.columns) - 1)))
-        return table
+            shown = [["(none)"] + [""] * (len(section.columns) - 1)]
+        numeric = [c.right for c in section.columns]
+        extents = [
+            _extent(c.title, [r[i] for r in shown], numeric[i])
+            for i, c in enumerate(section.columns)
+        ]
+        naturals, floors = [e[0] for e in extents], [e[1] for e in extents]
+        parts = [list(range(len(floors)))] if width is None else table_parts(numeric, floors, width)
+        keys = section.table.column(section.group_by).to_pylist() if section.group_by else []
+        tables = []
+        for n, cols in enumerate(parts):
+            title = section.title if n == 0 else ""
+            table = Table(
+                title=Text(title) if title else None,
+                box=box.SIMPLE_HEAD,
+                title_justify="left",
+                pad_edge=False,
+                show_edge=False,
+            )
+            room = (width or 0) - GAP * (len(cols) - 1)
+            natural = [naturals[i] for i in cols]
+            fitted = width is not None and sum(natural) > room
+            widths = column_widths(natural, [floors[i] for i in cols], room) if fitted else []
+            for j, i in enumerate(cols):
+                table.add_column(
+                    Text(section.columns[i].title),
+                    justify="right" if numeric[i] else "left",
+                    width=widths[j] if fitted else None,
+                    overflow="fold",
+                    no_wrap=not fitted,
+                )
+            for r, cells in enumerate(shown):  # a rule between groups (none after the last)
+                rule = bool(keys) and r + 1 < len(shown) and keys[r] != keys[r + 1]
+                table.add_row(*(Text(cells[i]) for i in cols), end_section=rule)
+            tables.append(table)
+        return tables

@@ -11,3 +11,11 @@ def format_bytes(value: float) -> str:
             return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
         amount /= 1024
     return f"{amount:.1f} TiB"
+
+
+def plural(count: int, noun: str, many: str = "") -> str:
+    """``count`` and ``noun``, plural unless it is one: (1, 'step') -> '1 step',
+    (3, 'step') -> '3 steps'; ``many`` is an irregular plural."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {many or noun + 's'}"

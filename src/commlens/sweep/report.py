@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.report.document import Document
+from commlens.report.units import plural
 from commlens.sweep.catalog import SPEC_FILE, open_catalog
 from commlens.sweep.sections import sweep_sections
 
@@ -48,7 +49,9 @@ def build_sweep_document(path: str | Path) -> Document:
     facts.append(("points", ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))))
     warnings = []
     if counts.get("pending"):
-        warnings.append(f"{counts['pending']} points not run yet: run `commlens sweep` again")
+        warnings.append(
+            f"{plural(counts['pending'], 'point')} not run yet: run `commlens sweep` again"
+        )
     return Document(
         title=f"commlens sweep report: {sweep.name}",
         facts=facts,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
+from commlens.report.units import plural
 from commlens.sweep.catalog import CATALOG
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def points_document(name: str, points: Sequence[Point]) -> Document:
         }
     )
     return Document(
-        title=f"sweep {name}: {len(points)} points",
+        title=f"sweep {name}: {plural(len(points), 'point')}",
         sections=[Section("points", "", table, LIST_COLUMNS)],
         data={"sweep": name, "points": table.drop_columns(["n"]).to_pylist()},
     )
@@ -103,7 +104,8 @@ def outcome_document(
         notes.append(f"report: {report}")
     notes += [f"figure: {file}" for file in figures]
     return Document(
-        title=f"sweep {name}: {len(outcome.points)} points · {len(outcome.ran)} run now · "
+        title=f"sweep {name}: {plural(len(outcome.points), 'point')} · "
+        f"{len(outcome.ran)} run now · "
         f"{len(outcome.reused)} already done · {len(outcome.skipped)} skipped · "
         f"{len(outcome.failed)} failed",
         sections=[Section("points", "points", table, POINT_COLUMNS)],

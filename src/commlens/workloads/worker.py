@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -37,12 +38,24 @@ def reporting_rank(job: Job) -> int:
     return job.dims.rank_of(0, 0, job.dims.pp - 1)
 
 
+def say(line: str) -> None:
+    """One progress line of ``commlens run``, as the launcher's output shows it."""
+    print(line, flush=True)
+
+
 def run_workload(job: Job, device: torch.device, verbose: bool = False) -> list[StepRecord]:
     """Build and train ``job`` on this rank (the process group must exist)."""
     torch.manual_seed(job.run.seed)
+    loud = verbose and dist.get_rank() == reporting_rank(job)
+    start = time.perf_counter()
     groups = build_groups(job.dims)
     par = parallelize(job, groups, device)
-    loud = verbose and dist.get_rank() == reporting_rank(job)
+    if loud:  # the first step can take long (a busy machine, many ranks): say where it is
+        params = sum(p.numel() for p in par.stage.parameters())
+        say(
+            f"model built in {time.perf_counter() - start:.1f} s ({params:,} parameters on "
+            f"rank {dist.get_rank()}); step 1/{job.run.steps} running..."
+        )
 
     def progress(r: StepRecord) -> None:
         if loud:
@@ -77,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     job = Job.from_dict(json.loads(Path(args[0]).read_text()))
     out = Path(args[1])
     device = device_for(job.run.backend)
+    start = time.perf_counter()
     dist.init_process_group(job.run.backend, timeout=timedelta(minutes=10))
+    if dist.get_rank() == 0:
+        say(
+            f"all {dist.get_world_size()} ranks joined the process group in "
+            f"{time.perf_counter() - start:.1f} s; building the model..."
+        )
     try:
         capture_workload(job, out, device, verbose=True)
     finally:

@@ -52,8 +52,13 @@ def align_sql(col: str, clock: str = "c") -> str:
     )
 
 
+def moves(clock: Clock) -> bool:
+    """Whether the formula changes any time (a zero offset and drift change none)."""
+    return clock.offset_ns != 0 or clock.drift != 0.0
+
+
 def align_numpy(t: np.ndarray, clock: Clock) -> np.ndarray:
     """The formula in numpy, for int64 times ``t`` of one rank."""
-    if clock.offset_ns == 0 and clock.drift == 0.0:
+    if not moves(clock):
         return t
     return t + clock.offset_ns + np.rint(clock.drift * (t - clock.t_ref_ns)).astype(np.int64)

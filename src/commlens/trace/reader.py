@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
-from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, clocks
+from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, clocks, moves
 from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.schema import EVENT_SCHEMA
@@ -290,8 +290,10 @@ class RunView:
         else:
             table = src.select(columns)
         clock = self.clocks.get(rank, NO_CLOCK) if align else NO_CLOCK
+        if not moves(clock):
+            return table
         for name in TIME_COLUMNS:
-            if name in columns and clock != NO_CLOCK:
+            if name in columns:
                 t = align_numpy(table.column(name).to_numpy(), clock)
                 table = table.set_column(
                     table.schema.get_field_index(name), name, pa.array(t, pa.int64())

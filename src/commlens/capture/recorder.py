@@ -1,9 +1,11 @@
 """The per-process recorder: turns intercepted calls into rows of events.
 
 It owns the rank's writer (opened once the process group exists), the
-sequence counter, async ops waiting for completion and the fail-safe: the
-first error inside recording is reported once on stderr and recording stops,
-while every collective keeps running with the caller's arguments.
+sequence counter, every async op waiting for completion (the interceptions
+hand calls to its ``on_*`` methods and waits to :meth:`Recorder.before_wait`
+and :meth:`Recorder.after_wait`) and the fail-safe: the first error inside
+recording is reported once on stderr and recording stops, while every
+collective keeps running with the caller's arguments.
 
 What a killed rank keeps: completed async ops are written by the recording
 threads in batches (every :data:`COLLECT_AT`, at each step, wait and close),

@@ -2,7 +2,8 @@
 
 Each query runs on its own cursor (a connection to that database, a few ms
 to open where a new database takes tens), with ``tables`` registered on that
-cursor only, so queries from different threads do not see each other's. A
+cursor only, so queries from different threads do not see each other's. The
+tables are small: one thread, so sums of floats come out the same every time. A
 forked child opens a database of its own: DuckDB's threads do not survive a
 fork, and the parent's is left untouched (closing it in the child crashes).
 """
@@ -26,7 +27,7 @@ def _database() -> duckdb.DuckDBPyConnection:
 
     pid = os.getpid()
     if pid not in _DATABASES:
-        _DATABASES[pid] = duckdb.connect()
+        _DATABASES[pid] = duckdb.connect(config={"threads": 1})
     return _DATABASES[pid]
 
 

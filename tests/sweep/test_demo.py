@@ -110,13 +110,15 @@ def test_the_demo_summary_in_every_format(tmp_path: Path) -> None:
          "slowest_step_s": 0.0825, "fastest_step_s": 0.0206}
     ]  # fmt: skip
     doc = demo_document(records, speed, tmp_path / "report.html", tmp_path / "sweep")
-    text = get_renderer("text", width=100).render(doc)
+    narrow = get_renderer("text", width=100).render(doc)
+    assert max(len(line.rstrip()) for line in narrow.splitlines()) <= 100
+    text = get_renderer("text", width=200).render(doc)
     assert text.startswith("the demo's points (median step after warm-up)")
     rows = [line.split() for line in text.splitlines() if line.startswith(("dp ", "pp "))]
-    dp = ["dp", "4×1×1", "2", "nodes,", "100mbit", "0.0982", "79%", "all_reduce/dp", "50%", "ok"]
+    dp = "dp 4×1×1 2 nodes, 100mbit 0.0982 - 79% all_reduce/dp 50% ok".split()
     assert rows[0] == dp
     assert rows[1] == [
-        *"pp 2×1×2 2 nodes, unshaped - -".split(),
+        *"pp 2×1×2 2 nodes, unshaped - - -".split(),
         *"timed out after 1 s - -".split(),
     ]
     assert "dp: speedup 4.01x from the 100mbit link to the unshaped one" in text

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from commlens.sweep.demo import demo_plan
     from commlens.sweep.findings import link_speedup
     from commlens.sweep.report import render_sweep
+    from commlens.sweep.sections import point_spreads
     from commlens.sweep.summary import demo_document
 
     console = progress_console(args)
@@ -61,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
         con.close()
     html = out / "report.html"
     render_sweep(sweep_dir, "html", str(html))
-    emit(
-        demo_document(outcome.records, speedups, html, sweep_dir),
-        None,
-        args.format,
-        width=args.width,
-    )
+    spreads = point_spreads(sweep_dir, [r["id"] for r in outcome.records if r["status"] == "ok"])
+    doc = demo_document(outcome.records, speedups, html, sweep_dir, spreads)
+    emit(doc, None, args.format, width=args.width)
     return 0 if outcome.ok else 1

@@ -19,6 +19,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich import box
 from rich.cells import cell_len
@@ -50,25 +51,37 @@ GAP = 3
 """Columns between two table columns: padding either side of a one-space rule."""
 
 
-def _extent(title: str, values: Sequence[str], numeric: bool) -> tuple[int, int]:
-    """(natural, floor) content width of one column: its floor is its longest title
-    word, and its widest cell for numbers (never wrapped) or :data:`TEXT_FLOOR` for text."""
+@dataclass(frozen=True)
+class Extent:
+    """Content widths of one column: natural (nothing wrapped), with only its title
+    wrapped at its spaces (``cells``), and its floor: the longest title word and the
+    widest cell for numbers (never wrapped), or :data:`TEXT_FLOOR` for text."""
+
+    natural: int
+    cells: int
+    floor: int
+
+
+def _extent(title: str, values: Sequence[str], numeric: bool) -> Extent:
     widest = max((cell_len(v) for v in values), default=0)
     words = max((cell_len(w) for w in title.split()), default=0)
-    return max(cell_len(title), widest), max(words, widest if numeric else min(widest, TEXT_FLOOR))
+    floor = max(words, widest if numeric else min(widest, TEXT_FLOOR))
+    return Extent(max(cell_len(title), widest), max(words, widest), floor)
 
 
-def column_widths(naturals: Sequence[int], floors: Sequence[int], room: int) -> list[int]:
-    """Content widths that sum to at most ``room`` where the floors allow: the column
-    with the most room above its floor gives up one column at a time."""
-    widths = list(naturals)
-    excess = sum(widths) - room
-    while excess > 0:
-        i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])
-        if widths[i] <= floors[i]:
-            break
-        widths[i] -= 1
-        excess -= 1
+def column_widths(extents: Sequence[Extent], room: int) -> list[int]:
+    """Content widths that sum to at most ``room`` where the floors allow: titles wrap
+    first, then text cells; at each stage the column with the most room to give
+    gives up one column at a time."""
+    widths = [e.natural for e in extents]
+    for floors in ([e.cells for e in extents], [e.floor for e in extents]):
+        excess = sum(widths) - room
+        while excess > 0:
+            i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])
+            if widths[i] <= floors[i]:
+                break
+            widths[i] -= 1
+            excess -= 1
     return widths
 
 
@@ -181,7 +194,7 @@ class TextRenderer(Renderer):
             _extent(c.title, [r[i] for r in shown], numeric[i])
             for i, c in enumerate(section.columns)
         ]
-        naturals, floors = [e[0] for e in extents], [e[1] for e in extents]
+        naturals, floors = [e.natural for e in extents], [e.floor for e in extents]
         parts = [list(range(len(floors)))] if width is None else table_parts(numeric, floors, width)
         keys = section.table.column(section.group_by).to_pylist() if section.group_by else []
         tables = []
@@ -197,7 +210,7 @@ class TextRenderer(Renderer):
             room = (width or 0) - GAP * (len(cols) - 1)
             natural = [naturals[i] for i in cols]
             fitted = width is not None and sum(natural) > room
-            widths = column_widths(natural, [floors[i] for i in cols], room) if fitted else []
+            widths = column_widths([extents[i] for i in cols], room) if fitted else []
             for j, i in enumerate(cols):
                 table.add_column(
                     Text(section.columns[i].title),

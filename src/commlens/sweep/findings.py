@@ -61,7 +61,8 @@ def points_table(con: duckdb.DuckDBPyConnection) -> pa.Table:
 
 
 def link_speedup(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Per job run over ≥ 2 links: step on the slowest and fastest link, and the speedup.
+    """Per job run over ≥ 2 links: step on the slowest and fastest link, and the speedup
+    (with the two points' ids).
 
     Steps are each point's best measured step (``step_min_s``): on a shared machine
     other work only ever adds time, so the best step is the steadiest estimate.
@@ -84,7 +85,8 @@ def link_speedup(con: duckdb.DuckDBPyConnection) -> pa.Table:
         SELECT s.model, s.scheme, s.dp || '×' || s.tp || '×' || s.pp AS layout,
                s.link AS slowest_link, s.step_s AS slowest_step_s,
                f.link AS fastest_link, f.step_s AS fastest_step_s,
-               s.step_s / f.step_s AS speedup, s.links
+               s.step_s / f.step_s AS speedup, s.links,
+               s.id AS slowest_id, f.id AS fastest_id
         FROM ranked s JOIN ranked f USING ({_JOB})
         WHERE s.lo = 1 AND f.hi = 1 AND s.links >= 2
         ORDER BY s.model, s.scheme

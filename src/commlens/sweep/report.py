@@ -35,7 +35,7 @@ def build_sweep_document(path: str | Path) -> Document:
     con = open_catalog(sweep)
     try:
         counts = dict(con.execute("SELECT status, count(*) FROM points GROUP BY status").fetchall())
-        sections = sweep_sections(con)
+        sections = sweep_sections(con, sweep)
         data: dict[str, Any] = {"sweep": str(sweep), "status": counts}
         for s in sections:
             data[s.key] = s.table.to_pylist()

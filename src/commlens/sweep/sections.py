@@ -8,12 +8,15 @@ beside DP, ...).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from commlens.report.document import Column, Section
 from commlens.sweep import figures, findings
+from commlens.sweep.catalog import point_dir
+from commlens.sweep.spread import Spread, link_findings, run_spread
 
 
 def _section(
@@ -29,7 +32,27 @@ def _section(
     return Section(key, title, table, columns, note, plots)
 
 
-def sweep_sections(con: Any) -> list[Section]:
+def _link_note(speed: pa.Table, sweep: Path | None) -> str:
+    """What the speedups show, worded from them (Study A expects DP to gain the most)."""
+    rows = speed.to_pylist()
+    ids = [r[k] for r in rows for k in ("slowest_id", "fastest_id")]
+    spreads = point_spreads(sweep, ids) if sweep is not None else {}
+    return " ".join(link_findings(rows, spreads))
+
+
+def point_spreads(sweep: Path, ids: list[str]) -> dict[str, Spread]:
+    """The step spread of each point that has a run (by point id)."""
+    found = {}
+    for point_id in ids:
+        s = run_spread(point_dir(sweep, point_id) / "run")
+        if s is not None:
+            found[point_id] = s
+    return found
+
+
+def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
+    """The report's sections; ``sweep`` (the directory) lets the link finding weigh
+    each speedup against the spread of the points' steps."""
     out = [
         _section(
             "points",
@@ -70,8 +93,7 @@ def sweep_sections(con: Any) -> list[Section]:
                     ("fastest_step_s", "step there (s)", "s"),
                     ("speedup", "speedup", "x"),
                 ],
-                "Study A: data parallelism gains far more from a faster link than model "
-                "parallelism, whose traffic is activations, not every gradient.",
+                _link_note(speed, sweep),
                 ("speedup per scheme", figures.speedup),
             )
         )

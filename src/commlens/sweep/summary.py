@@ -6,7 +6,7 @@ sweep directory is :mod:`commlens.sweep.report`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ import pyarrow as pa
 from commlens.report.document import Column, Document, Section
 from commlens.report.units import plural
 from commlens.sweep.catalog import CATALOG
+from commlens.sweep.spread import Spread, link_findings
 
 if TYPE_CHECKING:
     from commlens.sweep.grid import Point
@@ -131,6 +132,7 @@ DEMO_COLUMNS = (
     Column("layout", "dp×tp×pp"),
     Column("network", "network"),
     Column("step_s", "step (s)", "{:.4f}"),
+    Column("spread", "middle half (s)", align="right"),
     Column("comm_share", "comm", "{:.0%}"),
     Column("key_ops", "key ops"),
     Column("key_share", "share", "{:.0%}"),
@@ -145,7 +147,7 @@ def _key_ops(scheme: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in ops if o["op"] == "all_reduce" and o["role"] in ("dp", "tp")]
 
 
-def _row(rec: dict[str, Any]) -> dict[str, Any]:
+def _row(rec: dict[str, Any], spread: Spread | None) -> dict[str, Any]:
     cfg = rec["config"]
     row: dict[str, Any] = {
         "id": rec["id"],
@@ -154,6 +156,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "network": rec["network"],
         "status": rec["status"],
         "step_s": None,
+        "spread": spread.band if spread else "-",
         "comm_share": None,
         "key_ops": rec["error"],
         "key_share": None,
@@ -175,18 +178,24 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def demo_document(
-    records: list[dict[str, Any]], speedups: list[dict[str, Any]], html: Path, sweep_dir: Path
+    records: list[dict[str, Any]],
+    speedups: list[dict[str, Any]],
+    html: Path,
+    sweep_dir: Path,
+    spreads: Mapping[str, Spread] | None = None,
 ) -> Document:
-    """One row per point (step, comm share, the scheme's key ops, validation), then the
-    speedup of each scheme from the slowest link to the fastest and where to look next."""
-    rows = [_row(rec) for rec in records]
+    """One row per point (step, the middle half of its steps, comm share, the scheme's key
+    ops, validation), then the speedup of each scheme from the slowest link to the fastest
+    weighed against that spread (:mod:`commlens.sweep.spread`) and where to look next."""
+    spreads = spreads or {}
+    rows = [_row(rec, spreads.get(rec["id"])) for rec in records]
     table = pa.Table.from_pylist(rows)
-    notes = [
-        f"{s['scheme']}: speedup {s['speedup']:.2f}x from the {s['slowest_link']} link "
-        f"to the {s['fastest_link']} one (best step {s['slowest_step_s']:.4f} s → "
-        f"{s['fastest_step_s']:.4f} s)"
-        for s in speedups
-    ]
+    notes = link_findings(speedups, spreads)
+    if spreads:
+        notes.append(
+            "step = the median over the measured steps; middle half = their interquartile "
+            "range, this machine's noise: a difference inside it is no finding"
+        )
     notes += [
         f"HTML report: {html.resolve()}",
         f"more: `commlens report {sweep_dir}`, `commlens report {sweep_dir}/points/<point>/run`, "
@@ -201,6 +210,7 @@ def demo_document(
         data={
             "points": rows,
             "speedup": speedups,
+            "spread": {k: vars(v) for k, v in spreads.items()},
             "html_report": str(html.resolve()),
             "sweep": str(sweep_dir),
         },

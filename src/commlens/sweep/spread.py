@@ -1,0 +1,156 @@
+"""How much a point's step time varies, and what a difference between links is worth.
+
+On a shared machine every step is disturbed a little differently, so two points
+differ by chance as well as by their link. A point's :class:`Spread` is over
+its measured steps (after warm-up; each step's time is the slowest rank's, as
+the run's manifest records it); its middle half (the interquartile range) is
+the noise band. A speedup from the slowest link to the fastest is the ratio
+of the best steps (other work only ever adds time), and its band runs from
+the slow point's first quartile over the fast one's third to the slow point's
+third quartile over the fast one's first. Only a band wholly above 1 is a
+gain, one wholly below 1 a loss; anything else is within the noise, and the
+sentences here say so instead of the finding a study expected.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commlens.trace.layout import MANIFEST
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A point's measured step times (s): how many, best, quartiles, worst."""
+
+    steps: int
+    best: float
+    q1: float
+    median: float
+    q3: float
+    worst: float
+
+    @property
+    def band(self) -> str:
+        """The middle half of the steps, as shown: '0.0812–0.0905'."""
+        return f"{self.q1:.4f}–{self.q3:.4f}"
+
+
+def spread(times: Sequence[float]) -> Spread | None:
+    """The spread of ``times`` (None without any)."""
+    if not times:
+        return None
+    values = sorted(float(t) for t in times)
+    if len(values) == 1:
+        q1 = median = q3 = values[0]
+    else:
+        q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return Spread(len(values), values[0], q1, median, q3, values[-1])
+
+
+def run_spread(run_dir: Path) -> Spread | None:
+    """The spread of a run's measured steps, from its manifest (None if it has none)."""
+    try:
+        records = json.loads((run_dir / MANIFEST).read_text()).get("steps_metrics") or []
+        measured = [r for r in records if not r.get("warmup")] or records
+        return spread([float(r["time_s"]) for r in measured])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class LinkGain:
+    """One scheme's speedup from the slowest link to the fastest, with its noise band."""
+
+    scheme: str
+    speedup: float
+    low: float | None
+    """The band's ends (None when a spread is unknown)."""
+    high: float | None
+
+    @property
+    def verdict(self) -> str:
+        """'gain', 'loss' or 'noise' ('' when the band is unknown)."""
+        if self.low is None or self.high is None:
+            return ""
+        if self.low > 1:
+            return "gain"
+        if self.high < 1:
+            return "loss"
+        return "noise"
+
+
+def link_gain(row: Mapping[str, Any], slow: Spread | None, fast: Spread | None) -> LinkGain:
+    """The gain of one row of :func:`commlens.sweep.findings.link_speedup`."""
+    if slow is None or fast is None or not fast.q1 or not fast.q3:
+        return LinkGain(row["scheme"], float(row["speedup"]), None, None)
+    return LinkGain(row["scheme"], float(row["speedup"]), slow.q1 / fast.q3, slow.q3 / fast.q1)
+
+
+def gain_sentence(row: Mapping[str, Any], slow: Spread | None, fast: Spread | None) -> str:
+    """What one scheme's link speedup says, in the measured numbers."""
+    gain = link_gain(row, slow, fast)
+    head = (
+        f"{row['scheme']}: speedup {gain.speedup:.2f}x from the {row['slowest_link']} link to "
+        f"the {row['fastest_link']} one (best step {row['slowest_step_s']:.4f} s → "
+        f"{row['fastest_step_s']:.4f} s"
+    )
+    if slow is None or fast is None:
+        return head + ")"
+    band = f"; middle half of the steps {slow.band} s → {fast.band} s"
+    verdict = {
+        "gain": "a gain beyond the noise",
+        "loss": "slower on the faster link, beyond the noise: other work on this machine "
+        "disturbed it, not the link",
+        "noise": "the two overlap, so the difference is within the noise",
+    }[gain.verdict]
+    return f"{head}{band}): {verdict}"
+
+
+def comparison_sentence(gains: Sequence[LinkGain]) -> str:
+    """Which scheme the faster link helps most, only as far as the bands tell it apart."""
+    if len(gains) < 2:
+        return ""
+    ranked = sorted(gains, key=lambda g: g.speedup, reverse=True)
+    top, rest = ranked[0], ranked[1:]
+    listed = ", ".join(f"{g.scheme} {g.speedup:.2f}x" for g in rest)
+    if top.verdict == "":
+        return f"{top.scheme} gained the most from the faster link ({top.speedup:.2f}x; {listed})."
+    apart = top.verdict == "gain" and all(
+        g.high is not None and top.low is not None and top.low > g.high for g in rest
+    )
+    if not apart:
+        return (
+            f"{top.scheme} measured the largest speedup ({top.speedup:.2f}x; {listed}), but "
+            "the noise bands overlap: these runs do not tell the schemes apart (a quieter "
+            "machine or more steps would)."
+        )
+    study = (
+        ", as Study A found: data parallelism sends every gradient, model parallelism activations"
+        if top.scheme in ("dp", "zero1", "zero2", "zero3")
+        else "; Study A found data parallelism gains the most, which these runs do not show"
+    )
+    return (
+        f"{top.scheme} gains clearly the most from the faster link "
+        f"({top.speedup:.2f}x; {listed}){study}."
+    )
+
+
+def link_findings(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Spread]) -> list[str]:
+    """A sentence per row of ``link_speedup`` and one comparing them; ``spreads`` by point id."""
+    lines: list[str] = []
+    models: dict[str, list[LinkGain]] = {}
+    for row in rows:
+        slow, fast = spreads.get(row.get("slowest_id", "")), spreads.get(row.get("fastest_id", ""))
+        lines.append(gain_sentence(row, slow, fast))
+        models.setdefault(row.get("model", ""), []).append(link_gain(row, slow, fast))
+    for model, gains in models.items():  # schemes are compared within a model only
+        compared = comparison_sentence(gains)
+        if compared:
+            lines.append(f"{model}: {compared}" if len(models) > 1 else compared)
+    return lines

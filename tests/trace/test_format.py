@@ -68,6 +68,23 @@ def test_a_run_holds_the_files_the_layout_names(tmp_path: Path) -> None:
     assert layout.PARTS_DIR.match(layout.parts_dir(run, 7).name)
 
 
+def test_the_names_are_the_documented_ones(tmp_path: Path) -> None:
+    """The names themselves are the contract: other tools read runs by them."""
+    assert (layout.MANIFEST, layout.MANIFEST_LOCK, layout.NIC_FILE) == (
+        "run.json",
+        ".run.lock",
+        "nic.parquet",
+    )
+    assert layout.rank_file(tmp_path, 3).name == "rank-00003.parquet"
+    assert layout.rank_meta_path(tmp_path, 3).name == "rank-00003.json"
+    assert layout.parts_dir(tmp_path, 3).name == ".rank-00003.parts"
+    assert layout.rank_file(tmp_path, 123456).name == "rank-123456.parquet"
+    for name in ("run.json", ".run.json.123.tmp", "rank-00001.parquet", ".rank-00001.json.ab.tmp"):
+        assert layout.OWN_FILES.match(name), name
+    for name in ("notes.txt", "rank-1.parquet", "run.json.bak"):
+        assert not layout.OWN_FILES.match(name), name
+
+
 def test_sql_and_numpy_forms_agree_to_the_nanosecond() -> None:
     clock = Clock(offset_ns=-123_456, drift=DRIFT, t_ref_ns=T0_NS)
     deltas = [0, 1, 511, 512, 513, 1536, 2560, -512, -1536, 10**12 + 512, -(10**9) - 512]

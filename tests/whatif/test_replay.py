@@ -7,11 +7,16 @@ import pytest
 
 from commlens.errors import RunFormatError
 from commlens.whatif.critical import critical_path
-from commlens.whatif.durations import measured
-from commlens.whatif.model import BLOCK, HOLD, build_program
-from commlens.whatif.replay import replay
+from commlens.whatif.durations import measured, measured_release
+from commlens.whatif.model import BLOCK, HOLD, Program, build_program
+from commlens.whatif.replay import Timeline, replay
 from commlens.whatif.results import figures
 from tests.whatif.synthetic import Ev, make_trace
+
+
+def self_replay(prog: Program) -> Timeline:
+    """The replay with the measured op times and queue releases (the self-check's)."""
+    return replay(prog, measured(prog), measured_release(prog))
 
 
 def us(value: float) -> pytest.approx:
@@ -22,16 +27,15 @@ def both_steps(end: float) -> list[tuple[int, int, float, float]]:
     return [(0, 0, 0, end), (1, 0, 0, end)]
 
 
-def step_times(tl: object) -> np.ndarray:
-    marks = tl.step_marks  # type: ignore[attr-defined]
-    return marks[1::2] - marks[0::2]
+def step_times(tl: Timeline) -> np.ndarray:
+    return tl.step_marks[1::2] - tl.step_marks[0::2]
 
 
 def test_collective_waits_for_its_last_member_and_the_step_follows() -> None:
     # rank 0 arrives at 10, rank 1 at 20; both computed 10 after the op in the capture.
     trace = make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     prog = build_program(trace)
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
     tl = replay(prog, np.full(2, 5e-6))
     assert tl.start.tolist() == [us(20)]
     assert tl.end.tolist() == [us(25), us(25)]
@@ -54,7 +58,7 @@ def test_an_op_queues_behind_the_previous_one_on_its_group() -> None:
         Ev(1, "all_gather", 6, 25, is_async=True, wait=10),
     ]
     prog = build_program(make_trace(events, both_steps(30)))
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(30), us(30)]
+    assert step_times(self_replay(prog)).tolist() == [us(30), us(30)]
     slow = replay(prog, np.full(4, 10e-6))
     assert slow.start.tolist() == [us(5), us(15)]  # the gather is ready at 6, runs after 15
     fast = replay(prog, np.full(4, 2e-6))
@@ -67,7 +71,7 @@ def test_an_op_queues_behind_the_previous_one_on_its_group() -> None:
 def test_async_op_holds_its_caller_only_from_its_wait() -> None:
     events = [Ev(0, "all_reduce", 0, 12, members=(0,), is_async=True, wait=2)]
     prog = build_program(make_trace(events, [(0, 0, 0, 20)]))
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(20)]
+    assert step_times(self_replay(prog)).tolist() == [us(20)]
     hidden = replay(prog, np.array([4e-6]))
     assert hidden.held.tolist() == [0.0] and step_times(hidden).tolist() == [us(18)]
     exposed = replay(prog, np.array([15e-6]))
@@ -84,7 +88,7 @@ def test_sends_meet_their_receives_pair_by_pair() -> None:
     prog = build_program(make_trace(events, both_steps(20)))
     assert prog.inst.tolist() == [0, 1, 0, 1]
     assert prog.cost_groups[int(prog.inst_group[0])] == (0, 1)
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(20), us(20)]
+    assert step_times(self_replay(prog)).tolist() == [us(20), us(20)]
     tl = replay(prog, np.full(4, 3e-6))
     assert tl.start.tolist() == [us(5), us(10)]
     assert tl.held.tolist() == [us(3), us(3), us(6), us(4)]
@@ -106,7 +110,7 @@ def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
         if k == HOLD
     ]
     assert holds == [(0, 20.0), (1, 20.0)]  # both at the second bucket's issue
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
     tl = replay(prog, np.full(4, 1e-6))
     assert tl.start.tolist() == [us(11), us(21)]
     assert tl.held.tolist() == [0.0, us(2), 0.0, us(1)]
@@ -127,7 +131,7 @@ def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
     }
     # compute before the wait at 25: 25 less the 1 held in the broadcast
     assert at == {0: 24.0, 1: 15.0}
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
 
 
 def test_desynchronised_ranks_are_refused() -> None:
@@ -154,7 +158,7 @@ def test_a_send_does_not_wait_for_its_receive() -> None:
         Ev(1, "recv", 4.5, 5, peer=0, role="pp"),
     ]
     prog = build_program(make_trace(events, both_steps(6)))
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(6), us(6)]
+    assert step_times(self_replay(prog)).tolist() == [us(6), us(6)]
     tl = replay(prog, np.full(4, 1e-6))
     assert tl.end.tolist() == [us(1), us(4), us(4), us(4.5)]  # rank 1's data came at 1
     assert step_times(tl).tolist() == [us(5), us(5.5)]
@@ -167,7 +171,7 @@ def test_a_clock_that_breaks_causality_is_corrected() -> None:
     # δ0 − δ1 must lie in [30 − 70, 80 − 10] negated: [40, 70]; the middle is 55.
     assert prog.clock_shifts.tolist() == [0, -55_000]
     assert prog.trace.t_issue.tolist() == [10_000, 15_000]
-    assert step_times(replay(prog, measured(prog))).tolist() == [us(40), us(40)]
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
     consistent = build_program(
         make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     )
@@ -181,3 +185,34 @@ def test_critical_path_crosses_to_the_last_arrival() -> None:
     # rank 0's last 10 of compute, the all-reduce's 5, rank 1's first 20 (it came last)
     assert [(p.op, p.seconds) for p in path] == [("compute", us(30)), ("all_reduce", us(5))]
     assert sum(p.share for p in path) == pytest.approx(1.0)
+
+
+def test_an_op_the_capture_saw_end_before_the_previous_one_does_not_queue() -> None:
+    # gloo ran the two async ops side by side: rank 1 finished the second first.
+    events = [
+        Ev(0, "all_reduce", 0, 20, is_async=True, wait=15),
+        Ev(0, "all_reduce", 1, 21, is_async=True, wait=1),
+        Ev(1, "all_reduce", 2, 22, is_async=True, wait=17),
+        Ev(1, "all_reduce", 3, 12, is_async=True, wait=7),
+    ]
+    prog = build_program(make_trace(events, both_steps(30)))
+    assert prog.first_of_queue.tolist() == [True, True]
+    assert step_times(self_replay(prog)).tolist() == [us(30), us(30)]
+    assert replay(prog, np.full(4, 10e-6)).start.tolist() == [us(2), us(3)]
+
+
+def test_a_late_recorded_end_does_not_hold_the_next_op_back() -> None:
+    # rank 0 saw A end at 30 (its completion callback waited), rank 1 at 12; rank 1
+    # then ran B from 13 to 20: the queue was free when the first member saw A end.
+    events = [
+        Ev(0, "all_reduce", 0, 30, is_async=True, wait=1),
+        Ev(0, "all_reduce", 1, 31, is_async=True, wait=1),
+        Ev(1, "all_reduce", 2, 12),
+        Ev(1, "all_reduce", 13, 20),
+    ]
+    prog = build_program(make_trace(events, both_steps(40)))
+    assert prog.first_of_queue.tolist() == [True, False]  # in order on every rank
+    assert measured_release(prog).tolist() == [us(10), us(7)]
+    tl = self_replay(prog)
+    assert tl.end.tolist() == [us(30), us(31), us(12), us(20)]
+    assert step_times(tl).tolist() == [us(40), us(40)]

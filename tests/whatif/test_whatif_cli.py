@@ -31,29 +31,49 @@ def capture(out: Path, scheme: str) -> Path:
     return out
 
 
+DP_OPS = {("all_reduce", "dp")}
+EXPECTED_OPS = {  # per step after the first; the traced script's set-up broadcast is in step 0
+    "dp": DP_OPS,
+    "traced": DP_OPS,
+    "pp": {("send", "pp"), ("recv", "pp"), ("all_reduce", "pp")},
+}
+
+
+def trace_script(out: Path) -> Path:
+    """``commlens trace`` of the plain DDP example under torchrun (a third-party script)."""
+    bin_dir = Path(sys.executable).parent
+    script = Path(__file__).parents[2] / "examples" / "ddp_train.py"
+    cmd = [str(bin_dir / "commlens"), "trace", "--out", str(out), "--"]
+    cmd += [str(bin_dir / "torchrun"), "--nproc_per_node", "2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("whatif")
-    return {scheme: capture(root / scheme, scheme) for scheme in ("dp", "pp")}
+    made = {scheme: capture(root / scheme, scheme) for scheme in ("dp", "pp")}
+    made["traced"] = trace_script(root / "traced")
+    return made
 
 
-@pytest.mark.parametrize("scheme", ["dp", "pp"])
+@pytest.mark.parametrize("scheme", ["dp", "pp", "traced"])
 def test_replay_with_measured_times_gives_back_the_captured_steps(
     runs: dict[str, Path], scheme: str
 ) -> None:
     study = run_study(runs[scheme], "tcp-10g,rdma-100g")
     assert study.check.max_step_error < 1e-6
     assert study.check.max_event_error_s < 1e-6
-    assert study.captured.figures.steps == [1, 2]  # step 0 (warm-up) left out
+    # step 0 (warm-up) left out; the traced script runs 5 steps
+    assert study.captured.figures.steps == ([1, 2, 3, 4] if scheme == "traced" else [1, 2])
     assert [a.name for a in study.answers] == ["tcp-10g", "rdma-100g"]
     tcp, rdma = (a.figures for a in study.answers)
-    assert all(t >= r > 0 for t, r in zip(tcp.step_s, rdma.step_s, strict=True))
+    assert all(s > 0 for s in tcp.step_s + rdma.step_s)
+    # each op is slower on tcp (a step's time, a difference of two ends, need not be)
+    assert sum(o.service_s for o in tcp.ops) > sum(o.service_s for o in rdma.ops)
     ops = {(o.op, o.role) for o in tcp.ops}
-    assert ops == (
-        {("all_reduce", "dp")}
-        if scheme == "dp"
-        else {("send", "pp"), ("recv", "pp"), ("all_reduce", "pp")}
-    )
+    assert ops == EXPECTED_OPS[scheme]
 
 
 def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,26 +34,60 @@ OBJECT_AS_TENSOR = {
 }
 
 
-def measured(prog: Program) -> np.ndarray:
-    """Seconds each event's op lasted in the capture, from its instance's start.
+def _running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` that starts afresh wherever ``first`` is True."""
+    if not values.size:
+        return values
+    segment = np.cumsum(first) - 1
+    base = int(values.min())
+    span = int(values.max()) - base + 1
+    if span * (int(segment[-1]) + 1) < (1 << 62):  # one accumulate over shifted segments
+        shift = segment.astype(np.int64) * span
+        return np.maximum.accumulate(values - base + shift) - shift + base
+    out = values.copy()
+    for i in range(1, values.size):
+        if not first[i] and out[i - 1] > out[i]:
+            out[i] = out[i - 1]
+    return out
 
-    A collective starts when its last member issued it and the one before it
-    on its group had ended on every member; a p2p pair when its send was
-    issued and the send before it on its channel had ended.
+
+def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
+    """(start, queue release) of each instance in the capture, in ns.
+
+    A collective started when its last member issued it and the previous op
+    on its group released the queue, at the first of its members' ends (a
+    member's recorded end can be late, e.g. a completion callback waiting for
+    the GIL; per-rank order makes the first end a safe bound); a p2p pair when
+    its send was issued and the previous send had ended. So along a queue
+    ``release[i] = max(first end[i], start[i])`` and ``start[i] = max(last
+    issue[i], release[i - 1])``.
     """
     tr = prog.trace
     n = prog.instances
-    low = np.iinfo(np.int64).min
+    low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     last_issue = np.full(n, low, dtype=np.int64)
     np.maximum.at(last_issue, prog.inst, tr.t_issue)
-    last_end = np.full(n, low, dtype=np.int64)
-    np.maximum.at(last_end, prog.inst, tr.t_end)
+    first_end = np.full(n, high, dtype=np.int64)
+    np.minimum.at(first_end, prog.inst, tr.t_end)
     pairs = prog.send_of >= 0
     sends = prog.send_of[pairs]
-    last_issue[pairs], last_end[pairs] = tr.t_issue[sends], tr.t_end[sends]
-    before = np.r_[low, last_end[:-1]]
+    last_issue[pairs], first_end[pairs] = tr.t_issue[sends], tr.t_end[sends]
+    release = _running_max(np.maximum(first_end, last_issue), prog.first_of_queue)
+    before = np.r_[low, release[:-1]]
     start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
-    return np.maximum(tr.t_end - start[prog.inst], 0) / 1e9
+    return start, release
+
+
+def measured(prog: Program) -> np.ndarray:
+    """Seconds each event's op lasted in the capture, from its instance's start."""
+    start, _ = _captured_starts(prog)
+    return np.maximum(prog.trace.t_end - start[prog.inst], 0) / 1e9
+
+
+def measured_release(prog: Program) -> np.ndarray:
+    """Seconds from each instance's start until its queue was free again, as captured."""
+    start, release = _captured_starts(prog)
+    return (release - start) / 1e9
 
 
 def instance_roles(prog: Program) -> np.ndarray:

@@ -14,7 +14,9 @@ by its position among that group's ops on each rank (the k-th op every member
 issued on a group is one collective); a send is matched with the receive of
 the same (group, source, destination) at the same position. Instances of
 one group (of one p2p channel) form a queue: one starts when all its members
-issued it and the one before it on the queue has ended. A send is eager: it
+issued it and the one before it on the queue has ended, unless the capture
+shows it ending before that one on some rank (gloo runs a group's async ops
+on several threads): then it does not queue. A send is eager: it
 starts once issued (and the send before it on its channel has ended), and
 its receive ends when the data has arrived, or at its own issue if later.
 
@@ -135,6 +137,13 @@ def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarr
         )
     first = np.zeros(total, dtype=bool)
     first[base[:-1][np.diff(base) > 0]] = True
+    # An op that ended on some rank before the op before it on its group (gloo runs
+    # a group's async ops on several threads) did not queue: it has no predecessor.
+    order = np.lexsort((pos, rank, group))
+    ev = idx[order]
+    same = (group[order][1:] == group[order][:-1]) & (rank[order][1:] == rank[order][:-1])
+    early = same & (tr.t_end[ev[1:]] < tr.t_end[ev[:-1]])
+    first[inst[order][1:][early]] = True
     return inst, first
 
 

@@ -2,7 +2,8 @@
 
 Each rank runs through its marks, spending each compute gap as measured. A
 collective starts when its last member issued it and the instance before it
-on its group has ended; member ``e`` ends ``dur[e]`` seconds later. A send
+on its group has released the queue; member ``e`` ends ``dur[e]`` seconds
+later. A send
 starts when issued and the send before it on its channel has ended, and ends
 ``dur[send]`` later; its receive ends ``dur[recv]`` after the send started,
 or when it is issued if that is later. A rank at a ``HOLD`` waits until that
@@ -41,8 +42,19 @@ class Timeline:
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
 
-def replay(prog: Program, dur: np.ndarray) -> Timeline:
-    """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds."""
+def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) -> Timeline:
+    """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
+
+    The next op on an instance's queue may start ``release[i]`` seconds after
+    instance ``i`` started (default: when its last member ends, a send: when it
+    ends).
+    """
+    if release is None:
+        release = np.zeros(prog.instances)
+        np.maximum.at(release, prog.inst, dur)
+        pairs = prog.send_of >= 0
+        release[pairs] = dur[prog.send_of[pairs]]
+    free_after = release.tolist()
     n_ev, n_inst = prog.inst.size, prog.instances
     inst_of = prog.inst.tolist()
     members = prog.members.tolist()
@@ -85,16 +97,14 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
             if not first[i] and qend[i - 1] > t:
                 t = qend[i - 1]
                 queued[i] = True
-            start[i] = last = t
+            start[i] = t
             for e in members[offsets[i] : offsets[i + 1]]:
-                end[e] = t_e = t + d[e]
-                if t_e > last:
-                    last = t_e
+                end[e] = t + d[e]
                 if parked:
                     waiting = parked.pop(e, None)
                     if waiting:
                         todo.extend(waiting)
-            qend[i] = last
+            qend[i] = t + free_after[i]
             i += 1
             if i >= n_inst or first[i] or missing[i] or start[i] == start[i]:
                 return
@@ -108,8 +118,8 @@ def replay(prog: Program, dur: np.ndarray) -> Timeline:
                 t = qend[i - 1]
                 queued[i] = True
             start[i] = t
-            qend[i] = t + d[s]
-            ended(s, qend[i])
+            qend[i] = t + free_after[i]
+            ended(s, t + d[s])
             arrival[i] = t + d[r]
             if issue[r] == issue[r]:
                 ended(r, max(issue[r], arrival[i]))

@@ -10,7 +10,7 @@ import numpy as np
 from commlens.errors import UsageError
 from commlens.predict.profiles import NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import measured, modelled, scaled_groups
+from commlens.whatif.durations import measured, measured_release, modelled, scaled_groups
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
 from commlens.whatif.results import Figures, figures
@@ -171,7 +171,7 @@ def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | Non
 def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
     """Replay with measured op times; how far it lands from the capture."""
     tr = prog.trace
-    tl = replay(prog, measured(prog))
+    tl = replay(prog, measured(prog), measured_release(prog))
     cap = (tr.step_end - tr.step_start) / 1e9
     rep = tl.step_marks[1::2] - tl.step_marks[0::2]
     kept = np.isin(tr.step_index, steps)

@@ -132,3 +132,48 @@ def test_help_names_each_commands_default() -> None:
     assert predict["seq_len"].help.startswith("tokens per sequence (default: the model's")
     assert run["lr"].help == "AdamW learning rate (default 0.001)"
     assert {o.dest for o in options(PREDICT)} == set(predict)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    from commlens.job.options import add_node_options
+
+    parser = argparse.ArgumentParser(prog="commlens run")
+    add_job_options(parser, RUN)
+    add_node_options(parser)
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("argv", "nproc", "nodes"),
+    [
+        ([], 2, 1),  # --nproc stays the total
+        (["--nproc", "8", "--nodes", "2"], 8, 2),
+        (["--nproc-per-node", "4", "--nnodes", "2"], 8, 2),  # torchrun's meaning, converted
+        (["--nproc-per-node", "3"], 3, 1),
+        (["--nproc", "8", "--nproc-per-node", "4", "--nodes", "2"], 8, 2),  # agreeing
+    ],
+)
+def test_torchrun_aliases_mean_what_torchrun_means(argv: list[str], nproc: int, nodes: int) -> None:
+    from commlens.job.options import resolve_nproc
+
+    args = _run_parser().parse_args(["--model", "gpt-tiny", "--scheme", "dp", *argv])
+    resolve_nproc(args)
+    assert (args.nproc, args.nodes) == (nproc, nodes)
+
+
+def test_nproc_and_nproc_per_node_that_disagree_are_refused() -> None:
+    from commlens.job.options import resolve_nproc
+
+    args = _run_parser().parse_args(
+        ["--model", "gpt-tiny", "--scheme", "dp", "--nproc", "4", "--nproc-per-node", "4",
+         "--nnodes", "2"]
+    )  # fmt: skip
+    with pytest.raises(UsageError, match=r"--nproc 4 \(ranks in total\) disagrees"):
+        resolve_nproc(args)
+
+
+def test_help_says_nproc_is_the_total_and_steps_a_count() -> None:
+    text = " ".join(_run_parser().format_help().split())
+    assert "--nproc NPROC ranks in total, over all emulated nodes" in text
+    assert "--nodes NODES, --nnodes NODES" in text and "--nproc-per-node N ranks per node" in text
+    assert "how many training steps to run (a count;" in text

@@ -305,3 +305,41 @@ def test_run_summary_document() -> None:
     assert data["steps"] == 1 and data["top_ops"][0]["op"] == "all_reduce"
     for fmt in ("md", "html"):
         assert "all_reduce" in get_renderer(fmt).render(doc)
+
+
+def test_size_histogram_is_bars_over_every_log2_bucket() -> None:
+    import pyarrow as pa
+    from matplotlib.patches import Rectangle
+
+    from commlens.report.plots import log2_buckets, size_histogram
+
+    assert log2_buckets([8, 64, 8]) == [8, 16, 32, 64]
+    assert log2_buckets([0, 1024, 4096]) == [0, 1024, 2048, 4096]
+    assert log2_buckets([]) == []
+    hist = pa.table(
+        {"op": ["all_reduce", "broadcast"], "size_bucket_bytes": [1024, 8192], "count": [3, 1],
+         "bytes": [3072, 8192]}
+    )  # fmt: skip
+    fig = size_histogram(hist)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["1.0 KiB", "2.0 KiB", "4.0 KiB", "8.0 KiB"]  # the empty buckets shown
+    assert not ax.get_lines() and sum(isinstance(p, Rectangle) for p in ax.patches) == 8
+    assert fig.get_size_inches()[0] >= 9
+
+
+def test_utilization_plot_spans_the_activity_not_the_nic_samples() -> None:
+    import pyarrow as pa
+
+    from commlens.report.plots import utilization
+
+    events = pa.table({"rank": [0, 0, 0], "t_s": [0.0, 1.0, 2.0], "gbit_s": [1.0, 2.0, 1.0]})
+    nic = pa.table(
+        {"node": [0] * 5, "t_s": [-50.0, -1.0, 0.5, 1.5, 15.0], "tx_gbit_s": [0, 0, 2.0, 2.0, 0]}
+    )
+    low, high = utilization(events, nic).axes[0].get_xlim()
+    assert -0.5 < low < 0 and 2 < high < 2.5
+    low, high = utilization(events.slice(0, 0), nic).axes[0].get_xlim()  # NIC only: its traffic
+    assert -1 < low < 0.5 and 1.5 < high < 3
+    legend = utilization(events, nic).axes[0].get_legend()
+    assert legend.get_texts()[0].get_fontsize() >= 10

@@ -225,3 +225,16 @@ def test_report_of_a_directory_without_catalog(
     (tmp_path / "points").mkdir()
     assert main(["report", str(tmp_path)]) == 2
     assert "no catalog.duckdb" in capsys.readouterr().err
+
+
+def test_sweep_report_fits_100_columns_and_words_its_link_finding(
+    sweep: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["report", str(sweep)]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 100
+    words = " ".join(text.split())
+    assert "dp: speedup 3.00x from the 500mbit link to the unshaped one" in words
+    assert "gains far more" not in words  # the finding comes from the numbers, not the study
+    assert "gained the most from the faster link" in words  # no runs here: no noise claim

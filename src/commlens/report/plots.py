@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +18,33 @@ from matplotlib.ticker import MaxNLocator
 
 from commlens.report.units import format_bytes
 
-_SIZE = (7.0, 3.2)
+_SIZE = (9.0, 4.5)
+LEGEND = "medium"
+"""The legends' font size (the figures are shown at about their size in inches × 100)."""
 
 
-def png(fig: Figure, dpi: int = 80) -> bytes:
+def log2_buckets(buckets: Iterable[int]) -> list[int]:
+    """Every log2 bucket from the smallest to the largest of ``buckets`` (0, the bucket of
+    empty messages, first when present): a histogram's x-axis shows the empty ones too."""
+    present = sorted(set(int(b) for b in buckets))
+    sizes = [b for b in present if b > 0]
+    out = [0] if present and present[0] == 0 else []
+    if sizes:
+        low, high = sizes[0].bit_length() - 1, sizes[-1].bit_length() - 1
+        out += [1 << k for k in range(low, high + 1)]
+    return out
+
+
+def activity_span(times: np.ndarray, pad: float = 0.05) -> tuple[float, float] | None:
+    """The x-range of the activity at ``times``, with a margin of ``pad`` of its length."""
+    if not len(times):
+        return None
+    low, high = float(np.min(times)), float(np.max(times))
+    margin = (high - low) * pad or 0.5
+    return low - margin, high + margin
+
+
+def png(fig: Figure, dpi: int = 100) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
@@ -51,7 +75,7 @@ def step_breakdown(steps: pa.Table) -> Figure:
     ax.bar(x, other, bottom=comm, label="other (compute, idle)", color="#1f77b4")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(title=title, xlabel="step", ylabel="time (s)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -74,11 +98,11 @@ def comm_share_by_op(ops: pa.Table) -> Figure:
 
 def size_histogram(hist: pa.Table) -> Figure:
     """Message sizes in log2 buckets, by count and by volume, stacked by op."""
-    fig = Figure(figsize=(_SIZE[0], 4.2), layout="constrained")
+    fig = Figure(figsize=(_SIZE[0] + 2, 5.0), layout="constrained")
     title = "Message sizes (log2 buckets)"
     if not hist.num_rows:
         return _empty(fig, title)
-    buckets = sorted(set(hist.column("size_bucket_bytes").to_pylist()))
+    buckets = log2_buckets(hist.column("size_bucket_bytes").to_pylist())
     pos = {b: i for i, b in enumerate(buckets)}
     ops = sorted(set(hist.column("op").to_pylist()))
     axes = fig.subplots(1, 2)
@@ -103,10 +127,10 @@ def size_histogram(hist: pa.Table) -> Figure:
             )
             bottom += values
         ax.set_xticks(
-            range(len(buckets)), [format_bytes(b) for b in buckets], rotation=60, fontsize="x-small"
+            range(len(buckets)), [format_bytes(b) for b in buckets], rotation=60, fontsize="small"
         )
-        ax.set(title=f"by {label}", ylabel=label)
-    axes[1].legend(fontsize="x-small")
+        ax.set(title=f"by {label}", ylabel=label, xlabel="message size S (bucket floor)")
+    axes[1].legend(fontsize=LEGEND)
     fig.suptitle(title)
     return fig
 
@@ -130,7 +154,7 @@ def busbw_vs_size(sizes: pa.Table) -> Figure:
         ax.plot(xs, [series[op][x][0] / series[op][x][1] for x in xs], marker="o", label=op)
     ax.set_xscale("log", base=2)
     ax.set(title=title, xlabel="message size S (bytes, log2 bucket)", ylabel="busbw (GB/s)")
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -155,9 +179,24 @@ def utilization(events: pa.Table, nic: pa.Table | None = None, max_lines: int = 
         for n in np.unique(nodes)[:max_lines]:
             mask = nodes == n
             ax.plot(t[mask], g[mask], "--", label=f"node {int(n)} tx (NIC)", linewidth=1.5)
+    span = activity_span(_active_times(events, nic))
+    if span is not None:  # NIC samples from before and after the job are left out
+        ax.set_xlim(*span)
     ax.set(title=title, xlabel="time since first op (s)", ylabel="Gbit/s")
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=LEGEND)
     return fig
+
+
+def _active_times(events: pa.Table, nic: pa.Table | None) -> np.ndarray:
+    """When there was traffic: the ops' times, else the NIC samples that moved bytes."""
+    if events.num_rows:
+        return np.asarray(events.column("t_s").to_pylist(), dtype=float)
+    if nic is None or not nic.num_rows:
+        return np.asarray([], dtype=float)
+    t = np.asarray(nic.column("t_s").to_pylist(), dtype=float)
+    g = np.asarray(nic.column("tx_gbit_s").to_pylist(), dtype=float)
+    busy = t[g > 0.01 * float(np.max(g))] if np.max(g) > 0 else t
+    return busy
 
 
 def skew_vs_transfer(skew: pa.Table) -> Figure:
@@ -180,7 +219,7 @@ def skew_vs_transfer(skew: pa.Table) -> Figure:
     ax.barh(y, transfer, left=wait, label="transfer", color="#1f77b4")
     ax.set_yticks(y, labels, fontsize="small")
     ax.set(title=title, xlabel="time summed over ranks (s)")
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -198,5 +237,5 @@ def grouped_bars(
         ax.bar(x + i * width, values, width, label=name)
     ax.set_xticks(x + width * (len(series) - 1) / 2, labels, rotation=30, fontsize="small")
     ax.set(title=title, ylabel=ylabel)
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=LEGEND)
     return fig

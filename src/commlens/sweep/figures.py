@@ -9,9 +9,10 @@ import numpy as np
 import pyarrow as pa
 from matplotlib.figure import Figure
 
+from commlens.report.plots import LEGEND, log2_buckets
 from commlens.report.units import format_bytes
 
-_SIZE = (7.0, 3.4)
+_SIZE = (9.0, 4.5)
 
 
 def _fig() -> Figure:
@@ -45,13 +46,13 @@ def speedup(table: pa.Table) -> Figure:
     lo = rows[0]["slowest_link"] if rows else "?"
     hi = rows[0]["fastest_link"] if rows else "?"
     ax.set(title=f"Step-time speedup, {lo} → {hi} link", ylabel="speedup (x)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
 def shares(table: pa.Table) -> Figure:
     """Share of the step in the key op of each scheme, per link (slowest first)."""
-    fig = Figure(figsize=(7.0, 4.6), layout="constrained")
+    fig = Figure(figsize=(_SIZE[0], 5.6), layout="constrained")
     ax = fig.add_subplot()
     rows = table.to_pylist()
     rates = {r["link"]: r["link_gbit_s"] for r in rows}
@@ -80,7 +81,7 @@ def shares(table: pa.Table) -> Figure:
         xlabel="link",
         ylabel="% of step",
     )
-    fig.legend(fontsize="x-small", ncol=3, loc="outside lower center")
+    fig.legend(fontsize=LEGEND, ncol=3, loc="outside lower center")
     return fig
 
 
@@ -99,7 +100,7 @@ def utilization(table: pa.Table) -> Figure:
         label="mean of the points' peaks",
     )
     ax.set(title="Peak link utilization per link rate", ylabel="Gbit/s")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -117,9 +118,9 @@ def predicted(table: pa.Table) -> Figure:
     speed = {(group(r), r["network"]): r["speedup"] for r in rows}
     series = {n: [speed.get((g, n), 0.0) for g in groups] for n in nets}
     _grouped_bars(ax, groups, series)
-    ax.tick_params(axis="x", labelsize="x-small")
+    ax.tick_params(axis="x", labelsize="small")
     ax.set(title="Predicted speedup at the studies' scale", ylabel=f"speedup over {nets[0]}")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -146,9 +147,9 @@ def volume_ops(table: pa.Table) -> Figure:
         vals = np.array([vol[(j, key)] for j in jobs]) / 1e6
         ax.bar(jobs, vals, bottom=bottom, label=key)
         bottom += vals
-    ax.tick_params(axis="x", labelsize="x-small", rotation=60)
+    ax.tick_params(axis="x", labelsize="small", rotation=60)
     ax.set(title="Volume per op and role (per rank per step)", ylabel="wire MB (ring)")
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize=LEGEND, ncol=2)
     return fig
 
 
@@ -169,25 +170,32 @@ def volume_seq(table: pa.Table) -> Figure:
         xlabel="sequence length (tokens)",
         ylabel="wire MB per rank per step",
     )
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize=LEGEND, ncol=2)
     return fig
 
 
 def sizes(table: pa.Table) -> Figure:
-    """Message-size histogram (calls per log2 bucket), one line per scheme."""
-    fig = _fig()
+    """Message-size histogram: calls per log2 bucket (every bucket from the smallest to
+    the largest, empty ones too), a bar per scheme in each."""
+    fig = Figure(figsize=(_SIZE[0] + 2, 5.0), layout="constrained")
     ax = fig.add_subplot()
     by: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for r in table.to_pylist():
         by[r["scheme"]][int(r["size_bucket_bytes"])] += int(r["count"])
-    buckets = sorted({b for counts in by.values() for b in counts})
-    x = np.arange(len(buckets))
-    for scheme, counts in by.items():
-        ax.plot(x, [counts.get(b, 0) for b in buckets], marker="o", label=scheme)
-    ax.set_xticks(x, [format_bytes(b) for b in buckets], rotation=60, fontsize="x-small")
+    buckets = log2_buckets(b for counts in by.values() for b in counts)
+    _grouped_bars(
+        ax,
+        [format_bytes(b) for b in buckets],
+        {scheme: [float(counts.get(b, 0)) for b in buckets] for scheme, counts in by.items()},
+    )
+    ax.tick_params(axis="x", labelsize="small", rotation=60)
     ax.set_yscale("log")
-    ax.set(title="Message sizes (calls per log2 bucket, all ranks)", ylabel="calls")
-    ax.legend(fontsize="small")
+    ax.set(
+        title="Message sizes (calls per log2 bucket, all ranks)",
+        xlabel="message size S (bucket floor)",
+        ylabel="calls (log scale)",
+    )
+    ax.legend(fontsize=LEGEND)
     return fig
 
 
@@ -200,7 +208,7 @@ def ratio(table: pa.Table) -> Figure:
     ax.bar(labels, [r["ratio_to_dp"] for r in rows], color="#2ca02c")
     ax.axhline(1.5, color="#d62728", ls="--", lw=1, label="1.5x (Study B, ZeRO-3)")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.tick_params(axis="x", labelsize="x-small", rotation=45)
+    ax.tick_params(axis="x", labelsize="small", rotation=45)
     ax.set(title="Volume relative to DP", ylabel="wire bytes / DP's")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=LEGEND)
     return fig

@@ -41,7 +41,8 @@ def critical_path(prog: Program, tl: Timeline, step: int) -> list[PathShare]:
     rank, t = int(tr.step_rank[last]), float(tl.step_marks[2 * last + 1])
     resumes: list[list[float]] = [[] for _ in range(tr.world_size)]
     events: list[list[int]] = [[] for _ in range(tr.world_size)]
-    for e in np.flatnonzero(tl.held > 0)[np.argsort(tl.end[tl.held > 0], kind="stable")].tolist():
+    inside = np.flatnonzero((tl.held > 0) & (tl.end > begin) & (tl.end <= t))
+    for e in inside[np.argsort(tl.end[inside], kind="stable")].tolist():
         resumes[int(tr.rank[e])].append(float(tl.end[e]))
         events[int(tr.rank[e])].append(e)
     inst, start, by, queued = prog.inst, tl.start, tl.by, tl.queued

@@ -29,6 +29,7 @@ on before the burst completed, at the op's own completion instead.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,13 @@ class Program:
     @property
     def instances(self) -> int:
         return int(self.first_of_queue.size)
+
+    @functools.cached_property
+    def as_lists(self) -> dict[str, list[int]]:
+        """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and
+        ``recv_of`` as Python lists, made once for every replay of the program."""
+        names = ("inst", "members", "offsets", "first_of_queue", "send_of", "recv_of")
+        return {name: getattr(self, name).tolist() for name in names}
 
 
 def _ordinal(keys: np.ndarray) -> np.ndarray:

@@ -56,11 +56,9 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         release[pairs] = dur[prog.send_of[pairs]]
     free_after = release.tolist()
     n_ev, n_inst = prog.inst.size, prog.instances
-    inst_of = prog.inst.tolist()
-    members = prog.members.tolist()
-    offsets = prog.offsets.tolist()
-    first = prog.first_of_queue.tolist()
-    send_of, recv_of = prog.send_of.tolist(), prog.recv_of.tolist()
+    lists = prog.as_lists
+    inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
+    first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
     d = dur.tolist()
     nan = float("nan")
     issue = [nan] * n_ev
@@ -180,11 +178,15 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
             "event order is inconsistent"
         )
     return Timeline(
-        issue=np.array(issue),
-        end=np.array(end),
-        held=np.array(held),
-        start=np.array(start),
-        by=np.array(by, dtype=np.int64),
-        queued=np.array(queued, dtype=bool),
-        step_marks=np.array(steps),
+        issue=_floats(issue),
+        end=_floats(end),
+        held=_floats(held),
+        start=_floats(start),
+        by=np.fromiter(by, dtype=np.int64, count=len(by)),
+        queued=np.fromiter(queued, dtype=bool, count=len(queued)),
+        step_marks=_floats(steps),
     )
+
+
+def _floats(values: list[float]) -> np.ndarray:
+    return np.fromiter(values, dtype=np.float64, count=len(values))

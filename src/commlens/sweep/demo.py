@@ -1,9 +1,11 @@
 """The default demo: a 4-rank GPT under DP, TP and PP, on a slow and a fast link.
 
 As root (network namespaces available): 2 emulated nodes × 2 ranks, over a
-100 Mbit/s link and an unshaped one, which shows Study A's finding in a few
-minutes: data parallelism gains much more from the faster link than model
-parallelism. Without root: the same three schemes on loopback, said so.
+100 Mbit/s link and an unshaped one: Study A in a few minutes, whose finding
+is that data parallelism gains much more from the faster link than model
+parallelism. The summary says how far the measured numbers bear it out,
+against the spread of each point's steps (:mod:`commlens.sweep.spread`).
+Without root: the same three schemes on loopback, said so.
 """
 
 from __future__ import annotations

@@ -112,32 +112,51 @@ def gain_sentence(row: Mapping[str, Any], slow: Spread | None, fast: Spread | No
     return f"{head}{band}): {verdict}"
 
 
+DATA_PARALLEL = ("dp", "zero1", "zero2", "zero3")
+
+
+def _apart(top: LinkGain, other: LinkGain) -> bool:
+    """Whether ``top``'s band lies wholly above ``other``'s."""
+    return top.low is not None and other.high is not None and top.low > other.high
+
+
+def _listed(gains: Sequence[LinkGain]) -> str:
+    return ", ".join(f"{g.scheme} ({g.speedup:.2f}x)" for g in gains)
+
+
 def comparison_sentence(gains: Sequence[LinkGain]) -> str:
-    """Which scheme the faster link helps most, only as far as the bands tell it apart."""
+    """Which scheme the faster link helps most, and from which others the bands tell it
+    apart; Study A's finding (data parallelism gains far more than model parallelism)
+    is named only as far as these numbers show it."""
     if len(gains) < 2:
         return ""
     ranked = sorted(gains, key=lambda g: g.speedup, reverse=True)
     top, rest = ranked[0], ranked[1:]
-    listed = ", ".join(f"{g.scheme} {g.speedup:.2f}x" for g in rest)
+    head = f"{top.scheme} measured the largest speedup ({top.speedup:.2f}x)"
     if top.verdict == "":
-        return f"{top.scheme} gained the most from the faster link ({top.speedup:.2f}x; {listed})."
-    apart = top.verdict == "gain" and all(
-        g.high is not None and top.low is not None and top.low > g.high for g in rest
-    )
-    if not apart:
+        return f"{head}; the others: {_listed(rest)}."
+    if top.verdict != "gain":
+        return f"{head}, within the noise itself: no scheme gains clearly from the faster link."
+    clear = [g for g in rest if _apart(top, g)]
+    unclear = [g for g in rest if not _apart(top, g)]
+    parts = []
+    if clear:
+        parts.append(f"clearly more than {_listed(clear)}")
+    if unclear:
+        parts.append(f"within the noise of {_listed(unclear)}")
+    sentence = f"{head}: " + "; ".join(parts)
+    if top.scheme not in DATA_PARALLEL:
+        return f"{sentence}. Study A found data parallelism gains the most; these runs do not."
+    if not unclear:
         return (
-            f"{top.scheme} measured the largest speedup ({top.speedup:.2f}x; {listed}), but "
-            "the noise bands overlap: these runs do not tell the schemes apart (a quieter "
-            "machine or more steps would)."
+            f"{sentence}, as Study A found: data parallelism sends every gradient, model "
+            "parallelism activations."
         )
-    study = (
-        ", as Study A found: data parallelism sends every gradient, model parallelism activations"
-        if top.scheme in ("dp", "zero1", "zero2", "zero3")
-        else "; Study A found data parallelism gains the most, which these runs do not show"
-    )
+    if clear:
+        return f"{sentence}: Study A's finding holds here against {_listed(clear)} only."
     return (
-        f"{top.scheme} gains clearly the most from the faster link "
-        f"({top.speedup:.2f}x; {listed}){study}."
+        f"{sentence}: these runs do not confirm Study A's finding (a quieter machine or "
+        "more steps may)."
     )
 
 

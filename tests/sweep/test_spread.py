@@ -62,9 +62,9 @@ def test_a_reversed_speedup_inside_the_noise_is_said_so() -> None:
     }
     lines = link_findings(rows, spreads)
     assert lines[0].startswith("dp: speedup 2.00x from the 100mbit link to the unshaped one")
-    assert lines[0].endswith("a gain beyond the noise")
-    assert "tp: speedup 1.10x" in lines[1] and lines[1].endswith("within the noise")
-    assert "pp: speedup 0.87x" in lines[2] and lines[2].endswith("within the noise")
+    assert lines[0].endswith("a gain beyond the noise.")
+    assert "tp: speedup 1.10x" in lines[1] and lines[1].endswith("within the noise.")
+    assert "pp: speedup 0.87x" in lines[2] and lines[2].endswith("within the noise.")
     assert "0.0870–0.1200 s → 0.1000–0.1300 s" in lines[2]
     assert lines[3] == (
         "dp measured the largest speedup (2.00x): clearly more than tp (1.10x), pp (0.87x), "
@@ -111,6 +111,6 @@ def test_without_spreads_the_sentence_claims_nothing_about_noise() -> None:
     line, _, compared = link_findings([_row("dp", 0.2, 0.1), _row("tp", 0.1, 0.1)], {})
     assert line == (
         "dp: speedup 2.00x from the 100mbit link to the unshaped one "
-        "(best step 0.2000 s → 0.1000 s)"
+        "(best step 0.2000 s → 0.1000 s)."
     )
     assert compared == "dp measured the largest speedup (2.00x); the others: tp (1.00x)."

@@ -54,27 +54,34 @@ GAP = 3
 @dataclass(frozen=True)
 class Extent:
     """Content widths of one column: natural (nothing wrapped), with only its title
-    wrapped at its spaces (``cells``), and its floor: the longest title word and the
-    widest cell for numbers (never wrapped), or :data:`TEXT_FLOOR` for text."""
+    wrapped at its spaces (``cells``), with its text cells wrapped at their spaces too
+    (``words``), and its floor: the longest title word and the widest cell for
+    numbers (never wrapped), or :data:`TEXT_FLOOR` for text (long words fold)."""
 
     natural: int
     cells: int
+    words: int
     floor: int
 
 
 def _extent(title: str, values: Sequence[str], numeric: bool) -> Extent:
     widest = max((cell_len(v) for v in values), default=0)
-    words = max((cell_len(w) for w in title.split()), default=0)
-    floor = max(words, widest if numeric else min(widest, TEXT_FLOOR))
-    return Extent(max(cell_len(title), widest), max(words, widest), floor)
+    title_word = max((cell_len(w) for w in title.split()), default=0)
+    word = max((cell_len(w) for v in values for w in v.split()), default=0)
+    cells = max(title_word, widest)
+    if numeric:
+        return Extent(max(cell_len(title), widest), cells, cells, cells)
+    floor = max(title_word, min(widest, TEXT_FLOOR))
+    return Extent(max(cell_len(title), widest), cells, max(title_word, word), floor)
 
 
 def column_widths(extents: Sequence[Extent], room: int) -> list[int]:
     """Content widths that sum to at most ``room`` where the floors allow: titles wrap
-    first, then text cells; at each stage the column with the most room to give
-    gives up one column at a time."""
+    first, then text cells at their spaces, then long words fold; at each stage the
+    column with the most room to give gives up one column at a time."""
     widths = [e.natural for e in extents]
-    for floors in ([e.cells for e in extents], [e.floor for e in extents]):
+    stages = ([e.cells for e in extents], [e.words for e in extents], [e.floor for e in extents])
+    for floors in stages:
         excess = sum(widths) - room
         while excess > 0:
             i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])

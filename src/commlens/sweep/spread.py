@@ -101,7 +101,7 @@ def gain_sentence(row: Mapping[str, Any], slow: Spread | None, fast: Spread | No
         f"{row['fastest_step_s']:.4f} s"
     )
     if slow is None or fast is None:
-        return head + ")"
+        return head + ")."
     band = f"; middle half of the steps {slow.band} s → {fast.band} s"
     verdict = {
         "gain": "a gain beyond the noise",
@@ -109,7 +109,7 @@ def gain_sentence(row: Mapping[str, Any], slow: Spread | None, fast: Spread | No
         "disturbed it, not the link",
         "noise": "the two overlap, so the difference is within the noise",
     }[gain.verdict]
-    return f"{head}{band}): {verdict}"
+    return f"{head}{band}): {verdict}."
 
 
 DATA_PARALLEL = ("dp", "zero1", "zero2", "zero3")

@@ -73,7 +73,7 @@ def test_replay_with_measured_times_gives_back_the_captured_steps(
     # each op is slower on tcp (a step's time, a difference of two ends, need not be)
     assert sum(o.service_s for o in tcp.ops) > sum(o.service_s for o in rdma.ops)
     ops = {(o.op, o.role) for o in tcp.ops}
-    assert ops == EXPECTED_OPS[scheme]
+    assert EXPECTED_OPS[scheme] <= ops  # capture may add set-up ops (DDP's rebuild broadcast)
 
 
 def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

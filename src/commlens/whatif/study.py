@@ -38,7 +38,7 @@ class SelfCheck:
     max_step_error: float
     """Largest relative difference of a kept step's time."""
     max_event_error_s: float
-    """Largest difference of an op's end, seconds."""
+    """Largest difference of an op's end in the kept steps, seconds."""
 
     @property
     def line(self) -> str:
@@ -176,7 +176,7 @@ def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
     rep = tl.step_marks[1::2] - tl.step_marks[0::2]
     kept = np.isin(tr.step_index, steps)
     rel = np.abs(rep - cap)[kept] / np.maximum(cap[kept], 1e-9)
-    ev = np.abs(tl.end - (tr.t_end - prog.t0_ns) / 1e9)
+    ev = np.abs(tl.end - (tr.t_end - prog.t0_ns) / 1e9)[np.isin(tr.step, steps)]
     check = SelfCheck(float(rel.max()) if rel.size else 0.0, float(ev.max()) if ev.size else 0.0)
     return check, Answer("captured", None, figures(prog, tl, steps))
 

@@ -21,12 +21,15 @@ def test_plain_lines_when_forced_and_at_most_every_period() -> None:
         p.update("starting 2 ranks", force=True)
         p.update("all_reduce 8 B done", advance=1)  # too soon after the last line: quiet
         p.update("all_reduce 16 B done", advance=1, force=True)
+        p.advance()  # counted, no line
         p.print("a line that stays")
+        p.update("all_reduce 32 B done", force=True)
     lines = out.getvalue().splitlines()
     assert lines == [
         "bench: starting 2 ranks (0/3, 0s)",
         "bench: all_reduce 16 B done (2/3, 0s)",
         "a line that stays",
+        "bench: all_reduce 32 B done (3/3, 0s)",
     ]
 
 

@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     sweep_dir = out / "sweep"
     if args.fresh and sweep_dir.exists():
         clear_sweep(sweep_dir)  # only a sweep's own files; anything else is refused
-    console.print(f"commlens demo: gpt-tiny, 4 ranks, DP / TP / PP over {plan.reason}")
+    console.print(
+        f"commlens demo: gpt-tiny, 4 ranks, DP / TP / PP over {plan.reason}", soft_wrap=True
+    )
     outcome = execute(plan.spec, sweep_dir, console)
     con = open_catalog(sweep_dir)
     try:

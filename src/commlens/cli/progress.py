@@ -98,6 +98,13 @@ class Progress:
             if force or now - self._printed >= self.every_s:
                 self._line(description, now)
 
+    def advance(self, count: int = 1) -> None:
+        """``count`` more items are done (no line of its own)."""
+        with self._lock:
+            self.done += count
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, completed=self.done)
+
     def print(self, line: str) -> None:
         """A line that stays (above the bar on a terminal)."""
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)

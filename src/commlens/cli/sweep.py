@@ -74,7 +74,7 @@ def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = Fals
                 progress.update(f"running {point.id} ({point.network})", force=True)
             elif rec is not None:
                 progress.print(status_line(rec))
-                progress.update(progress.description, advance=1)
+                progress.advance()
 
         return run_sweep(spec, out, listener, recollect)
 

@@ -2,10 +2,11 @@
 
 Starting installs the interceptions (Python API, DDP buckets, functional
 collectives, optimizer-step hooks) and writes this rank's metadata with its
-clock offset; while it runs the writer thread keeps that file current (step
-windows so far); stopping removes the interceptions, joins the rank file,
-writes this rank's final metadata and re-merges ``run.json``. One capture can
-be active per process. The object reloads what it wrote with ``load()``.
+clock offset and where it runs (``meta.launch``: host, node, local rank);
+while it runs the writer thread keeps that file current (step windows so
+far); stopping removes the interceptions, joins the rank file, writes this
+rank's final metadata and re-merges ``run.json``. One capture can be active
+per process. The object reloads what it wrote with ``load()``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import restore_all
 from commlens.capture.recorder import Recorder
 from commlens.errors import UsageError
+from commlens.trace.jobid import launch_facts
 
 
 def _after_fork() -> None:
@@ -52,7 +54,10 @@ class Capture:
         self.out_dir = Path(out_dir)
         self.align_clocks = align_clocks
         self.recorder = Recorder(
-            self.out_dir, meta=meta, flush_events=flush_events, flush_seconds=flush_seconds
+            self.out_dir,
+            meta={"launch": launch_facts(), **(meta or {})},
+            flush_events=flush_events,
+            flush_seconds=flush_seconds,
         )
         self._start_offset: tuple[int, int] | None = None
         self._t_offset = 0

@@ -21,6 +21,7 @@ from commlens.errors import CommlensError
 # Subcommand modules under commlens.cli, in the order --help lists them.
 SUBCOMMANDS: tuple[str, ...] = (
     "trace",
+    "merge",
     "run",
     "report",
     "compare",

@@ -11,15 +11,21 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommandError, UsageError
 from commlens.launch import LaunchResult, launch_ranks, run_job
 from commlens.launch.signals import signal_name
+
+if TYPE_CHECKING:
+    from commlens.trace.jobid import JobIdentity
+
+_SLURM_NODE_ENV = ("SLURMD_NODENAME", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID")
 
 SITE_DIR = Path(__file__).resolve().parent.parent / "capture" / "_site"
 
@@ -104,6 +110,16 @@ def run(args: argparse.Namespace) -> int:
     env = tracing_env(out)
     if shutil.which(cmd[0], path=env["PATH"]) is None and not Path(cmd[0]).exists():
         raise UsageError(f"command not found: {cmd[0]}")
+    from commlens.trace.jobid import job_identity
+
+    job = job_identity(cmd, os.environ)
+    if job is not None:
+        if args.nproc is not None:
+            raise UsageError(
+                f"--nproc starts the ranks of a single node, but this is {job.id} "
+                "(let torchrun or the program take the rank)"
+            )
+        return _run_node(out, cmd, job, args.force, env)
     prepare_out(out, args.force)
     from commlens.trace.manifest import merge_manifest
 
@@ -121,18 +137,68 @@ def run(args: argparse.Namespace) -> int:
         emu = launch_emulated(cmd, args.nproc, args.nodes, args.link, env=env, run_dir=out)
         code, topology = emu.exit_code, emu.topology
         launcher, status = _ranks_fields(emu), _ranks_status(emu)
-    elif args.nproc:
-        result = launch_ranks(cmd, args.nproc, env=env)
-        code, launcher, status = result.exit_code, _ranks_fields(result), _ranks_status(result)
     else:
-        job = run_job(cmd, env=env)
-        code, launcher = job.exit_code, {**job.launcher_fields(), "exit_codes": []}
-        status = "ok" if code == 0 else f"exit code {code}"
-        if job.stop_signal:
-            status += f", stopped by {signal_name(job.stop_signal)}"
+        code, launcher, status = _launch(cmd, args.nproc, env)
     launcher["wall_s"] = time.time() - t0
     extra = {"launcher": launcher, "topology": topology, "link": topology.get("link")}
     return _finish(out, code, status, extra)
+
+
+def _launch(
+    cmd: list[str], nproc: int | None, env: dict[str, str]
+) -> tuple[int, dict[str, Any], str]:
+    """Run the job here: its exit code, the manifest's launcher fields and a status."""
+    if nproc:
+        result = launch_ranks(cmd, nproc, env=env)
+        return result.exit_code, _ranks_fields(result), _ranks_status(result)
+    job = run_job(cmd, env=env)
+    code, launcher = job.exit_code, {**job.launcher_fields(), "exit_codes": []}
+    status = "ok" if code == 0 else f"exit code {code}"
+    if job.stop_signal:
+        status += f", stopped by {signal_name(job.stop_signal)}"
+    return code, launcher, status
+
+
+def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dict[str, str]) -> int:
+    """One node of a multi-node job: join the shared run, run, record this node's end.
+
+    This node's facts go only into its own node file; ``run.json`` is re-merged
+    from all of them (:mod:`commlens.trace.nodes`).
+    """
+    from commlens.trace.layout import node_path
+    from commlens.trace.manifest import merge_manifest
+    from commlens.trace.nodes import heartbeat, write_node
+    from commlens.trace.rundir import join_run_dir
+
+    node: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "command": cmd,
+        "job": job.id,
+        "started_unix_s": time.time(),
+        "slurm": {k.lower(): v for k, v in os.environ.items() if k in _SLURM_NODE_ENV},
+    }
+    slot = join_run_dir(out, job, force, node)
+    path = node_path(out, slot)
+    node.update(slot=slot, node=job.node if job.node is not None else str(slot))
+    env["COMMLENS_NODE"] = node["node"]
+    try:
+        write_node(path, {**node, "status": "running"})
+        merge_manifest(out)
+    except OSError as exc:
+        _remove_temp_manifests(out)
+        raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
+    print(f"commlens trace: {job.id}: node slot {slot} of {job.slots} -> {out}", file=sys.stderr)
+    t0 = time.time()
+    with heartbeat(path):
+        code, launcher, status = _launch(cmd, None, env)
+    launcher["wall_s"] = time.time() - t0
+    end = {"status": "ended", "exit_code": code, "result": status, "launcher": launcher}
+    try:
+        write_node(path, {**node, **end, "ended_unix_s": time.time()})
+    except OSError as exc:
+        print(f"commlens trace: warning: cannot write {path}: {exc}", file=sys.stderr)
+    return _finish(out, code, status, {})
 
 
 def _ranks_status(result: LaunchResult) -> str:

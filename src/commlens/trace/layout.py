@@ -9,6 +9,11 @@ A run directory holds
 - per rank that has not finished, ``.rank-NNNNN.parts/``: its flushed parts
   (``sites.jsonl`` and ``part-NNNNNN.bin``, named by :mod:`commlens.trace.packed`);
 - ``nic.parquet``: NIC byte counters, when ``commlens.netem`` sampled them;
+- for a job of several nodes (:mod:`commlens.trace.nodes`): ``job.json``, the
+  job's identity and node slots, and per slot ``node-NNNNN.json``, what that
+  node's ``commlens trace`` knows (host, command, exit status), each written
+  only by that node; ``.join.lock``, a directory that serialises the nodes'
+  joining (invisible to every content check);
 - temporary files of the above while they are written.
 
 Writers, readers and ``--force`` (:mod:`commlens.trace.rundir`) all take the
@@ -25,6 +30,12 @@ from commlens.trace.packed import SITES_FILE
 MANIFEST = "run.json"
 MANIFEST_LOCK = ".run.lock"
 NIC_FILE = "nic.parquet"
+JOB_FILE = "job.json"
+JOIN_LOCK = ".join.lock"
+"""A directory (``os.mkdir`` is atomic, on NFS too); names starting so are never a run's content."""
+NODE_GLOB = "node-*.json"
+NODE_FILE = re.compile(r"^node-(\d{5,})\.json$")
+"""A node slot's file; group 1 is the slot."""
 RANK_META_GLOB = "rank-*.json"
 RANK_EVENTS_GLOB = "rank-*.parquet"
 
@@ -33,7 +44,7 @@ RANK_EVENTS = re.compile(r"^rank-(\d{5,})\.parquet$")
 PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 """A rank's parts directory; group 1 is the rank."""
 
-_OWN = r"run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet"
+_OWN = r"run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet|job\.json|node-\d{5,}\.json"
 OWN_FILES = re.compile(
     rf"^({_OWN}|\.run\.lock)$"
     # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
@@ -60,6 +71,11 @@ def rank_file(run_dir: Path, rank: int) -> Path:
 def rank_meta_path(run_dir: Path, rank: int) -> Path:
     """``rank``'s metadata file in ``run_dir``."""
     return run_dir / f"rank-{rank:05d}.json"
+
+
+def node_path(run_dir: Path, slot: int) -> Path:
+    """Node slot ``slot``'s file in ``run_dir``."""
+    return run_dir / f"node-{slot:05d}.json"
 
 
 def parts_dir(run_dir: Path, rank: int) -> Path:

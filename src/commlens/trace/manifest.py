@@ -3,7 +3,9 @@
 Each rank writes its own metadata file (atomically) when it starts and when it
 finishes; the launcher adds what only it knows (command, exit codes). Every
 writer re-merges ``run.json`` under a file lock, so whoever finishes last
-leaves a complete manifest, and the reader re-merges anyway.
+leaves a complete manifest, and the reader re-merges anyway. The nodes of a
+multi-node job each keep their facts in their own node file; merging and
+reading combine them (:func:`commlens.trace.nodes.combine_nodes`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from commlens.errors import RunFormatError
 from commlens.trace.layout import MANIFEST as MANIFEST  # re-exported for writers
 from commlens.trace.layout import MANIFEST_LOCK, RANK_META_GLOB
 from commlens.trace.layout import rank_meta_path as rank_meta_path  # re-exported
+from commlens.trace.nodes import combine_nodes
 from commlens.trace.schema import FORMAT_VERSION, MAX_TIME_NS, MAX_WORLD
 
 FORMAT_NAME = "commlens-run"
@@ -113,6 +116,7 @@ def merge_manifest(run_dir: Path, extra: dict[str, Any] | None = None) -> dict[s
                     manifest[key] = meta[key]
             if "workload" in meta and "workload" not in manifest:
                 manifest["workload"] = meta["workload"]
+        combine_nodes(run_dir, manifest, fill_topology=False)
         write_json_atomic(path, manifest)
         return manifest
 
@@ -351,6 +355,7 @@ def read_manifest(run_dir: Path) -> Manifest:
     data = {**data, "ranks": cleaned}
     if world_size is not None:
         data["world_size"] = world_size
+    combine_nodes(run_dir, data, fill_topology=True)
     return Manifest(world_size, ranks, data, warnings, found)
 
 

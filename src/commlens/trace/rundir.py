@@ -8,6 +8,11 @@ temporary files of these. Anything else in it is a foreign file: the
 directory is left as it is and the error names that file. A sweep (see
 :func:`commlens.sweep.catalog.clear_sweep`) uses the same rule for its own
 files.
+
+The nodes of one multi-node job share a run directory (:func:`join_run_dir`):
+each takes a free slot of its job under a lock directory, so that no node's
+start can remove another's files, and a run some node is still writing is
+never replaced, not even with ``--force``.
 """
 
 from __future__ import annotations
@@ -15,12 +20,30 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from commlens.errors import UsageError
-from commlens.trace.layout import MANIFEST, OWN_DIRS, OWN_FILES, PART_FILES, manifest_probe
-from commlens.trace.manifest import FORMAT_NAME
+from commlens.trace.jobid import JobIdentity
+from commlens.trace.layout import (
+    JOB_FILE,
+    JOIN_LOCK,
+    MANIFEST,
+    OWN_DIRS,
+    OWN_FILES,
+    PART_FILES,
+    manifest_probe,
+    node_path,
+)
+from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
+from commlens.trace.nodes import live_nodes, read_job, write_node
+
+LOCK_STALE_S = 30.0
+"""A join lock older than this was left by a process that died holding it."""
+LOCK_WAIT_S = 120.0
 
 Checker = Callable[[Path], Path | None]
 """Given an entry: None when it is commlens's own, else the foreign path (it or one inside)."""
@@ -52,12 +75,17 @@ def foreign_in_run(entry: Path) -> Path | None:
 def first_foreign(path: Path, check: Checker) -> Path | None:
     """The first entry under ``path`` that ``check`` does not recognise."""
     try:
-        for entry in sorted(path.iterdir()):
+        for entry in _entries(path):
             if (bad := check(entry)) is not None:
                 return bad
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return None
+
+
+def _entries(path: Path) -> list[Path]:
+    """The entries of ``path`` but the join lock, which is never a run's content."""
+    return [e for e in sorted(path.iterdir()) if not e.name.startswith(JOIN_LOCK)]
 
 
 def remove_entries(path: Path, check: Checker) -> None:
@@ -69,7 +97,7 @@ def remove_entries(path: Path, check: Checker) -> None:
             "refusing to replace it (move it away or pick another directory)"
         )
     try:
-        for entry in sorted(path.iterdir()):
+        for entry in _entries(path):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
@@ -91,27 +119,33 @@ def clear_run(path: Path, *, require_manifest: bool = True) -> None:
     remove_entries(path, foreign_in_run)
 
 
-def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
-    """Make ``out`` an empty directory for a new run.
-
-    An empty or missing directory is used as it is; a commlens run there is
-    replaced with ``force`` (its own files only); anything else is refused.
-    Every refusal is a one-line :class:`UsageError`.
-    """
+def _check_path(out: Path, flag: str) -> None:
     if out.is_symlink() and not out.is_dir():
         raise UsageError(f"{flag} {out} is a symlink to no directory; pick another directory")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag} {out} exists and is not a directory; pick a directory")
-    first = first_foreign(out, lambda e: e) if out.is_dir() else None
-    if first is not None:
-        if not is_run_dir(out):
-            raise UsageError(
-                f"{flag} {out} already exists and is not a commlens run (it holds "
-                f"{first.name}); choose a new directory"
-            )
-        if not force:
-            raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")
-        clear_run(out)
+
+
+def _replace_old(out: Path, force: bool, flag: str, first: Path) -> None:
+    """Empty ``out``, which holds ``first``: only an old commlens run, only with ``force``."""
+    if not is_run_dir(out) and read_job(out) is None:
+        raise UsageError(
+            f"{flag} {out} already exists and is not a commlens run (it holds "
+            f"{first.name}); choose a new directory"
+        )
+    live = live_nodes(out)
+    if live:
+        job = read_job(out) or {}
+        raise UsageError(
+            f"{flag} {out} holds a run that is still being written (job {job.get('id', '?')!r}, "
+            f"node on {live[0].get('host', '?')}); refusing to touch it (pick another directory)"
+        )
+    if not force:
+        raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")
+    clear_run(out, require_manifest=not (out / JOB_FILE).exists())
+
+
+def _probe(out: Path, flag: str) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = manifest_probe(out, os.getpid())
@@ -119,4 +153,106 @@ def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
+    """Make ``out`` an empty directory for a new run.
+
+    An empty or missing directory is used as it is; a commlens run there is
+    replaced with ``force`` (its own files only) unless a node is still
+    writing it; anything else is refused. Every refusal is a one-line
+    :class:`UsageError`.
+    """
+    _check_path(out, flag)
+    first = first_foreign(out, lambda e: e) if out.is_dir() else None
+    if first is not None:
+        _replace_old(out, force, flag, first)
+    _probe(out, flag)
     return out
+
+
+@contextmanager
+def join_lock(out: Path, flag: str = "--out") -> Iterator[None]:
+    """Hold ``out``'s join lock (a directory: its creation is atomic, on NFS too).
+
+    A lock older than :data:`LOCK_STALE_S` is taken over; one held longer than
+    :data:`LOCK_WAIT_S` by a live process is a one-line error.
+    """
+    lock = out / JOIN_LOCK
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            os.mkdir(lock)
+            break
+        except FileExistsError:
+            _break_stale(lock)
+        except OSError as exc:
+            raise UsageError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
+        if time.monotonic() > deadline:
+            raise UsageError(
+                f"{flag} {out}: {JOIN_LOCK} is held by another commlens trace for over "
+                f"{LOCK_WAIT_S:.0f} s; remove it if no trace is starting there"
+            )
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        try:
+            os.rmdir(lock)
+        except OSError:
+            pass
+
+
+def _break_stale(lock: Path) -> None:
+    """Remove ``lock`` when it is stale; a rename first, so only one process removes it."""
+    try:
+        if time.time() - lock.stat().st_mtime < LOCK_STALE_S:
+            return
+        grave = lock.with_name(f"{JOIN_LOCK}.stale.{socket.gethostname()}.{os.getpid()}")
+        os.rename(lock, grave)
+        os.rmdir(grave)
+    except OSError:
+        pass
+
+
+def _free_slot(out: Path, job: JobIdentity) -> int | None:
+    """This invocation's slot of ``job`` in ``out`` when it is free, else None."""
+    wanted = [job.slot] if job.slot is not None else range(job.slots)
+    return next((k for k in wanted if not node_path(out, k).exists()), None)
+
+
+def join_run_dir(out: Path, job: JobIdentity, force: bool, node: dict[str, object]) -> int:
+    """Take a slot of ``job`` in ``out``, creating the run when it is new; the slot.
+
+    The decision and the claim (this node's ``node-NNNNN.json``, holding
+    ``node`` with ``status: running``) happen under the join lock, so the
+    nodes of one job, started in any order, share the directory. A run of
+    another job, or with this slot taken, is replaced only with ``force`` and
+    only when none of its nodes is still running; else refused in one line.
+    """
+    _check_path(out, "--out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    with join_lock(out):
+        first = first_foreign(out, lambda e: e)
+        slot = None
+        if first is not None:
+            theirs = read_job(out)
+            if theirs is not None and theirs.get("id") == job.id:
+                slot = _free_slot(out, job)
+            if slot is None:
+                if theirs is not None and theirs.get("id") == job.id and live_nodes(out):
+                    taken = "all its slots are" if job.slot is None else f"slot {job.slot} is"
+                    raise UsageError(
+                        f"--out {out} holds a running run of this job ({job.id}) and "
+                        f"{taken} taken; refusing to touch it"
+                    )
+                _replace_old(out, force, "--out", first)
+        if slot is None:
+            _probe(out, "--out")
+            write_json_atomic(out / JOB_FILE, job.record())
+            slot = job.slot if job.slot is not None else 0
+        write_node(node_path(out, slot), {**node, "slot": slot, "status": "running"})
+        return slot

@@ -32,6 +32,9 @@ from commlens.report.document import Document, Section, hidden_rows, rows
 
 TEXT_FLOOR = 12
 """A text column shrinks to no fewer columns than this (or its longest title word)."""
+WORD_SHARE = 0.5
+"""A text cell's word up to this share of the width is never folded (an id, a path):
+the table is shown in parts instead."""
 
 
 def default_width() -> int | None:
@@ -56,7 +59,8 @@ class Extent:
     """Content widths of one column: natural (nothing wrapped), with only its title
     wrapped at its spaces (``cells``), with its text cells wrapped at their spaces too
     (``words``), and its floor: the longest title word and the widest cell for
-    numbers (never wrapped), or :data:`TEXT_FLOOR` for text (long words fold)."""
+    numbers (never wrapped), or for text its longest word up to ``fold`` columns
+    and at least :data:`TEXT_FLOOR` (longer words fold)."""
 
     natural: int
     cells: int
@@ -64,14 +68,14 @@ class Extent:
     floor: int
 
 
-def _extent(title: str, values: Sequence[str], numeric: bool) -> Extent:
+def _extent(title: str, values: Sequence[str], numeric: bool, fold: int) -> Extent:
     widest = max((cell_len(v) for v in values), default=0)
     title_word = max((cell_len(w) for w in title.split()), default=0)
     word = max((cell_len(w) for v in values for w in v.split()), default=0)
     cells = max(title_word, widest)
     if numeric:
         return Extent(max(cell_len(title), widest), cells, cells, cells)
-    floor = max(title_word, min(widest, TEXT_FLOOR))
+    floor = max(title_word, min(widest, max(TEXT_FLOOR, min(word, fold))))
     return Extent(max(cell_len(title), widest), cells, max(title_word, word), floor)
 
 
@@ -198,7 +202,7 @@ class TextRenderer(Renderer):
             shown = [["(none)"] + [""] * (len(section.columns) - 1)]
         numeric = [c.right for c in section.columns]
         extents = [
-            _extent(c.title, [r[i] for r in shown], numeric[i])
+            _extent(c.title, [r[i] for r in shown], numeric[i], int((width or 0) * WORD_SHARE))
             for i, c in enumerate(section.columns)
         ]
         naturals, floors = [e.natural for e in extents], [e.floor for e in extents]

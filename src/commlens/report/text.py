@@ -50,8 +50,9 @@ def default_width() -> int | None:
     return None
 
 
-GAP = 3
-"""Columns between two table columns: padding either side of a one-space rule."""
+GAP, TIGHT_GAP = 3, 2
+"""Columns between two table columns: padding either side of a one-space rule, or
+(for a table that fits in one part only so) the padding collapsed to one space."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,16 @@ def column_widths(extents: Sequence[Extent], room: int) -> list[int]:
     return widths
 
 
-def table_parts(numeric: Sequence[bool], floors: Sequence[int], width: int) -> list[list[int]]:
+def table_parts(
+    numeric: Sequence[bool], floors: Sequence[int], width: int, gap: int = GAP
+) -> list[list[int]]:
     """The columns of each part of a table shown in ``width`` columns: all in one when
     their floors fit, else the leading text columns (the row's key) repeated in each
     part with as many of the others as fit."""
     every = list(range(len(floors)))
 
     def need(cols: list[int]) -> int:
-        return sum(floors[i] for i in cols) + GAP * max(len(cols) - 1, 0)
+        return sum(floors[i] for i in cols) + gap * max(len(cols) - 1, 0)
 
     if need(every) <= width:
         return [every]
@@ -206,7 +209,11 @@ class TextRenderer(Renderer):
             for i, c in enumerate(section.columns)
         ]
         naturals, floors = [e.natural for e in extents], [e.floor for e in extents]
-        parts = [list(range(len(floors)))] if width is None else table_parts(numeric, floors, width)
+        gap, parts = GAP, [list(range(len(floors)))]
+        if width is not None:
+            parts = table_parts(numeric, floors, width)
+            if len(parts) > 1 and len(table_parts(numeric, floors, width, TIGHT_GAP)) == 1:
+                gap, parts = TIGHT_GAP, [list(range(len(floors)))]
         keys = section.table.column(section.group_by).to_pylist() if section.group_by else []
         tables = []
         for n, cols in enumerate(parts):
@@ -217,8 +224,9 @@ class TextRenderer(Renderer):
                 title_justify="left",
                 pad_edge=False,
                 show_edge=False,
+                collapse_padding=gap == TIGHT_GAP,
             )
-            room = (width or 0) - GAP * (len(cols) - 1)
+            room = (width or 0) - gap * (len(cols) - 1)
             natural = [naturals[i] for i in cols]
             fitted = width is not None and sum(natural) > room
             widths = column_widths([extents[i] for i in cols], room) if fitted else []

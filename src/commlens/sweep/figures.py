@@ -8,6 +8,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from commlens.report.plots import LEGEND, log2_buckets
 from commlens.report.units import format_bytes
@@ -149,7 +150,9 @@ def volume_ops(table: pa.Table) -> Figure:
         bottom += vals
     ax.tick_params(axis="x", labelsize="small", rotation=60)
     ax.set(title="Volume per op and role (per rank per step)", ylabel="wire MB (ring)")
-    ax.legend(fontsize=LEGEND, ncol=2)
+    ax.legend(
+        fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )  # beside, not over, the bars
     return fig
 
 
@@ -170,7 +173,9 @@ def volume_seq(table: pa.Table) -> Figure:
         xlabel="sequence length (tokens)",
         ylabel="wire MB per rank per step",
     )
-    ax.legend(fontsize=LEGEND, ncol=2)
+    ax.legend(
+        fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )  # beside, not over, the bars
     return fig
 
 
@@ -190,6 +195,8 @@ def sizes(table: pa.Table) -> Figure:
     )
     ax.tick_params(axis="x", labelsize="small", rotation=60)
     ax.set_yscale("log")
+    ax.set_ylim(bottom=0.8)  # a bucket of one call still shows
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set(
         title="Message sizes (calls per log2 bucket, all ranks)",
         xlabel="message size S (bucket floor)",

@@ -100,6 +100,8 @@ def outcome_document(
         }
     )
     catalog = outcome.path / CATALOG
+    errors = any(table.column("error").to_pylist())
+    columns = [c for c in POINT_COLUMNS if errors or c.key != "error"]  # no empty column
     notes = [f"catalog: {catalog}; see `commlens report {outcome.path}`"]
     if report:
         notes.append(f"report: {report}")
@@ -109,7 +111,7 @@ def outcome_document(
         f"{len(outcome.ran)} run now · "
         f"{len(outcome.reused)} already done · {len(outcome.skipped)} skipped · "
         f"{len(outcome.failed)} failed",
-        sections=[Section("points", "points", table, POINT_COLUMNS)],
+        sections=[Section("points", "points", table, columns)],
         notes=notes,
         data={
             "sweep": name,

@@ -138,9 +138,10 @@ def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
     """The bench under a progress bar (plain timed lines when stderr is no terminal)."""
     from commlens.bench.runner import run_bench
     from commlens.cli.progress import Progress
+    from commlens.report.units import plural
 
     with Progress(console, "bench", total=len(cfg.ops) * len(cfg.sizes)) as progress:
-        progress.update(f"starting {cfg.nproc} ranks", force=True)
+        progress.update(f"starting {plural(cfg.nproc, 'rank')}", force=True)
 
         def on_row(row: dict[str, Any]) -> None:
             progress.update(f"{row['op']} {format_size(row['size_bytes'])} done", advance=1)

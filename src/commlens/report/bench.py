@@ -87,7 +87,7 @@ def bench_document(report: BenchReport) -> Document:
         columns[key] = [None if "skipped" in r else float(r[key]) for r in rows]
     table = pa.table({c.key: pa.array(columns[c.key]) for c in COLUMNS})
     return Document(
-        title=f"commlens bench: {where}, {cfg.dtype}, {cfg.iters} iters",
+        title=f"commlens bench: {where}, {cfg.dtype}, {plural(cfg.iters, 'iter')}",
         sections=[Section("results", "", table, COLUMNS, group_by="op")],
         data=report.to_dict(),
         csv_table=_csv_table(report),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
+from commlens.report.units import plural
 
 if TYPE_CHECKING:
     from commlens.predict.forecast import Prediction
@@ -50,7 +51,7 @@ def _title(pred: Prediction) -> str:
     job, d = pred.job, pred.job.dims
     return (
         f"{job.model.name} {job.scheme}  dp={d.dp} tp={d.tp} pp={d.pp} "
-        f"({d.world_size} ranks, {pred.settings['gpus_per_node']} per node)  "
+        f"({plural(d.world_size, 'rank')}, {pred.settings['gpus_per_node']} per node)  "
         f"s={job.seq_len} b={job.micro_batch} k={job.microbatches} {job.dtype}"
         + ("  sequence-parallel" if job.sequence_parallel else "")
         + ("  recompute" if job.recompute else "")

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 import commlens
 from commlens.job.spec import Job
+from commlens.report.units import plural
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize
 from commlens.workloads.train import StepRecord, train
@@ -93,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     dist.init_process_group(job.run.backend, timeout=timedelta(minutes=10))
     if dist.get_rank() == 0:
+        world = dist.get_world_size()
         say(
-            f"all {dist.get_world_size()} ranks joined the process group in "
+            f"{'all ' if world > 1 else ''}{plural(world, 'rank')} joined the process group in "
             f"{time.perf_counter() - start:.1f} s; building the model..."
         )
     try:

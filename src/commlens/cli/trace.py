@@ -38,9 +38,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
-    p.add_argument("--nproc", type=int, help="start this many ranks of COMMAND here")
     p.add_argument(
-        "--nodes", type=int, default=1, help="with --nproc: emulated nodes (network namespaces)"
+        "--nproc",
+        type=int,
+        help="start this many ranks of COMMAND here, in total over --nodes (no launcher needed)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="with --nproc: emulated nodes (network namespaces, needs root); ranks spread evenly",
     )
     p.add_argument(
         "--link", help="with --nproc: shape each node's uplink to RATE (e.g. 500mbit, 2gbit)"

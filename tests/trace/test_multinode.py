@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import commlens
+from commlens.cli.trace import SITE_DIR
 from commlens.errors import UsageError
 from commlens.launch import free_port
 from commlens.trace.jobid import JobIdentity, job_identity
@@ -184,6 +185,22 @@ def test_another_job_is_refused_a_live_run(tmp_path: Path) -> None:
     node1 = _trace(out, cmds["1"])
     _done(node0), _done(node1)
     _check_one_run(out, cmds)
+
+
+def test_environment_only_two_nodes(tmp_path: Path) -> None:
+    """The recipe for a launcher commlens does not wrap: the capture's environment alone."""
+    out, port = tmp_path / "run", free_port()
+    env = {**os.environ, "COMMLENS_TRACE_DIR": str(out), "PYTHONPATH": str(SITE_DIR)}
+    procs = [
+        subprocess.Popen(_torchrun(port, k, "static"), env=env, stderr=subprocess.PIPE, text=True)
+        for k in (0, 1)
+    ]
+    for proc in procs:
+        _done(proc)
+    run = commlens.load_run(out)
+    assert run.ranks == [0, 1] and not run.warnings and run.world_size == 2
+    assert run.manifest["topology"]["nodes"] == 2  # from the ranks' own facts
+    assert "offset_ns" in run.manifest["ranks"]["1"]["clock"]
 
 
 def _job(slot: int | None = 0, ident: str = "torchrun static 127.0.0.1:1 nnodes=2") -> JobIdentity:

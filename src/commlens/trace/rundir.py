@@ -41,9 +41,9 @@ from commlens.trace.layout import (
 from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
 from commlens.trace.nodes import live_nodes, read_job, write_node
 
-LOCK_STALE_S = 30.0
+LOCK_STALE_S = 60.0
 """A join lock older than this was left by a process that died holding it."""
-LOCK_WAIT_S = 120.0
+LOCK_WAIT_S = 180.0
 
 Checker = Callable[[Path], Path | None]
 """Given an entry: None when it is commlens's own, else the foreign path (it or one inside)."""
@@ -126,13 +126,17 @@ def _check_path(out: Path, flag: str) -> None:
         raise UsageError(f"{flag} {out} exists and is not a directory; pick a directory")
 
 
-def _replace_old(out: Path, force: bool, flag: str, first: Path) -> None:
-    """Empty ``out``, which holds ``first``: only an old commlens run, only with ``force``."""
+def _refuse_foreign(out: Path, flag: str, first: Path) -> None:
     if not is_run_dir(out) and read_job(out) is None:
         raise UsageError(
             f"{flag} {out} already exists and is not a commlens run (it holds "
             f"{first.name}); choose a new directory"
         )
+
+
+def _replace_old(out: Path, force: bool, flag: str, first: Path) -> None:
+    """Empty ``out``, which holds ``first``: only an old commlens run, only with ``force``."""
+    _refuse_foreign(out, flag, first)
     live = live_nodes(out)
     if live:
         job = read_job(out) or {}
@@ -166,7 +170,10 @@ def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
     _check_path(out, flag)
     first = first_foreign(out, lambda e: e) if out.is_dir() else None
     if first is not None:
-        _replace_old(out, force, flag, first)
+        _refuse_foreign(out, flag, first)
+        with join_lock(out, flag):  # no node of a job joins while this decides
+            if (first := first_foreign(out, lambda e: e)) is not None:
+                _replace_old(out, force, flag, first)
     _probe(out, flag)
     return out
 

@@ -1,7 +1,7 @@
 """commlens merge OUT DIR [DIR ...]: join per-node run directories into one run.
 
 For a job whose nodes could not share a file system: each node traced into
-its own directory (``commlens trace --out DIR`` on each); merging checks that
+its own directory (commlens trace --out DIR on each). Merging checks that
 they are of one job (same world size and job, no rank twice) and writes OUT,
 whole or not at all. The inputs are left as they are.
 """
@@ -15,12 +15,8 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "merge",
-        help="join the per-node run directories of one job into one run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    about = "join the per-node run directories of one job into one run"
+    p = subparsers.add_parser("merge", help=about, description=__doc__)
     p.add_argument("out", type=Path, metavar="OUT", help="run directory to write (new or empty)")
     p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="a node's run directory")
     p.set_defaults(func=run)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -63,20 +62,15 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self._bar is not None:
-            self._bar.__enter__()
+            self._bar.start()
         else:
             self._beat.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self._stop.set()
         if self._bar is not None:
-            self._bar.__exit__(kind, exc, tb)
+            self._bar.stop()
         elif self._beat.is_alive():
             self._beat.join()
 

@@ -5,11 +5,12 @@ Every text from the document is printed as written (never read as rich markup).
 The width is ``--width`` (the renderer's ``width``), else ``$COLUMNS``, else the
 terminal's; output that is not a terminal (a file, a pipe) keeps every table
 at its natural width unless one of the first two says otherwise. A table wider
-than the width is fitted to it: column titles wrap at their spaces and text
-cells wrap (long words fold), the columns with the most room to give shrinking
-first; numbers are never wrapped nor cut, so a table of numbers too wide to
-fit stays as wide as it must. Prose (facts, warnings, intro, highlights,
-notes) wraps at the width, with a hanging indent.
+than the width is fitted to it: column titles wrap at their spaces first, then
+text cells at theirs, then words longer than half the width fold, the columns
+with the most room to give shrinking first. Numbers are never wrapped nor cut:
+a table whose columns cannot shrink enough is shown in parts, each with the
+row's leading text columns (its key) and as many others as fit. Prose (facts,
+warnings, intro, highlights, notes) wraps at the width, with a hanging indent.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ would see every aten op). The op returns at once; completion is the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,33 +38,33 @@ def _single(op: str, t: torch.Tensor, group_name: Any, size: int, out: int) -> I
     return (op, _group(group_name), t.numel(), t.dtype, t.nbytes, out, size, None, True, t)
 
 
-def _all_reduce(a: tuple[Any, ...]) -> Intercepted:
+def _all_reduce(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
     n = a[0].nbytes
     return _single("all_reduce", a[0], a[2], n, n)
 
 
-def _all_gather(a: tuple[Any, ...]) -> Intercepted:
+def _all_gather(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
     total = a[0].nbytes * int(a[1])
     return _single("all_gather", a[0], a[2], total, total)
 
 
-def _reduce_scatter(a: tuple[Any, ...]) -> Intercepted:
+def _reduce_scatter(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
     n = a[0].nbytes
     return _single("reduce_scatter", a[0], a[3], n, n // max(1, int(a[2])))
 
 
-def _all_to_all(a: tuple[Any, ...]) -> Intercepted:
+def _all_to_all(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
     n = a[0].nbytes
     return _single("all_to_all", a[0], a[3], n, n)
 
 
-def _broadcast(a: tuple[Any, ...]) -> Intercepted:
+def _broadcast(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
     t, n = a[0], a[0].nbytes
     return ("broadcast", _group(a[2]), t.numel(), t.dtype, n, n, n, int(a[1]), True, t)
 
 
-def _coalesced(op: str, group_at: int, size_at: int | None) -> Callable[..., Intercepted]:
-    def extract(a: tuple[Any, ...]) -> Intercepted:
+def _coalesced(op: str, group_at: int, size_at: int | None) -> Extractor:
+    def extract(a: tuple[Any, ...], _k: dict[str, Any]) -> Intercepted:
         ts = list(a[0])
         b_in = sum(t.nbytes for t in ts)
         n = b_in * int(a[size_at or 1]) if op == "all_gather" else b_in
@@ -75,17 +74,8 @@ def _coalesced(op: str, group_at: int, size_at: int | None) -> Callable[..., Int
     return extract
 
 
-def _positional(extract: Callable[[tuple[Any, ...]], Intercepted]) -> Extractor:
-    """The extractor of an op's positional arguments: a call with keywords is not recorded."""
-
-    def positional(a: tuple[Any, ...], k: dict[str, Any]) -> Intercepted | None:
-        return None if k else extract(a)
-
-    return positional
-
-
-# Op name -> extractor of its positional arguments.
-_EXTRACT: dict[str, Callable[[tuple[Any, ...]], Intercepted]] = {
+# Op name -> extractor (of the positional arguments: a call with keywords is not recorded).
+_EXTRACT: dict[str, Extractor] = {
     "all_reduce": _all_reduce,
     "all_reduce_": _all_reduce,
     "all_gather_into_tensor": _all_gather,
@@ -114,7 +104,8 @@ def install() -> None:
     for name, extract in _EXTRACT.items():
         packet = getattr(namespace, name, None)
         if packet is not None:
-            call = intercept(packet, _positional(extract), Recorder.on_issued, api=API)
+            call = intercept(packet, extract, Recorder.on_issued, api=API, positional=True)
             patch(namespace, name, calling(FunctionalOp, call)(packet))
-    wait_packet = namespace.wait_tensor
-    patch(namespace, "wait_tensor", calling(FunctionalOp, timed_wait(wait_packet))(wait_packet))
+    packet = namespace.wait_tensor
+    wait = timed_wait(packet, Recorder.before_output_wait, Recorder.after_output_wait)
+    patch(namespace, "wait_tensor", calling(FunctionalOp, wait)(packet))

@@ -28,7 +28,7 @@ from commlens.capture.context import STATES as _STATES
 from commlens.capture.context import thread_state
 
 if TYPE_CHECKING:
-    from commlens.capture.recorder import Recorder
+    from commlens.capture.recorder import Pending, Recorder
     from commlens.capture.session import Capture
 
 # What one intercepted call moves, as a plain tuple (the cheapest thing to build per call):
@@ -38,13 +38,17 @@ if TYPE_CHECKING:
 # one whose device decides how the call is timed, or None.
 Intercepted = tuple[str, Any, int, Any, int, int, int, "int | None", bool, "torch.Tensor | None"]
 TENSOR = 9  # index of the tensor in an Intercepted
-# An extractor: the caller's (args, kwargs) -> what the record step takes (None: not recorded).
+# An extractor: the caller's (args, kwargs) -> what the record step takes.
 Extractor = Callable[[tuple[Any, ...], dict[str, Any]], Any]
 # A step after the call for what is known only then: (call, result, args, kwargs) -> call.
 After = Callable[[Intercepted, Any, tuple[Any, ...], dict[str, Any]], Intercepted]
 # A record step: (recorder, extracted, t_issue, t_return, result, frame, api, phase_hint,
 # gpu_token). Recorder.on_call is one.
 Record = Callable[["Recorder", Any, int, int, Any, "FrameType | None", str, str, Any], Any]
+# The two halves of a timed wait: (recorder, waited) -> the op it completes, or None;
+# (recorder, waited, op, t0, t1). Recorder.before_wait and after_wait are a pair.
+BeforeWait = Callable[["Recorder", Any], "Pending | None"]
+AfterWait = Callable[["Recorder", Any, "Pending", int, int], None]
 
 _time_ns = time.time_ns
 _ExcludeKeys = torch._C._ExcludeDispatchKeyGuard
@@ -76,6 +80,7 @@ def intercept(
     after: After | None = None,
     tensor_at: int | None = None,
     below_autograd: bool = True,
+    positional: bool = False,
 ) -> Callable[..., Any]:
     """A stand-in for ``orig`` that records each call through ``record``.
 
@@ -84,6 +89,8 @@ def intercept(
     never). ``below_autograd``: while the c10d kernel is registered
     (:mod:`commlens.capture.c10d`), the call runs with the autograd keys
     excluded, so it does not pass through that kernel as well.
+    ``positional``: ``extract`` reads positions only; a call with keyword
+    arguments is handed on unrecorded.
 
     The hot path of the capture, in one frame: a plain closure whose
     settings are free variables, the cheapest thing to call.
@@ -95,12 +102,10 @@ def intercept(
         if rec is None or rec.disabled:
             return orig(*args, **kwargs)
         state = _STATES.get(_get_ident()) or thread_state()
-        if state.depth:
+        if state.depth or (kwargs and positional):
             return orig(*args, **kwargs)
         try:
             call = extract(args, kwargs)
-            if call is None:
-                return orig(*args, **kwargs)
             frame = _getframe(1)
             gpu = None
             if rec.gpu and tensor_at is not None:
@@ -135,11 +140,14 @@ def intercept(
     return wrapper
 
 
-def timed_wait(orig: Callable[..., Any]) -> Callable[..., Any]:
+def timed_wait(
+    orig: Callable[..., Any], before: BeforeWait, after: AfterWait
+) -> Callable[..., Any]:
     """A stand-in for a wait (``Work.wait``, ``wait_tensor``) that times it.
 
-    Only a wait for an op the recorder holds as pending is timed: a blocking
-    collective's own wait inside the call costs one dict test.
+    Only a wait for an op the recorder holds (``before`` finds it) is timed,
+    and handed to ``after``: a blocking collective's own wait inside the call
+    costs one dict test.
     """
     holder = ACTIVE
 
@@ -147,14 +155,14 @@ def timed_wait(orig: Callable[..., Any]) -> Callable[..., Any]:
         rec = holder.recorder
         if rec is None:
             return orig(target, *args, **kwargs)
-        pending = rec.before_wait(target)
+        pending = before(rec, target)
         if pending is None:
             return orig(target, *args, **kwargs)
         t0 = _time_ns()
         try:
             return orig(target, *args, **kwargs)
         finally:
-            rec.after_wait(target, pending, t0, _time_ns())
+            after(rec, target, pending, t0, _time_ns())
 
     wait.__wrapped__ = orig  # type: ignore[attr-defined]
     return wait

@@ -93,4 +93,4 @@ def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None
         for name, wrapper in wrappers.items():
             if hasattr(namespace, name):
                 patch(namespace, name, wrapper)
-    patch(Work, "wait", timed_wait(Work.wait))
+    patch(Work, "wait", timed_wait(Work.wait, Recorder.before_wait, Recorder.after_wait))

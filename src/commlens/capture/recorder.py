@@ -107,9 +107,10 @@ class Recorder:
         self.pid = os.getpid()
         self.t_start_ns = clock()
         self._lock = threading.Lock()
-        # Ops issued, not yet written, by id() of what completes them: their
-        # Work, or each output tensor of a functional op.
+        # Async ops not yet written, by id() of their Work.
         self._pending: dict[int, tuple[Any, Pending]] = {}
+        # Functional ops not yet waited on, by id() of each output tensor.
+        self._issued: dict[int, tuple[Any, Pending]] = {}
         # (pending, t_end) of completed ops, stamped by the backend's thread.
         self._done: deque[tuple[Pending, int]] = deque()
         # id() of the pending op of each completion callback not yet run.
@@ -138,6 +139,7 @@ class Recorder:
         self.pid = os.getpid()
         self._lock = threading.Lock()
         self._pending = {}
+        self._issued = {}
         self._done = deque()
         self._armed = set()
         self._kinds = {}
@@ -185,25 +187,19 @@ class Recorder:
 
     def close(self) -> None:
         """Flush everything, finish the rank file and the manifest."""
+        self._write_unfinished(self._issued)  # functional ops never waited on
         self._settle()
         with self._drain_lock:  # a drain under way ends first; none starts again
             self._closing = True
         self._collect()
         for work, pending in list(self._pending.values()):
-            if isinstance(work, Work) and pending.t_end is None:
+            if work is not None and pending.t_end is None:
                 try:
                     if work.is_completed():
                         pending.t_end = self.clock()
                 except Exception:
                     pass
-            if pending.done or self.writer is None:
-                continue
-            pending.done = True  # written even if recording failed meanwhile
-            try:
-                self._write(pending)
-            except Exception as exc:
-                self.fail(exc)
-        self._pending.clear()
+        self._write_unfinished(self._pending)
         if self.writer is None:
             return
         try:
@@ -380,6 +376,18 @@ class Recorder:
             self._append(head, self.steps.step, t_issue, t_return, t_return - t_issue)
         return None
 
+    def _write_unfinished(self, ops: dict[int, tuple[Any, Pending]]) -> None:
+        """Write the ops of ``ops`` not written yet (even if recording failed), then forget them."""
+        for _, pending in list(ops.values()):
+            if pending.done or self.writer is None:
+                continue
+            pending.done = True
+            try:
+                self._write(pending)
+            except Exception as exc:
+                self.fail(exc)
+        ops.clear()
+
     def on_issued(
         self,
         call: Intercepted,
@@ -394,14 +402,33 @@ class Recorder:
         """Record a call that completes when one of its ``outputs`` is waited on.
 
         For functional collectives: the op runs from its issue until the
-        first ``wait_tensor`` of an output (:meth:`before_wait`).
+        first ``wait_tensor`` of an output (:meth:`before_output_wait`). No
+        completion callback races these waits: they take no lock.
         """
         head = self.on_call(call, t_issue, t_issue, None, frame, api, phase_hint, defer=True)
         if head is None:
             return
         pending = Pending(head, self.steps.step, t_issue)
         for tensor in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
-            self._pending[id(tensor)] = (tensor, pending)
+            self._issued[id(tensor)] = (tensor, pending)
+
+    def before_output_wait(self, tensor: Any) -> Pending | None:
+        """The functional op that waiting on ``tensor`` (an output) completes, or None."""
+        entry = self._issued.get(id(tensor))
+        if entry is None or entry[0] is not tensor:
+            return None
+        return entry[1]
+
+    def after_output_wait(self, tensor: Any, pending: Pending, t0: int, t1: int) -> None:
+        """The wait from ``t0`` to ``t1`` of :meth:`before_output_wait` ended: write the op."""
+        del self._issued[id(tensor)]
+        if pending.done:
+            return  # another output of the op was waited on first
+        pending.done = True
+        pending.t_end = t1
+        pending.wait_ns = t1 - t0
+        if not self.disabled:
+            self._safe_write(pending)
 
     def on_deferred(
         self,
@@ -538,8 +565,7 @@ class Recorder:
                 self._safe_write(pending)
 
     def before_wait(self, work: Any) -> Pending | None:
-        """The pending op that waiting on ``work`` (a Work, or a functional op's
-        output tensor) completes, marked as waited on; None if there is none."""
+        """The pending op that waiting on ``work`` completes, marked as waited on; or None."""
         if not self._pending:  # blocking ops wait internally: keep that path cheap
             return None
         with self._lock:

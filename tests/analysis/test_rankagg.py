@@ -57,8 +57,9 @@ def test_rank_aggregate_matches_a_python_group_by(
     size[:50] = 0
     duration = rng.random(n)
     wait = rng.integers(0, 10**6, n)
-    table = rank_aggregate(3, names, codes, size, duration, wait)
-    want: dict[tuple[object, ...], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
+    service = rng.integers(0, 10**6, n)
+    table = rank_aggregate(3, names, codes, size, duration, wait, service)
+    want: dict[tuple[object, ...], list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
     buckets = size_bucket(size)
     for i in range(n):
         key = (
@@ -74,18 +75,21 @@ def test_rank_aggregate_matches_a_python_group_by(
         acc[1] += int(size[i])
         acc[2] += float(duration[i])
         acc[3] += wait[i] / 1e9
+        acc[4] += service[i] / 1e9
     got = {
         (r["op"], r["pg_name"], r["role"], r["size_bucket_bytes"], r["phase"], r["module"]): [
             r["count"],
             r["bytes"],
             r["time_s"],
             r["wait_s"],
+            r["service_s"],
         ]
         for r in table.to_pylist()
     }
     assert set(table.column("rank").to_pylist()) == {3}
     assert got.keys() == want.keys()
-    for key, (count, nbytes, time_s, wait_s) in want.items():
+    for key, (count, nbytes, time_s, wait_s, service_s) in want.items():
+        assert got[key][4] == pytest.approx(service_s)
         assert got[key][:2] == [count, nbytes]
         assert got[key][2] == pytest.approx(time_s)
         assert got[key][3] == pytest.approx(wait_s)

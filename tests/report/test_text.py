@@ -22,16 +22,20 @@ def test_text_report_matches_expected(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_expected_figures_are_the_hand_computed_ones() -> None:
     """Guard the checked-in expectation itself against a wrong regeneration."""
     text = EXPECTED.read_text()
-    # dp all-reduce: 16 x 1 MiB over 26.8 ms -> algbw 0.626, busbw x 2*3/4 = 0.939
-    assert "all_reduce   0       0-3     dp         4      16   16,777,216   0.026800" in text
-    assert "0.626    0.939" in text
+    # dp all-reduce: 16 x 1 MiB over 26.8 ms issue -> end, 19.4 ms of service (the two
+    # overlapping buckets queue on one group); bandwidth over transfer time of the calls
+    # after each rank's first: 12 MiB / 10.8 ms -> algbw 1.165, busbw x 2*3/4 = 1.748
+    assert "all_reduce  0      0-3    dp        4     16  16,777,216  0.026800  0.019400" in text
+    assert "1.165   1.748" in text
     # rank 0 per step: 800 (tp) + 2500 (two overlapping buckets) + 400 + 200 us = 3.9 ms
     assert "   0       2    0.020000   0.007800       39.0      0.003800          19.0" in text
-    # highlights: 29.7 ms of comm in 80 ms of rank-steps; dp all-reduce 26.8 of 37.1 ms
+    # highlights over step 1 (step 0 left out): 14.85 ms of comm in 40 ms of rank-steps;
+    # dp all-reduce 9.7 of 14.85 ms of service time
     assert "* communication covers 37.1% of step time over all ranks; 17.9% is exposed" in text
-    assert "* top op: all_reduce on group 0 (4 ranks, dp), 72.2% of the time" in text
+    assert "* top op: all_reduce on group 0 (4 ranks, dp), 65.3% of the service time" in text
     words = " ".join(text.split())  # prose wraps at the width
-    assert "the costliest straggler is rank 3 (last to arrive 6 times;" in words
+    assert "the costliest straggler is rank 3 (last to arrive 3 times;" in words
+    assert "headline covers step 1 of 2 recorded steps; step 0, set-up" in words
     # rank 3 arrives 300 us late to both dp buckets: it is the top straggler
     assert "1      3          12                6            0.001400            116.7" in text
 

@@ -1,4 +1,9 @@
-"""Communication by phase (forward/backward/optimizer/other) and by module."""
+"""Communication by phase (forward/backward/optimizer/other) and by module.
+
+``time_s`` is the time inside calls (issue → end); ``service_s`` the time at
+the head of the group's queue (it adds up across queued async ops, see
+:mod:`commlens.analysis.rankagg`); ``time_share`` is the share of service time.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +19,17 @@ def _by(run: Source, key: str, extra: str = "") -> pa.Table:
         f"""
         SELECT {key}, {extra}
                sum(count)::BIGINT AS count, sum(bytes)::BIGINT AS bytes,
-               sum(time_s) AS time_s, sum(wait_s) AS wait_s,
-               coalesce(sum(time_s) / nullif(sum(sum(time_s)) OVER (), 0), 0.0) AS time_share
-        FROM agg GROUP BY {key} ORDER BY time_s DESC, {key}
+               sum(time_s) AS time_s, sum(service_s) AS service_s, sum(wait_s) AS wait_s,
+               coalesce(sum(service_s) / nullif(sum(sum(service_s)) OVER (), 0), 0.0)
+                   AS time_share
+        FROM agg GROUP BY {key} ORDER BY service_s DESC, time_s DESC, {key}
         """,
     )
 
 
 def phase_table(run: Source) -> pa.Table:
-    """Per phase: calls, bytes, time inside calls, blocked time, share of comm time."""
+    """Per phase: calls, bytes, time inside calls, service time, blocked time, share of
+    service time."""
     return _by(run, "phase")
 
 

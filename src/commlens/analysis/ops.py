@@ -2,9 +2,15 @@
 
 ``op_table`` is the contract of ``commlens report --format json`` ("ops"):
 one row per (op, process group, role) with how many ranks issued it, calls
-summed over those ranks, bytes (sum of S), total time, mean latency, algbw
-and busbw. ``op_size_table`` splits the same rows by log2 message-size
-bucket and adds wire volume under both conventions and latency percentiles.
+summed over those ranks, bytes (sum of S), total time (latency, issue → end),
+service time (time at the head of the group's queue: it adds up across async
+ops queued on one group), queued time (latency − service), mean latency,
+algbw and busbw. Bandwidths divide bytes by transfer time: for collectives
+matched across ranks, service time less the wait for the last peer, over the
+calls after each rank's first one of that op on that group (which carries
+connection set-up); otherwise by service time. ``op_size_table`` splits the
+same rows by log2 message-size bucket and adds wire volume under both
+conventions and latency percentiles (bandwidths there over service time).
 Sums come from the per-rank aggregates of the rank pass
 (:mod:`commlens.analysis.rankpass`); the percentiles from its ``quantiles``.
 """
@@ -32,26 +38,62 @@ def over_aggregates(rp: RankPass, sql: str, **tables: pa.Table) -> pa.Table:
 
 
 _BW = f"""
-    CASE WHEN sum(time_s) > 0 THEN sum(bytes) / sum(time_s) / 1e9 ELSE 0.0 END AS algbw_GBps,
-    CASE WHEN sum(time_s) > 0
-         THEN sum(bytes) / sum(time_s) / 1e9 * any_value({factor_sql()}) ELSE 0.0 END
+    CASE WHEN sum(service_s) > 0 THEN sum(bytes) / sum(service_s) / 1e9 ELSE 0.0 END
+         AS algbw_GBps,
+    CASE WHEN sum(service_s) > 0
+         THEN sum(bytes) / sum(service_s) / 1e9 * any_value({factor_sql()}) ELSE 0.0 END
          AS busbw_GBps
 """
+"""Bandwidths over service time (no matching needed): the per-size rows."""
+
+
+def _transfers(rp: RankPass) -> pa.Table:
+    """Per (op, group, role) matched across ranks: bytes and transfer time for bandwidth,
+    and the time waiting for peers (empty without matching)."""
+    mt = rp.matched
+    triples = mt.triples if mt is not None else ()
+    pt = mt.per_triple if mt is not None else {}
+    return pa.table(
+        {
+            "op": pa.array([t[0] for t in triples], pa.string()),
+            "pg_name": pa.array([t[1] for t in triples], pa.string()),
+            "role": pa.array([t[2] for t in triples], pa.string()),
+            "bw_bytes": pa.array(pt.get("bw_bytes", []), pa.float64()),
+            "bw_s": pa.array(pt.get("bw_s", []), pa.float64()),
+            "peer_wait_s": pa.array(pt.get("wait_s", []), pa.float64()),
+        }
+    )
 
 
 def op_table(run: Source) -> pa.Table:
-    """One row per (op, process group, role), largest total time first."""
+    """One row per (op, process group, role), largest service time first."""
+    rp = rank_pass(run)
     return over_aggregates(
-        rank_pass(run),
+        rp,
         f"""
-        SELECT op, pg_name, any_value(pg_ranks) AS pg_ranks,
-               any_value(group_size) AS group_size, role,
-               count(DISTINCT rank)::BIGINT AS ranks, sum(count)::BIGINT AS count,
-               sum(bytes)::BIGINT AS bytes, sum(time_s) AS time_s,
-               sum(time_s) / sum(count) AS avg_latency_s, {_BW}
-        FROM agg GROUP BY op, pg_name, role
-        ORDER BY time_s DESC, op, pg_name, role
+        , per_op AS (
+            SELECT op, pg_name, any_value(pg_ranks) AS pg_ranks,
+                   any_value(group_size) AS group_size, role,
+                   count(DISTINCT rank)::BIGINT AS ranks, sum(count)::BIGINT AS count,
+                   sum(bytes)::BIGINT AS bytes, sum(time_s) AS time_s,
+                   sum(service_s) AS service_s, sum(time_s) / sum(count) AS avg_latency_s,
+                   any_value({factor_sql()}) AS factor
+            FROM agg GROUP BY op, pg_name, role
+        ), timed AS (
+            SELECT p.*, coalesce(t.peer_wait_s, 0.0) AS peer_wait_s,
+                   CASE WHEN t.bw_s > 0 THEN t.bw_bytes / t.bw_s / 1e9
+                        WHEN p.service_s > 0 THEN p.bytes / p.service_s / 1e9
+                        ELSE 0.0 END AS algbw_GBps
+            FROM per_op p LEFT JOIN transfers t USING (op, pg_name, role)
+        )
+        SELECT op, pg_name, pg_ranks, group_size, role, ranks, count, bytes, time_s,
+               avg_latency_s, algbw_GBps, algbw_GBps * factor AS busbw_GBps, service_s,
+               greatest(time_s - service_s, 0.0) AS queue_s, peer_wait_s,
+               greatest(service_s - peer_wait_s, 0.0) AS transfer_s
+        FROM timed
+        ORDER BY service_s DESC, time_s DESC, op, pg_name, role
         """,
+        transfers=_transfers(rp),
     )
 
 

@@ -3,7 +3,10 @@
 For one rank's events, one row per (op, group, role, log2 size bucket,
 phase, module) with calls, bytes, time inside calls and blocked time.
 Summing these rows over ranks gives every per-op, per-size, per-phase and
-per-module figure without another pass over the events.
+per-module figure without another pass over the events. ``service_s`` is the
+time each op held its group's queue (from ``max(issue, end of the group's
+previous op)`` to its end): unlike ``time_s`` it adds up across ops queued
+on one group.
 """
 
 from __future__ import annotations
@@ -87,8 +90,10 @@ def rank_aggregate(
     size: np.ndarray,
     duration: np.ndarray,
     wait_ns: np.ndarray,
+    service_ns: np.ndarray,
 ) -> pa.Table:
-    """Group one rank's events by (op, pg_name, role, size bucket, phase, module)."""
+    """Group one rank's events by (op, pg_name, role, size bucket, phase, module);
+    ``service_ns``: each op's time at the head of its group's queue."""
     bucket = size_bucket(size)
     _, bucket_code = dense_codes(
         np.where(bucket > 0, np.log2(np.maximum(bucket, 1)) + 1, 0).astype(np.int64)
@@ -142,6 +147,7 @@ def rank_aggregate(
             "bytes": pa.array(_int_sum(key, size, n)),
             "time_s": pa.array(np.bincount(key, duration, n)),
             "wait_s": pa.array(np.bincount(key, wait_ns / 1e9, n)),
+            "service_s": pa.array(np.bincount(key, service_ns / 1e9, n)),
         }
     )
 

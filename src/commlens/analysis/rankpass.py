@@ -3,6 +3,9 @@
 Each rank's events are read once (only the needed columns, strings
 dictionary-encoded, straight from its Parquet file) and give:
 
+- each op's service start on its group's queue: ``max(issue, latest end of
+  the group's earlier ops on that rank)`` (async ops queued on one group wait
+  behind each other; their service times add up to the union);
 - per step: the union of the op intervals ``[t_issue, t_end]`` (overlapping
   async ops count once) and of the blocked intervals ``[t_end − t_wait,
   t_end]``, op count, bytes, summed durations, first issue and last end
@@ -41,7 +44,7 @@ from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
 from commlens.analysis.matching import Matched, MatchPart, match_calls
 from commlens.analysis.rankagg import BUCKET_SQL, RunGroups, learn_groups, rank_aggregate
-from commlens.analysis.timeline import segments, spread, step_rows
+from commlens.analysis.timeline import queue_starts, segments, spread, step_rows
 from commlens.netem.nic import read_nic
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
@@ -87,7 +90,8 @@ class RankPass:
     steps: pa.Table
     """Per (rank, step): ops, bytes, comm_s, comm_sum_s, exposed_s, first_ns, last_ns."""
     agg: pa.Table
-    """Per (rank, op, pg_name, role, size bucket, phase, module): count, bytes, time_s, wait_s."""
+    """Per (rank, op, pg_name, role, size bucket, phase, module): count, bytes, time_s,
+    wait_s, service_s (see :mod:`commlens.analysis.rankagg`)."""
     groups: pa.Table
     """Per group: pg_name, group_size, pg_ranks."""
     made: frozenset[str] = frozenset()
@@ -217,8 +221,9 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         e = t.column("t_end_ns").to_numpy()
         wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
         duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
+        start = queue_starts(pg, s, e)
         learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
-        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait))
+        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, e - start))
         step_parts.append(step_rows(rank, step, s, e, wait, size))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
@@ -238,7 +243,9 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
                     step=step[keep].astype(np.int32),
                     size=gsize[keep],
                     t_issue=s[keep],
+                    t_start=start[keep],
                     t_end=e[keep],
+                    nbytes=size[keep],
                 )
             )
     split = [tuple(v.split("\x00")) for v in triples.values]
@@ -309,6 +316,7 @@ def _empty_agg() -> pa.Table:
             "bytes": pa.array([], pa.int64()),
             "time_s": pa.array([], pa.float64()),
             "wait_s": pa.array([], pa.float64()),
+            "service_s": pa.array([], pa.float64()),
         }
     )
 

@@ -6,13 +6,20 @@ rank, in sequence order. For each instance, with arrivals ``t_issue`` on
 rank 0's clock:
 
 - skew = last arrival − first arrival;
-- a rank's wait for the last peer = last arrival − own arrival;
-- its transfer = own ``t_end`` − last arrival;
+- a rank's queued time = its service start − own arrival, where the service
+  start is ``max(issue, end of the group's previous op on that rank)``
+  (:func:`commlens.analysis.timeline.queue_starts`): async ops queued on one
+  group wait behind each other;
+- its wait for peers = the latest service start over the group's members −
+  own service start, clamped to ``[0, own service time]``;
+- its transfer = the rest of its service time (own ``t_end`` − service start
+  − wait);
 
-so wait + transfer = the rank's latency ``t_end − t_issue``, exactly. An op
-that does not hold every rank until all arrive (a broadcast root whose send
-is buffered, say) can finish before the last peer arrives: its transfer is
-then negative and its wait longer than its latency, still summing exactly.
+so queued + wait + transfer = the rank's latency ``t_end − t_issue``, exactly,
+and none is negative. Where the clocks' skew exceeds the measurement (peers
+seen ready only after the call ended: a broadcast root whose send is
+buffered, or clock-alignment error), the wait is cut to the service time and
+the transfer is 0; ``clamped`` counts those calls and the report says so.
 Point-to-point ops, single-rank groups, groups that include a missing rank
 and instances that not every member of the group recorded are left out.
 The matching (:mod:`commlens.analysis.matching`) runs in numpy over the
@@ -27,7 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.matching import Matched
+from commlens.analysis.matching import Matched, split
 from commlens.analysis.rankpass import P2P_OPS, Source, rank_pass
 
 __all__ = ["P2P_OPS", "matched_events", "skew_by_step", "skew_table", "straggler_table"]
@@ -52,9 +59,9 @@ def matched_events(run: Source) -> pa.Table:
         at_last = part.t_issue == inst.last[ids]
         last_rank[ids[at_last]] = part.rank
     for part in parts:
-        ids = inst.ids(part)
-        ok = inst.complete[ids]
-        ids, issue, end = ids[ok], part.t_issue[ok], part.t_end[ok]
+        sp = split(part, inst)
+        ids, ok = sp.ids, sp.ok
+        issue, end = part.t_issue[ok], part.t_end[ok]
         first, last = inst.first[ids], inst.last[ids]
         names = [mt.triples[t] for t in part.triple[ok].tolist()]
         tables.append(
@@ -74,8 +81,11 @@ def matched_events(run: Source) -> pa.Table:
                     "last_ns": pa.array(last),
                     "last_rank": pa.array(last_rank[ids], pa.int64()),
                     "skew_s": pa.array((last - first) / 1e9),
-                    "wait_last_s": pa.array((last - issue) / 1e9),
-                    "transfer_s": pa.array((end - last) / 1e9),
+                    "t_start_ns": pa.array(part.t_start[ok]),
+                    "queue_s": pa.array(sp.queue / 1e9),
+                    "wait_last_s": pa.array(sp.wait / 1e9),
+                    "transfer_s": pa.array(sp.transfer / 1e9),
+                    "clamped": pa.array(sp.clamped),
                     "lateness_s": pa.array((issue - first) / 1e9),
                 }
             )
@@ -88,7 +98,8 @@ def matched_events(run: Source) -> pa.Table:
 
 
 def skew_table(run: Source) -> pa.Table:
-    """Per (op, group, role): instances, skew statistics, wait vs transfer time."""
+    """Per (op, group, role): instances, skew statistics, queued vs wait vs transfer time
+    (they add up to ``time_s``), and how many calls had their wait clamped."""
     mt = _matched(run)
     inst = mt.inst
     done = inst.complete
@@ -110,9 +121,11 @@ def skew_table(run: Source) -> pa.Table:
                 "p99_skew_s": float(np.quantile(values, 0.99)),
                 "max_skew_s": float(values.max()),
                 "time_s": float(time),
+                "queue_s": float(mt.per_triple["queue_s"][code]),
                 "wait_s": float(wait),
                 "transfer_s": float(mt.per_triple["transfer_s"][code]),
                 "wait_share": float(wait / time) if time > 0 else 0.0,
+                "clamped": int(mt.per_triple["clamped"][code]),
             }
         )
     rows.sort(key=lambda r: (-r["wait_s"], r["op"], r["pg_name"]))
@@ -128,9 +141,11 @@ def skew_table(run: Source) -> pa.Table:
             "p99_skew_s": pa.float64(),
             "max_skew_s": pa.float64(),
             "time_s": pa.float64(),
+            "queue_s": pa.float64(),
             "wait_s": pa.float64(),
             "transfer_s": pa.float64(),
             "wait_share": pa.float64(),
+            "clamped": pa.int64(),
         },
     )
 

@@ -70,9 +70,15 @@ def step_summary(per_rank: pa.Table) -> pa.Table:
 
 
 def rank_summary(per_rank: pa.Table) -> pa.Table:
-    """One row per rank over the steps with a recorded window."""
+    """One row per rank over its steps with a recorded window (every step of a rank
+    that recorded none): set-up and the tail after the last step are never summed in."""
     return query(
         """
+        WITH kept AS (
+            SELECT * FROM per_rank
+            WHERE step_source = 'manifest'
+               OR rank NOT IN (SELECT rank FROM per_rank WHERE step_source = 'manifest')
+        )
         SELECT rank, count(*)::BIGINT AS steps, sum(step_s) AS step_s,
                sum(comm_s) AS comm_s,
                CASE WHEN sum(step_s) > 0 THEN sum(comm_s) / sum(step_s) ELSE 0.0 END
@@ -81,7 +87,7 @@ def rank_summary(per_rank: pa.Table) -> pa.Table:
                CASE WHEN sum(step_s) > 0 THEN sum(exposed_s) / sum(step_s) ELSE 0.0 END
                    AS exposed_share,
                sum(ops)::BIGINT AS ops, sum(bytes)::BIGINT AS bytes
-        FROM per_rank GROUP BY rank ORDER BY rank
+        FROM kept GROUP BY rank ORDER BY rank
         """,
         per_rank=per_rank,
     )

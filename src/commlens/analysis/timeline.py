@@ -68,6 +68,19 @@ def step_rows(
     }
 
 
+def queue_starts(group: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """When each op's service on its group's queue began: ``max(issue, latest end of
+    the group's earlier ops)`` (ops in issue order per group). ``end − start``
+    summed over a group's ops is the union of their intervals, never more."""
+    start = s.copy()
+    for g in np.unique(group).tolist():
+        idx = np.flatnonzero(group == g)
+        idx = idx[np.argsort(s[idx], kind="stable")]
+        ends = np.maximum.accumulate(e[idx])
+        start[idx[1:]] = np.maximum(s[idx[1:]], ends[:-1])
+    return np.minimum(start, np.maximum(e, s))
+
+
 def spread(
     s: np.ndarray, e: np.ndarray, wire: np.ndarray, t0: int, bin_ns: int, n_bins: int
 ) -> np.ndarray:

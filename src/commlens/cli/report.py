@@ -11,6 +11,20 @@ from commlens.report.formats import FORMATS
 
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 """Text widths a table can be laid out in, in columns."""
+CSV_TABLES = (
+    "sizes",
+    "ops",
+    "steps",
+    "rank_steps",
+    "ranks",
+    "phases",
+    "modules",
+    "histogram",
+    "skew",
+    "stragglers",
+    "utilization",
+)
+"""Tables ``report --format csv --table`` can write (keys of the report's JSON data)."""
 MAX_STEP = 10**9
 """Largest step number a --steps range may name."""
 
@@ -26,6 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run", help="run directory (run.json + rank-*.parquet), or a `commlens sweep` directory"
     )
     add_output_options(parser)
+    parser.add_argument(
+        "--table",
+        choices=CSV_TABLES,
+        default="sizes",
+        help="with --format csv, the one table written (one CSV holds one table, as "
+        "pandas.read_csv reads it): sizes (default: one row per op x group x log2 size), "
+        "ops, steps, rank_steps, ranks, phases, modules, histogram, skew, stragglers, "
+        "utilization; run once per table for several",
+    )
     parser.set_defaults(func=run_report)
 
 
@@ -141,7 +164,7 @@ def run_report(args: argparse.Namespace) -> int:
         return 0
     view = open_run(args.run, quiet=False, steps=args.steps)
     try:
-        doc = build_report(view)
+        doc = build_report(view, csv_table=args.table)
     finally:
         view.close()
     emit(doc, args.output, args.format, width=args.width)

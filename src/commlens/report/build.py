@@ -7,11 +7,14 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
-from commlens.analysis.rankpass import rank_pass
+from commlens.analysis.coverage import headline_coverage
+from commlens.analysis.rankpass import RankPass, rank_pass
+from commlens.errors import UsageError
 from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
 from commlens.trace.files import format_ranks
-from commlens.trace.reader import RunView
+from commlens.trace.layout import MANIFEST
+from commlens.trace.reader import RunView, open_run
 
 C = Column
 OP_COLUMNS = (
@@ -23,6 +26,7 @@ OP_COLUMNS = (
     C("count", "count", "int"),
     C("bytes", "bytes", "bytes"),
     C("time_s", "time (s)", "s"),
+    C("service_s", "service (s)", "s"),
     C("avg_latency_s", "avg lat (us)", "us"),
     C("algbw_GBps", "algbw (GB/s)", "gbps"),
     C("busbw_GBps", "busbw (GB/s)", "gbps"),
@@ -85,6 +89,7 @@ SKEW_COLUMNS = (
     C("mean_skew_s", "mean skew (us)", "us"),
     C("p99_skew_s", "p99 skew (us)", "us"),
     C("max_skew_s", "max skew (us)", "us"),
+    C("queue_s", "queued (s)", "s"),
     C("wait_s", "wait last (s)", "s"),
     C("transfer_s", "transfer (s)", "s"),
     C("wait_share", "wait (%)", "pct"),
@@ -128,6 +133,10 @@ OP_KEYS = (
     "avg_latency_s",
     "algbw_GBps",
     "busbw_GBps",
+    "service_s",
+    "queue_s",
+    "peer_wait_s",
+    "transfer_s",
 )
 
 
@@ -188,12 +197,41 @@ def _workload_line(workload: dict[str, Any]) -> str:
     return ", ".join(f"{k}={workload[k]}" for k in shown)
 
 
+SKEW_NOTE = (
+    "queued = behind earlier ops of the group on the rank; wait last = for the last "
+    "member to be ready; transfer = the rest; they add up to the time inside calls."
+)
+
+
+def _clamped_note(skew_t: pa.Table) -> str:
+    clamped = sum(skew_t.column("clamped").to_pylist()) if skew_t.num_rows else 0
+    if not clamped:
+        return ""
+    return (
+        f"Cross-rank clock skew exceeded the measurement on {clamped} call(s): "
+        "their wait is cut to their own service time and their transfer is 0."
+    )
+
+
 def _records(table: pa.Table) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def build_report(run: RunView, *, util_bins: int = 100) -> Document:
-    """Every analysis of ``run`` as one document (tables, plots and JSON data)."""
+def _headline(rp: RankPass) -> list[str]:
+    """The highlights over the pass ``rp`` (the headline's steps)."""
+    rank_t = steps.rank_summary(steps.step_table(rp))
+    return highlights(
+        ops.op_table(rp),
+        rank_t,
+        breakdown.phase_table(rp),
+        skew.skew_table(rp),
+        skew.straggler_table(rp),
+    )
+
+
+def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes") -> Document:
+    """Every analysis of ``run`` as one document (tables, plots and JSON data);
+    ``csv_table``: the key of its JSON data whose table the CSV output holds."""
     rp = rank_pass(run, util_bins=util_bins, match=True, quantiles=True, nic=True)
     op_t = ops.op_table(rp)
     size_t = ops.op_size_table(rp)
@@ -268,7 +306,7 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
             "Cross-rank arrival skew (collectives matched across their group)",
             skew_t,
             SKEW_COLUMNS,
-            note=cross_note,
+            note=" ".join(filter(None, [SKEW_NOTE, _clamped_note(skew_t), cross_note])),
             plots=[("Waiting vs transfer", plot("skew_vs_transfer", skew_t))],
         ),
         Section(
@@ -317,8 +355,15 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         "phase_ops": _records(breakdown.op_phase_table(rp)),
         "throughput": _records(tput_t),
     }
-    lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
+    coverage = headline_coverage(run)
+    if coverage.steps is None or not (run.path / MANIFEST).is_file():
+        lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
+    else:
+        with open_run(run.path, steps=coverage.steps) as headline_run:
+            lines = _headline(rank_pass(headline_run, match=True))
+    lines = [*lines, coverage.line]
     data["highlights"] = lines
+    data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
     return Document(
         highlights=lines,
         title=f"commlens report: {run.name}",
@@ -326,5 +371,13 @@ def build_report(run: RunView, *, util_bins: int = 100) -> Document:
         sections=sections,
         warnings=list(run.warnings),
         data=data,
-        csv_table=size_t,
+        csv_table=_csv_table(data, csv_table),
     )
+
+
+def _csv_table(data: dict[str, Any], key: str) -> pa.Table:
+    """The table behind ``data[key]`` (a list of rows) for the CSV output."""
+    rows = data.get(key)
+    if not isinstance(rows, list):
+        raise UsageError(f"the report has no table {key!r}")
+    return pa.Table.from_pylist(rows)

@@ -24,19 +24,19 @@ def highlights(
             f"communication covers {_pct(comm / step_s)} of step time over all "
             f"ranks; {_pct(exposed / step_s)} is exposed (the caller blocked)"
         )
-    total = sum(ops.column("time_s").to_pylist()) if ops.num_rows else 0.0
-    if total > 0:
+    total = sum(ops.column("service_s").to_pylist()) if ops.num_rows else 0.0
+    if total > 0:  # service time: ops queued on one group count once, like the union
         top = ops.slice(0, 1).to_pylist()[0]
         role = f", {top['role']}" if top["role"] else ""
         lines.append(
             f"top op: {top['op']} on group {top['pg_name']} ({top['group_size']} ranks"
-            f"{role}), {_pct(top['time_s'] / total)} of the time inside comm calls"
+            f"{role}), {_pct(top['service_s'] / total)} of the service time of comm calls"
         )
     if phases.num_rows and total > 0:
         top_phase = phases.slice(0, 1).to_pylist()[0]
         lines.append(
             f"top phase: {top_phase['phase']}, {_pct(top_phase['time_share'])} of the "
-            "time inside comm calls"
+            "service time of comm calls"
         )
     coll = sum(skew.column("time_s").to_pylist()) if skew.num_rows else 0.0
     if coll > 0:
@@ -54,4 +54,10 @@ def highlights(
                     f"{first['blame_s']:.6f} s for it)"
                 )
         lines.append(line)
+        clamped = sum(skew.column("clamped").to_pylist()) if "clamped" in skew.schema.names else 0
+        if clamped:
+            lines.append(
+                f"cross-rank clock skew exceeded the measurement on {plural(clamped, 'call')}: "
+                "their wait for peers is cut to their own time and their transfer is 0"
+            )
     return lines

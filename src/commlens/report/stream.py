@@ -135,11 +135,27 @@ def _write_json(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink)
     for batch in batches:
         if not batch.num_rows:
             continue
-        text = dumps(batch.to_pylist())[1:-1]  # the rows, without the list's brackets
+        text = dumps(_json_rows(batch))[1:-1]  # the rows, without the list's brackets
         out.write(((", " if count else "") + text).encode())
         count += batch.num_rows
     out.write(b"]\n}\n")
     return count
+
+
+def _json_rows(batch: pa.RecordBatch) -> list[dict[str, object]]:
+    """The batch's rows, decimals as JSON numbers: DuckDB's ``sum()`` of integers
+    (HUGEINT, a decimal of scale 0) as ints, other decimals as floats."""
+    columns: dict[str, list[object]] = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        dtype = column.type
+        if pa.types.is_decimal(dtype) and dtype.scale == 0:
+            columns[name] = [None if v is None else int(v) for v in column.to_pylist()]
+        elif pa.types.is_decimal(dtype):
+            columns[name] = column.cast(pa.float64()).to_pylist()
+        else:
+            columns[name] = column.to_pylist()
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def column_format(dtype: pa.DataType) -> str:

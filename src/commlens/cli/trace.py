@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commlens.errors import CommandError, UsageError
+from commlens.errors import CommandError, CommlensError, UsageError
 from commlens.launch import LaunchResult, launch_ranks, run_job
 from commlens.launch.signals import signal_name
 
@@ -192,8 +192,12 @@ def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dic
     try:
         write_node(path, {**node, "status": "running"})
         merge_manifest(out)
-    except OSError as exc:
+    except (OSError, CommlensError) as exc:
         _remove_temp_manifests(out)
+        try:  # the slot is not left looking like a running node
+            write_node(path, {**node, "status": "ended", "result": "not started"})
+        except (OSError, CommlensError):
+            pass
         raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
     print(f"commlens trace: {job.id}: node slot {slot} of {job.slots} -> {out}", file=sys.stderr)
     t0 = time.time()
@@ -228,7 +232,6 @@ def _ranks_fields(result: LaunchResult) -> dict[str, Any]:
 
 def _finish(out: Path, code: int, status: str, extra: dict[str, Any]) -> int:
     """Merge the launcher's facts into the manifest and report; the job's code either way."""
-    from commlens.errors import CommlensError
     from commlens.trace.manifest import merge_manifest
 
     try:

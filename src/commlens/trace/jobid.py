@@ -29,6 +29,10 @@ from commlens.errors import UsageError
 
 # torchrun options that take no value (every other option does).
 _FLAGS = frozenset({"--standalone", "--no-python", "--module", "-m", "--run-path", "--no_python"})
+# Slurm's step ids of a batch script, the extern step and an interactive shell (and their names).
+_NOT_SRUN_STEPS = frozenset(
+    {"batch", "extern", "interactive", "4294967294", "4294967292", "4294967290"}
+)
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
@@ -78,8 +82,8 @@ def _int_env(env: Mapping[str, str], name: str) -> int:
 
 def _slurm(env: Mapping[str, str]) -> JobIdentity | None:
     job, step = env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")
-    if not job or not step or "SLURM_NTASKS" not in env:
-        return None
+    if not job or not step or "SLURM_NTASKS" not in env or step in _NOT_SRUN_STEPS:
+        return None  # a batch script or salloc shell: one process, not one per task
     tasks = _int_env(env, "SLURM_NTASKS")
     if tasks < 2:
         return None

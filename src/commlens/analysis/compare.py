@@ -2,12 +2,16 @@
 
 The typical step of a run is the median over steps of the slowest rank's
 step time, leaving out the first step (warm-up, bucket rebuild) when there
-are more. Speedups are relative to the first run: ``t_first / t_run``.
+are more. Speedups are relative to the first run and compare like with like:
+time per token when every run's manifest gives its tokens per step, else
+time per sample when each gives its samples per step (:func:`work_per_step`),
+else time per step, with ``speedup_basis`` saying so ("step (work unknown)").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,6 +25,31 @@ def run_labels(runs: Sequence[RankPass]) -> list[str]:
     """Short unique names: the directory names, numbered where they repeat."""
     names = [r.name for r in runs]
     return [n if names.count(n) == 1 else f"{i}:{n}" for i, n in enumerate(names)]
+
+
+def _positive(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def work_per_step(manifest: dict[str, Any]) -> dict[str, float | None]:
+    """Tokens and samples one step of the whole job processes, from the manifest's
+    ``workload``: ``tokens_per_step`` / ``samples_per_step`` (or ``global_batch``) as
+    given, else micro_batch x microbatches x dp (x seq_len for tokens); None: unknown."""
+    w = manifest.get("workload")
+    w = w if isinstance(w, dict) else {}
+    dims = w.get("dims") if isinstance(w.get("dims"), dict) else {}
+    samples = _positive(w.get("samples_per_step")) or _positive(w.get("global_batch"))
+    if samples is None:
+        parts = [_positive(w.get(k)) for k in ("micro_batch", "microbatches")]
+        dp = _positive(dims.get("dp", w.get("dp", 1)))
+        if all(p is not None for p in parts) and dp is not None:
+            samples = float(parts[0] or 0) * float(parts[1] or 0) * dp
+    tokens = _positive(w.get("tokens_per_step"))
+    seq = _positive(w.get("seq_len"))
+    if tokens is None and samples is not None and seq is not None:
+        tokens = samples * seq
+    return {"tokens_per_step": tokens, "samples_per_step": samples}
 
 
 def _summary(run: RankPass, label: str) -> dict[str, object]:
@@ -55,21 +84,53 @@ def _summary(run: RankPass, label: str) -> dict[str, object]:
         "exposed_share": float(exposed_s) / step_s if step_s else 0.0,
         "bytes_per_step": float(bytes_),
         "ops_per_step": float(ops),
+        **work_per_step(run.manifest),
     }
 
 
+def _basis(rows: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """The work unit every run knows (tokens, then samples), and the basis in words."""
+    for key, unit in (("tokens_per_step", "token"), ("samples_per_step", "sample")):
+        if rows and all(r[key] is not None for r in rows):
+            return key, unit
+    return None, "step (work unknown)"
+
+
 def compare_summary(runs: Sequence[Source]) -> pa.Table:
-    """One row per run with its typical step, comm share and speedup vs the first."""
+    """One row per run with its typical step, comm share, time per unit of work and
+    speedup vs the first (on ``speedup_basis``: per token, per sample, or per step)."""
     passes = [rank_pass(r) for r in runs]
     rows = [_summary(r, label) for r, label in zip(passes, run_labels(passes), strict=True)]
-    base = rows[0]["step_s"] if rows else 0.0
+    key, basis = _basis(rows)
+    for row in rows:
+        work = float(row[key]) if key is not None else 1.0
+        row["time_per_unit_s"] = float(row["step_s"]) / work if row["step_s"] else None
+        row["speedup_basis"] = basis
+    base = rows[0]["time_per_unit_s"] if rows else None
     for row in rows:  # no speedup where either run has no timed step
-        step = row["step_s"]
-        assert isinstance(step, float) and isinstance(base, float)
-        row["speedup"] = base / step if step > 0 and base > 0 else None
+        unit_s = row["time_per_unit_s"]
+        row["speedup"] = base / unit_s if base and unit_s else None
     table = pa.Table.from_pylist(rows)
-    index = table.schema.get_field_index("speedup")
-    return table.set_column(index, "speedup", table.column(index).cast(pa.float64()))
+    for name in ("speedup", "time_per_unit_s", "tokens_per_step", "samples_per_step"):
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, table.column(index).cast(pa.float64()))
+    return table
+
+
+def work_note(summary: pa.Table) -> str:
+    """What the speedups compare, in words; plain about unknown or different work."""
+    if not summary.num_rows:
+        return ""
+    basis = summary.column("speedup_basis")[0].as_py()
+    if basis == "step (work unknown)":
+        return (
+            "speedup = step-time ratio: the manifests do not say how many tokens or samples "
+            "every run processed per step, so the runs may have done different amounts of work."
+        )
+    key = "tokens_per_step" if basis == "token" else "samples_per_step"
+    amounts = set(summary.column(key).to_pylist())
+    same = "the same" if len(amounts) == 1 else "different"
+    return f"speedup = ratio of time per {basis} (the runs processed {same} {basis}s per step)."
 
 
 def compare_ops(runs: Sequence[Source]) -> pa.Table:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from commlens.analysis.compare import compare_ops, compare_summary, run_labels
+from commlens.analysis.compare import compare_ops, compare_summary, run_labels, work_note
 from commlens.analysis.rankpass import rank_pass
 from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
@@ -23,6 +23,8 @@ SUMMARY_COLUMNS = (
     C("exposed_s", "exposed (s)", "s"),
     C("exposed_share", "exposed (%)", "pct"),
     C("bytes_per_step", "bytes/step", "bytes"),
+    C("tokens_per_step", "tokens/step", "int"),
+    C("time_per_unit_s", "time/unit (us)", "us"),
     C("speedup", "speedup", "x"),
 )
 OP_COLUMNS = (
@@ -93,7 +95,8 @@ def build_compare(runs: Sequence[RunView]) -> Document:
             f"Runs (speedup relative to {labels[0]})",
             summary,
             SUMMARY_COLUMNS,
-            note="step = median over steps of the slowest rank (first step left out).",
+            note="step = median over steps of the slowest rank (first step left out); "
+            + work_note(summary),
             plots=[("Typical step per run", lambda: _step_plot(summary))],
         ),
         Section(

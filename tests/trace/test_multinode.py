@@ -23,12 +23,14 @@ from commlens.errors import UsageError
 from commlens.launch import free_port
 from commlens.trace.jobid import JobIdentity, job_identity
 from commlens.trace.layout import JOIN_LOCK, node_path
+from commlens.trace.merge import merge_runs
 from commlens.trace.nodes import write_node
 from commlens.trace.rundir import join_run_dir
 
 PROG = str(Path(__file__).parent.parent / "capture" / "tracedprog.py")
 SLURM_PROG = str(Path(__file__).with_name("slurmprog.py"))
 BIN = Path(sys.executable).parent
+DATA = Path(__file__).parent.parent / "data"
 COMMLENS = shutil.which("commlens", path=str(BIN)) or "commlens"
 DELAY_S = 2.0
 TIMEOUT_S = 240
@@ -144,6 +146,33 @@ def test_per_node_dirs_joined_by_merge(tmp_path: Path) -> None:
     assert not (tmp_path / "again").exists()
 
 
+def test_merge_of_runs_without_node_files(tmp_path: Path) -> None:
+    """Environment-only or old runs: each input is one node, from its run.json."""
+    dirs = []
+    for k, keep in enumerate([(0, 1), (2, 3)]):
+        d = Path(shutil.copytree(DATA / "tiny_run", tmp_path / f"part{k}"))
+        for rank in {0, 1, 2, 3} - set(keep):
+            (d / f"rank-{rank:05d}.json").unlink()
+            (d / f"rank-{rank:05d}.parquet").unlink()
+        dirs.append(d)
+    result = merge_runs(tmp_path / "joined", dirs)
+    assert (result.world_size, result.ranks, result.nodes, result.warnings) == (
+        4,
+        [0, 1, 2, 3],
+        2,
+        [],
+    )
+    run = commlens.load_run(tmp_path / "joined")
+    assert run.ranks == [0, 1, 2, 3] and not run.warnings
+    assert [n["source"] for n in run.manifest["nodes"].values()] == [str(d) for d in dirs]
+    assert run.manifest["merged_from"] == [str(d) for d in dirs]
+    (dirs[1] / "rank-00003.json").unlink()
+    (dirs[1] / "rank-00003.parquet").unlink()
+    assert merge_runs(tmp_path / "partial", dirs).warnings == [
+        "ranks [3] are in none of the runs; the joined run lacks them"
+    ]
+
+
 def test_slurm_one_task_per_rank(tmp_path: Path) -> None:
     out, port = tmp_path / "run", free_port()
     slurm = dict(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_NNODES="2")
@@ -182,7 +211,7 @@ def test_another_job_is_refused_a_live_run(tmp_path: Path) -> None:
         )
         lines = bad.stderr.strip().splitlines()
         assert bad.returncode == 2 and len(lines) == 1 and message in lines[0], bad.stderr
-    node1 = _trace(out, cmds["1"])
+    node1 = _trace(out, cmds["1"], "--force")  # joins: a slot of this job is free
     _done(node0), _done(node1)
     _check_one_run(out, cmds)
 

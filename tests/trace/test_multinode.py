@@ -166,6 +166,10 @@ def test_merge_of_runs_without_node_files(tmp_path: Path) -> None:
     assert run.ranks == [0, 1, 2, 3] and not run.warnings
     assert [n["source"] for n in run.manifest["nodes"].values()] == [str(d) for d in dirs]
     assert run.manifest["merged_from"] == [str(d) for d in dirs]
+    for k, d in enumerate(dirs):  # each node of a c10d job traced alone took slot 0
+        write_node(node_path(d, 0), {"slot": 0, "host": f"h{k}", "status": "ended"})
+    nodes = commlens.load_run(merge_runs(tmp_path / "c10d", dirs).out).manifest["nodes"]
+    assert {k: n["host"] for k, n in nodes.items()} == {"0": "h0", "1": "h1"}
     (dirs[1] / "rank-00003.json").unlink()
     (dirs[1] / "rank-00003.parquet").unlink()
     assert merge_runs(tmp_path / "partial", dirs).warnings == [
@@ -263,7 +267,7 @@ def test_job_identity_from_launcher_and_slurm() -> None:
     static = job_identity([*py, "--nnodes=2", "--node-rank=1", "--master-port", "7", PROG], {})
     assert static is not None and static.slot == 1 and static.slots == 2
     assert static.id == job_identity([*torchrun, "--nnodes", "2", "--master_port=7", PROG], {}).id  # type: ignore[union-attr]
-    c10d = job_identity([*torchrun, "--nnodes", "1:4", "--rdzv-backend", "c10d", PROG], {})
+    c10d = job_identity([*torchrun, "--nnodes", "1:4", PROG], {"PET_RDZV_BACKEND": "c10d"})
     assert c10d is not None and c10d.slot is None and c10d.slots == 4
     env = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "3", "SLURM_NTASKS": "4", "SLURM_PROCID": "2"}
     slurm = job_identity([*torchrun, "--nnodes", "2", PROG], {**env, "SLURM_NODEID": "1"})

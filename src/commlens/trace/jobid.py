@@ -11,7 +11,8 @@ share one run directory and a different job cannot:
   ``--nnodes`` above 1: the rendezvous (``--master_addr:--master_port`` for the
   static form, ``--rdzv_endpoint`` and ``--rdzv_id`` for the others) and the
   node count; one slot per node, ``--node_rank`` when given, else the first
-  free one (c10d assigns node ranks itself).
+  free one (c10d assigns node ranks itself). Options torchrun reads from
+  ``PET_<NAME>`` variables count as given.
 
 Anything else is a single-node job (:func:`job_identity` returns None).
 """
@@ -70,7 +71,7 @@ class JobIdentity:
 
 def job_identity(cmd: Sequence[str], env: Mapping[str, str]) -> JobIdentity | None:
     """The multi-node job ``cmd`` (run with ``env``) belongs to; None for a single node."""
-    return _slurm(env) or _torchrun(cmd)
+    return _slurm(env) or _torchrun(cmd, env)
 
 
 def _int_env(env: Mapping[str, str], name: str) -> int:
@@ -126,11 +127,13 @@ def torchrun_options(args: Sequence[str]) -> dict[str, str]:
     return opts
 
 
-def _torchrun(cmd: Sequence[str]) -> JobIdentity | None:
+def _torchrun(cmd: Sequence[str], env: Mapping[str, str]) -> JobIdentity | None:
     start = _is_torchrun(cmd)
     if start is None:
         return None
-    opts = torchrun_options(cmd[start:])
+    # torchrun takes an option it is not given from PET_<NAME> in its environment
+    given = {k[4:].lower(): v for k, v in env.items() if k.startswith("PET_")}
+    opts = {**given, **torchrun_options(cmd[start:])}
     nnodes_text = opts.get("nnodes", "1").split(":")[-1]
     if not nnodes_text.isdigit():
         raise UsageError(f"torchrun --nnodes {opts.get('nnodes')!r} is not a node count")

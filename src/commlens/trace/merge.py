@@ -6,7 +6,7 @@ job by the capture, so joining them is a copy, checked first:
 
 - every input is a finished commlens run (no node still writing it);
 - all name the same world size and, where they know it, the same job;
-- no rank and no node slot is in two inputs.
+- no rank is in two inputs.
 
 The inputs are only read. The joined run is built in a temporary directory
 beside ``out`` and renamed onto it at the end, so ``out`` holds the whole
@@ -29,6 +29,7 @@ from commlens.trace.layout import (
     JOB_FILE,
     MANIFEST,
     NIC_FILE,
+    NODE_FILE,
     OWN_FILES,
     PARTS_DIR,
     RANK_EVENTS,
@@ -111,7 +112,6 @@ def check_sources(sources: Sequence[Source]) -> tuple[int, list[str]]:
         raise UsageError(f"the runs are of different jobs: {' and '.join(sorted(map(repr, ids)))}")
     world = int(next(iter(sizes)))  # type: ignore[arg-type]
     seen: dict[int, Path] = {}
-    slots: dict[str, Path] = {}
     for s in sources:
         for rank in sorted(s.ranks):
             if rank in seen:
@@ -119,10 +119,6 @@ def check_sources(sources: Sequence[Source]) -> tuple[int, list[str]]:
             if rank >= world:
                 raise UsageError(f"{s.path}: rank {rank} is outside the world size {world}")
             seen[rank] = s.path
-        for slot in s.nodes:
-            if slot in slots:
-                raise UsageError(f"node slot {slot} is in both {slots[slot]} and {s.path}")
-            slots[slot] = s.path
     warnings = []
     missing = sorted(set(range(world)) - set(seen))
     if missing:
@@ -135,7 +131,7 @@ def check_sources(sources: Sequence[Source]) -> tuple[int, list[str]]:
 def _copy_files(src: Path, dst: Path) -> None:
     """The ranks' files and node files of ``src`` into ``dst`` (never a foreign file)."""
     for entry in sorted(src.iterdir()):
-        if entry.name in _REBUILT or entry.is_symlink():
+        if entry.name in _REBUILT or NODE_FILE.match(entry.name) or entry.is_symlink():
             continue
         if entry.is_dir() and PARTS_DIR.match(entry.name):
             shutil.copytree(entry, dst / entry.name)
@@ -162,6 +158,10 @@ def _node_of(source: Source) -> dict[str, Any]:
         "status": "ended",
         "source": str(source.path),
     }
+
+
+def _free(taken: set[int]) -> int:
+    return next(k for k in range(len(taken) + 1) if k not in taken)
 
 
 def _check_out(out: Path, sources: Sequence[Source]) -> None:
@@ -203,13 +203,18 @@ def merge_runs(out: Path, dirs: Sequence[Path]) -> MergeResult:
 
 
 def _build(tmp: Path, sources: Sequence[Source]) -> None:
-    """The joined run's files in ``tmp``: every source's, a job file, one manifest."""
-    next_slot = 1 + max((int(k) for s in sources for k in s.nodes), default=-1)
+    """The joined run's files in ``tmp``: every source's, a job file, one manifest.
+
+    A node keeps its slot unless an earlier input's node has it (each node of a
+    c10d job traced alone took slot 0); then it takes the next free one.
+    """
+    taken: set[int] = set()
     for s in sources:
         _copy_files(s.path, tmp)
-        if not s.nodes:
-            write_node(node_path(tmp, next_slot), {**_node_of(s), "slot": next_slot})
-            next_slot += 1
+        for key, data in (s.nodes or {"": _node_of(s)}).items():
+            slot = int(key) if key and int(key) not in taken else _free(taken)
+            taken.add(slot)
+            write_node(node_path(tmp, slot), {**data, "slot": slot})
     nic = [s.path / NIC_FILE for s in sources if (s.path / NIC_FILE).exists()]
     if len(nic) == 1:
         shutil.copy2(nic[0], tmp / NIC_FILE)

@@ -100,17 +100,17 @@ def read_source(path: Path) -> Source:
 
 def check_sources(sources: Sequence[Source]) -> tuple[int, list[str]]:
     """The joined run's world size, and its warnings; a one-line error for inputs of two jobs."""
+    for s in sources:
+        if s.world_size is None:
+            raise UsageError(f"{s.path}: its world size is unknown (no rank wrote its metadata)")
     sizes = {s.world_size for s in sources}
-    if None in sizes:
-        bad = next(s for s in sources if s.world_size is None)
-        raise UsageError(f"{bad.path}: its world size is unknown (no rank wrote its metadata)")
     if len(sizes) > 1:
         shown = ", ".join(f"{s.path}: {s.world_size}" for s in sources)
         raise UsageError(f"the runs are of different jobs: world sizes differ ({shown})")
     ids = {s.job["id"] for s in sources if s.job and "id" in s.job}
     if len(ids) > 1:
         raise UsageError(f"the runs are of different jobs: {' and '.join(sorted(map(repr, ids)))}")
-    world = int(next(iter(sizes)))  # type: ignore[arg-type]
+    world = int(sources[0].world_size or 0)
     seen: dict[int, Path] = {}
     for s in sources:
         for rank in sorted(s.ranks):
@@ -129,7 +129,7 @@ def check_sources(sources: Sequence[Source]) -> tuple[int, list[str]]:
 
 
 def _copy_files(src: Path, dst: Path) -> None:
-    """The ranks' files and node files of ``src`` into ``dst`` (never a foreign file)."""
+    """The ranks' files of ``src`` into ``dst`` (never a foreign file)."""
     for entry in sorted(src.iterdir()):
         if entry.name in _REBUILT or NODE_FILE.match(entry.name) or entry.is_symlink():
             continue

@@ -182,7 +182,7 @@ def test_installed_command_runs_dp_and_all_reduces_the_gradient_bytes(tmp_path: 
         env=dict(os.environ, COLUMNS="120"),
     )
     assert proc.returncode == 0, proc.stderr
-    assert "1 measured steps" in proc.stdout and "top ops by time" in proc.stdout
+    assert "1 measured step:" in proc.stdout and "top ops by time" in proc.stdout
     assert "all_reduce" in proc.stdout
     run = commlens.load_run(out)
     con = duckdb.connect()

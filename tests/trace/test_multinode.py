@@ -177,19 +177,26 @@ def test_merge_of_runs_without_node_files(tmp_path: Path) -> None:
     ]
 
 
-def test_slurm_one_task_per_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tasks", ["one-per-rank", "one-per-node"])
+def test_slurm_start(tmp_path: Path, tasks: str) -> None:
+    """srun's tasks, emulated: SLURM_* set by the test; per node, torchrun starts the rank."""
     out, port = tmp_path / "run", free_port()
     slurm = dict(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_NNODES="2")
     slurm.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SLURM_LOCALID="0")
-    cmd = [sys.executable, SLURM_PROG]
+    cmds = {
+        str(task): [sys.executable, SLURM_PROG]
+        if tasks == "one-per-rank"
+        else _torchrun(port, task, "static")
+        for task in (0, 1)
+    }
     procs = []
     for task in (1, 0):
         env = dict(SLURM_PROCID=str(task), SLURM_NODEID=str(task), SLURMD_NODENAME=f"n{task}")
-        procs.append(_trace(out, cmd, **slurm, **env, LOCAL_WORLD_SIZE="1"))
+        procs.append(_trace(out, cmds[str(task)], **slurm, **env, LOCAL_WORLD_SIZE="1"))
     for proc in procs:
         assert "2 ranks" in _done(proc)
     manifest = commlens.load_run(out).manifest
-    _check_one_run(out, {"0": cmd, "1": cmd})
+    _check_one_run(out, cmds)
     assert manifest["job"]["id"] == "slurm 4242.0" and manifest["job"]["slots"] == 2
     assert manifest["nodes"]["1"]["slurm"]["slurmd_nodename"] == "n1"
     assert manifest["ranks"]["1"]["meta"]["launch"]["slurm_procid"] == 1

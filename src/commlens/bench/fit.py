@@ -134,7 +134,7 @@ def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str,
         "scope": "inter" if cfg.nodes > 1 else "intra",
         "source": (
             f"commlens bench --fit, {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%MZ}, "
-            f"{where}, backend {cfg.resolved_backend()}, {cfg.dtype}, {cfg.iters} iters; "
+            f"{where}, backend {cfg.resolved_backend()}, {cfg.dtype}, {plural(cfg.iters, 'iter')}; "
             "ops: ring alpha per step, beta per wire byte"
         ),
         "link": {

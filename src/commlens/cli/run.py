@@ -109,7 +109,7 @@ def run_command(args: argparse.Namespace) -> int:
     print(
         f"commlens run: {job.model.name} · {job.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "
         f"{plural(d.world_size, 'rank')} ({job.run.backend})"
-        + (f" on {args.nodes} nodes, link {args.link or 'unshaped'}" if emulated else "")
+        + (f" on {plural(args.nodes, 'node')}, link {args.link or 'unshaped'}" if emulated else "")
         + f" → {out}",
         flush=True,
     )

@@ -29,7 +29,7 @@ def highlights(
         top = ops.slice(0, 1).to_pylist()[0]
         role = f", {top['role']}" if top["role"] else ""
         lines.append(
-            f"top op: {top['op']} on group {top['pg_name']} ({top['group_size']} ranks"
+            f"top op: {top['op']} on group {top['pg_name']} ({plural(top['group_size'], 'rank')}"
             f"{role}), {_pct(top['service_s'] / total)} of the service time of comm calls"
         )
     if phases.num_rows and total > 0:

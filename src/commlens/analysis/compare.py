@@ -38,7 +38,7 @@ def work_per_step(manifest: dict[str, Any]) -> dict[str, float | None]:
     given, else micro_batch x microbatches x dp (x seq_len for tokens); None: unknown."""
     w = manifest.get("workload")
     w = w if isinstance(w, dict) else {}
-    dims = w.get("dims") if isinstance(w.get("dims"), dict) else {}
+    dims: dict[str, Any] = w["dims"] if isinstance(w.get("dims"), dict) else {}
     samples = _positive(w.get("samples_per_step")) or _positive(w.get("global_batch"))
     if samples is None:
         parts = [_positive(w.get(k)) for k in ("micro_batch", "microbatches")]
@@ -52,7 +52,7 @@ def work_per_step(manifest: dict[str, Any]) -> dict[str, float | None]:
     return {"tokens_per_step": tokens, "samples_per_step": samples}
 
 
-def _summary(run: RankPass, label: str) -> dict[str, object]:
+def _summary(run: RankPass, label: str) -> dict[str, Any]:
     row = query(
         """
         WITH per_step AS (
@@ -106,9 +106,9 @@ def compare_summary(runs: Sequence[Source]) -> pa.Table:
         work = float(row[key]) if key is not None else 1.0
         row["time_per_unit_s"] = float(row["step_s"]) / work if row["step_s"] else None
         row["speedup_basis"] = basis
-    base = rows[0]["time_per_unit_s"] if rows else None
+    base: float | None = rows[0]["time_per_unit_s"] if rows else None
     for row in rows:  # no speedup where either run has no timed step
-        unit_s = row["time_per_unit_s"]
+        unit_s: float | None = row["time_per_unit_s"]
         row["speedup"] = base / unit_s if base and unit_s else None
     table = pa.Table.from_pylist(rows)
     for name in ("speedup", "time_per_unit_s", "tokens_per_step", "samples_per_step"):

@@ -15,9 +15,11 @@ def register(subparsers: Any) -> None:
         description="Reads the run's model and layout from its manifest, predicts every "
         "rank's calls per step, and holds each (op, role) per rank and step: call counts "
         "exact, bytes (sum of nccl-tests S) within the tolerance. Every step is held, step 0 "
-        "against its own prediction (DDP's start-up broadcast, one bucket before the rebuild).",
+        "against its own prediction (DDP's start-up broadcast, one bucket before the rebuild). "
+        "A traced run (no model in its manifest) is held against what its own communication "
+        "implies, naming the expectations that could not be formed.",
     )
-    p.add_argument("run", help="run directory (written by `commlens run`)")
+    p.add_argument("run", help="run directory (`commlens run`, `commlens trace` or a capture)")
     p.add_argument(
         "--tolerance", type=float, default=0.01, help="relative byte tolerance (default 0.01 = 1%%)"
     )
@@ -31,11 +33,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commlens.predict.validate import validate_run
+    from commlens.predict.validate import validate_any
     from commlens.report.output import emit
     from commlens.report.validate import validation_document
     from commlens.trace.reader import load_run
 
-    result = validate_run(load_run(args.run), args.tolerance, args.skip_step0)
+    result = validate_any(load_run(args.run), args.tolerance, args.skip_step0)
     emit(validation_document(result), None, args.format, width=args.width)
     return 0 if result.ok else 1

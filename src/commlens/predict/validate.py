@@ -17,6 +17,12 @@ Which steps are held (every step is checked on its own, per rank):
   leaves it out (for runs whose step 0 holds set-up traffic of their own).
 - events after the last optimizer step (``step == steps``: end-of-run
   barriers, result gathers) are not held.
+
+A traced run (no ``workload`` naming model, scheme and layout: ``commlens trace`` or
+``commlens.capture`` around any script) has no model to predict from; it is
+held against what its own communication implies instead
+(:mod:`commlens.analysis.expectations`), saying which expectations could not
+be formed.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from commlens.analysis.expectations import TracedValidation, traced_expectations
 from commlens.errors import CommlensError, RunFormatError, UsageError
 from commlens.job.spec import Job
 from commlens.predict.calls import aggregate, sort_key
@@ -264,14 +271,41 @@ def workload_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def is_traced(manifest: dict[str, Any]) -> bool:
+    """Whether a run has no model to predict from: no workload naming model, scheme, dims."""
+    workload = workload_of(manifest)
+    return workload is None or not all(k in workload for k in ("model", "scheme", "dims"))
+
+
+def validate_traced(run: Any) -> TracedValidation:
+    """Hold a loaded traced run against what its own communication implies."""
+    if run.events.num_rows == 0:
+        raise UsageError(f"{run.path}: the run has no communication events to validate")
+    windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
+    result = traced_expectations(run.events, run.manifest, windows)
+    for rank in getattr(run, "missing_ranks", []):
+        result.notes.append(f"rank {rank}: events missing or truncated, not held")
+    return result
+
+
+def validate_any(
+    run: Any, tolerance: float = 0.01, skip_step0: bool = False
+) -> Validation | TracedValidation:
+    """:func:`validate_run` for a run with a model, else :func:`validate_traced`."""
+    if is_traced(run.manifest):
+        return validate_traced(run)
+    return validate_run(run, tolerance, skip_step0)
+
+
 def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) -> Validation:
-    """Hold a loaded run (``commlens.load_run``) against the model."""
+    """Hold a loaded run (``commlens.load_run``) with a model in its manifest against
+    the model (a traced run: :func:`validate_any`)."""
     manifest = run.manifest
     workload = workload_of(manifest)
-    if workload is None:
+    if workload is None or is_traced(manifest):
         raise UsageError(
-            f"{run.path}: the manifest has no workload section; validate needs a run made by "
-            "`commlens run` (or a manifest with model, scheme and layout)"
+            f"{run.path}: the manifest names no model, scheme and layout to predict from; "
+            "`commlens validate` holds such a run against its own communication"
         )
     try:
         job = Job.from_dict(workload)

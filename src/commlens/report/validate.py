@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from commlens.analysis.expectations import TracedValidation
 from commlens.report.document import Column, Document, Section
 
 if TYPE_CHECKING:
@@ -25,9 +26,57 @@ COLUMNS = (
 )
 
 
-def validation_document(result: Validation) -> Document:
+TRACED_COLUMNS = (
+    Column("name", "expectation"),
+    Column("pg_name", "group"),
+    Column("role", "role"),
+    Column("verdict", "verdict"),
+    Column("detail", "detail"),
+)
+
+
+def traced_document(result: TracedValidation) -> Document:
+    """One row per expectation of a traced run, formed or not, and the verdict."""
+    rows = result.expectations
+    table = pa.table(
+        {
+            "name": pa.array([e.name for e in rows], pa.string()),
+            "pg_name": pa.array([e.pg_name for e in rows], pa.string()),
+            "role": pa.array([e.role or "-" for e in rows], pa.string()),
+            "verdict": pa.array(
+                [("ok" if e.ok else "MISMATCH") if e.formed else "not formed" for e in rows],
+                pa.string(),
+            ),
+            "detail": pa.array([e.detail for e in rows], pa.string()),
+        }
+    )
+    formed = [e for e in rows if e.formed]
+    if not formed:
+        verdict = "validate: no expectation could be formed from this run"
+    elif result.ok:
+        verdict = "validate: the run matches what its own communication implies"
+    else:
+        bad = sorted({f"{e.name} on group {e.pg_name}" for e in formed if not e.ok})
+        verdict = f"validate: mismatch: {'; '.join(bad)}"
+    unformed = len(rows) - len(formed)
+    return Document(
+        title="traced run: held against its own communication (no model in the manifest)",
+        facts=[
+            ("steps held", f"{result.steps[0]}..{result.steps[-1]}" if result.steps else "none"),
+            ("ranks", ",".join(map(str, result.ranks))),
+            ("expectations", f"{len(formed)} formed, {unformed} could not be formed"),
+        ],
+        sections=[Section("expectations", "expectations per group", table, TRACED_COLUMNS)],
+        notes=[*(f"note: {note}" for note in result.notes), verdict],
+        data=result.to_dict(),
+    )
+
+
+def validation_document(result: Validation | TracedValidation) -> Document:
     """One row per (op, role), the model's notes and the verdict; ``data`` is
-    :meth:`Validation.to_dict`."""
+    :meth:`Validation.to_dict` (a traced run: :func:`traced_document`)."""
+    if isinstance(result, TracedValidation):
+        return traced_document(result)
     job = result.job
     d = job.dims
     summary = result.summary()

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from commlens.report.units import format_bytes
 
@@ -130,6 +130,9 @@ def size_histogram(hist: pa.Table) -> Figure:
             range(len(buckets)), [format_bytes(b) for b in buckets], rotation=60, fontsize="small"
         )
         ax.set(title=f"by {label}", ylabel=label, xlabel="message size S (bucket floor)")
+        room = max(0, 3 - len(buckets)) / 2  # a bucket or two: bars of a bucket's width
+        ax.set_xlim(-0.5 - room, len(buckets) - 0.5 + room)
+    axes[1].yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
     axes[1].legend(fontsize=LEGEND)
     fig.suptitle(title)
     return fig

@@ -204,3 +204,26 @@ def test_net_list_json_is_the_list_of_profiles(capsys: pytest.CaptureFixture[str
         line for line in capsys.readouterr().out.splitlines() if line.startswith("rdma-100g")
     )
     assert row.split()[:6] == ["rdma-100g", "inter", "2.00", "100", "0.90", "90"]
+
+
+def test_report_csv_writes_the_table_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import csv
+
+    run = str(DATA / "tiny_run")
+    assert main(["report", run, "--format", "csv"]) == 0  # default: the by-size table
+    header = next(csv.reader(capsys.readouterr().out.splitlines()))
+    assert header[:6] == ["op", "pg_name", "pg_ranks", "group_size", "role", "size_bucket_bytes"]
+    for table, first in (("steps", "step"), ("ops", "op"), ("skew", "op"), ("ranks", "rank")):
+        out = tmp_path / f"{table}.csv"
+        assert main(["report", run, "--format", "csv", "--table", table, "-o", str(out)]) == 0
+        rows = list(csv.DictReader(out.read_text().splitlines()))
+        assert rows and next(iter(rows[0])) == first
+    steps = list(csv.DictReader((tmp_path / "steps.csv").read_text().splitlines()))
+    assert [r["step"] for r in steps] == ["0", "1"]
+    ops = list(csv.DictReader((tmp_path / "ops.csv").read_text().splitlines()))
+    assert {"service_s", "queue_s", "peer_wait_s", "transfer_s"} <= set(ops[0])
+    with pytest.raises(SystemExit):
+        main(["report", run, "--format", "csv", "--table", "nope"])
+    assert "invalid choice" in capsys.readouterr().err

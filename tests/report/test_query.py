@@ -176,6 +176,22 @@ def test_csv_and_json_carry_every_row(tiny: Path, capsys: pytest.CaptureFixture[
     assert err == "commlens query: error: query failed: Invalid Input Error: boom\n"
 
 
+def test_json_sums_are_numbers(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # DuckDB's sum() of integers is a HUGEINT (an Arrow decimal of scale 0): an int in JSON
+    sql = (
+        "SELECT op, sum(size_bytes) AS bytes, sum(duration_s) AS s, sum(0.25) AS q, "
+        "sum(CASE WHEN false THEN 1 END) AS none FROM events GROUP BY op ORDER BY op"
+    )
+    assert main(["query", str(tiny), sql, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(type(r["bytes"]) is int and r["bytes"] > 0 for r in rows)
+    assert all(type(r["s"]) is float and type(r["q"]) is float for r in rows)
+    assert all(r["none"] is None for r in rows)
+    with open_run(tiny) as view:
+        total = view.row("SELECT sum(size_bytes)::BIGINT FROM events")
+    assert total is not None and sum(r["bytes"] for r in rows) == total[0]
+
+
 def test_a_big_result_streams_in_bounded_memory(tiny: Path) -> None:
     # 20 million rows: streamed, the program peaks near 160 MB; holding them as one
     # Arrow table takes it to 290 MB, as Python rows to several GB.

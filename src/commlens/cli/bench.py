@@ -88,7 +88,9 @@ def register(subparsers: Any) -> None:
         help="float32, float16, bfloat16, int32, ... (default float32)",
     )
     p.add_argument("--format", default="text", choices=FORMATS, help="output format (default text)")
-    p.add_argument("-o", "--output", default=None, help="write the results to FILE")
+    p.add_argument(
+        "-o", "--output", default=None, help="write the results to FILE (default: stdout)"
+    )
     add_width_option(p)
     p.add_argument(
         "--fit",
@@ -97,7 +99,11 @@ def register(subparsers: Any) -> None:
         help="fit alpha-beta per op and write a network profile",
     )
     p.add_argument("--fit-name", default=None, help="profile name (default: the file's stem)")
-    p.add_argument("--fit-min-size", default="0", help="fit only sizes of at least this (e.g. 64K)")
+    p.add_argument(
+        "--fit-min-size",
+        default="0",
+        help="fit only sizes of at least this, e.g. 64K (default 0: all)",
+    )
     p.set_defaults(func=run)
 
 

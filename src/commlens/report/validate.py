@@ -59,14 +59,31 @@ def traced_document(result: TracedValidation) -> Document:
         bad = sorted({f"{e.name} on group {e.pg_name}" for e in formed if not e.ok})
         verdict = f"validate: mismatch: {'; '.join(bad)}"
     unformed = len(rows) - len(formed)
+    return _held(
+        result,
+        "traced run: held against its own communication (no model in the manifest)",
+        ("expectations", f"{len(formed)} formed, {unformed} could not be formed"),
+        Section("expectations", "expectations per group", table, TRACED_COLUMNS),
+        verdict,
+    )
+
+
+def _held(
+    result: Validation | TracedValidation,
+    title: str,
+    fact: tuple[str, str],
+    section: Section,
+    verdict: str,
+) -> Document:
+    """The document of a verdict: steps and ranks held, one more fact, its table."""
     return Document(
-        title="traced run: held against its own communication (no model in the manifest)",
+        title=title,
         facts=[
             ("steps held", f"{result.steps[0]}..{result.steps[-1]}" if result.steps else "none"),
             ("ranks", ",".join(map(str, result.ranks))),
-            ("expectations", f"{len(formed)} formed, {unformed} could not be formed"),
+            fact,
         ],
-        sections=[Section("expectations", "expectations per group", table, TRACED_COLUMNS)],
+        sections=[section],
         notes=[*(f"note: {note}" for note in result.notes), verdict],
         data=result.to_dict(),
     )
@@ -102,15 +119,11 @@ def validation_document(result: Validation | TracedValidation) -> Document:
     else:
         bad = sorted({f"{c.op}/{c.role or '-'}" for c in result.failures})
         verdict = f"validate: mismatch in {', '.join(bad)}"
-    return Document(
-        title=f"{job.model.name} {job.scheme} dp={d.dp} tp={d.tp} pp={d.pp}  "
+    return _held(
+        result,
+        f"{job.model.name} {job.scheme} dp={d.dp} tp={d.tp} pp={d.pp}  "
         f"s={job.seq_len} b={job.micro_batch} k={job.microbatches} {job.dtype}",
-        facts=[
-            ("steps held", f"{result.steps[0]}..{result.steps[-1]}" if result.steps else "none"),
-            ("ranks", ",".join(map(str, result.ranks))),
-            ("tolerance", f"{result.tolerance:.2%}"),
-        ],
-        sections=[Section("ops", "measured vs predicted, per op and role", table, COLUMNS)],
-        notes=[*(f"note: {note}" for note in result.notes), verdict],
-        data=result.to_dict(),
+        ("tolerance", f"{result.tolerance:.2%}"),
+        Section("ops", "measured vs predicted, per op and role", table, COLUMNS),
+        verdict,
     )

@@ -2,10 +2,12 @@
 
 The typical step of a run is the median over steps of the slowest rank's
 step time, leaving out the first step (warm-up, bucket rebuild) when there
-are more. Speedups are relative to the first run and compare like with like:
-time per token when every run's manifest gives its tokens per step, else
-time per sample when each gives its samples per step (:func:`work_per_step`),
-else time per step, with ``speedup_basis`` saying so ("step (work unknown)").
+are more, and set-up and the tail after the last step (``kind`` of
+:func:`commlens.analysis.steps.step_table`). Speedups are relative to the
+first run and compare like with like: time per token when every run's
+manifest gives its tokens per step, else time per sample when each gives its
+samples per step (:func:`work_per_step`), else time per step, with
+``speedup_basis`` saying so ("step (work unknown)").
 """
 
 from __future__ import annotations
@@ -55,10 +57,13 @@ def work_per_step(manifest: dict[str, Any]) -> dict[str, float | None]:
 def _summary(run: RankPass, label: str) -> dict[str, Any]:
     row = query(
         """
-        WITH per_step AS (
+        WITH job_steps AS (  -- set-up and the tail after the last step are not steps
+            SELECT * FROM per_rank
+            WHERE kind = 'step' OR NOT EXISTS (SELECT 1 FROM per_rank WHERE kind = 'step')
+        ), per_step AS (
             SELECT step, max(step_s) AS step_s, avg(comm_s) AS comm_s,
                    avg(exposed_s) AS exposed_s, sum(bytes) AS bytes, sum(ops) AS ops
-            FROM per_rank GROUP BY step
+            FROM job_steps GROUP BY step
         ), kept AS (
             SELECT * FROM per_step
             WHERE (SELECT count(*) FROM per_step) = 1 OR step > (SELECT min(step) FROM per_step)

@@ -11,6 +11,11 @@
 - ``step_s``: the step's wall time from the manifest; for a step without a
   recorded window (e.g. ops after the last optimizer step) the span of its
   ops, flagged by ``step_source = 'ops'``.
+- ``kind``: ``step`` for a recorded step (or any step of a run that recorded
+  none); ``setup`` for events before the first recorded step, ``after last
+  step`` for those after the last one, ``unrecorded`` for a step number in
+  between without a window. Rows other than ``step`` are their own rows,
+  never summed into the per-rank figures (:func:`rank_summary`).
 """
 
 from __future__ import annotations
@@ -44,7 +49,11 @@ def step_table(run: Source) -> pa.Table:
                exposed_s,
                CASE WHEN step_s > 0 THEN exposed_s / step_s ELSE 0.0 END AS exposed_share,
                comm_s - exposed_s AS overlapped_s,
-               greatest(step_s - exposed_s, 0.0) AS compute_s
+               greatest(step_s - exposed_s, 0.0) AS compute_s,
+               CASE WHEN step_source = 'manifest' OR NOT EXISTS (SELECT 1 FROM steps) THEN 'step'
+                    WHEN step < (SELECT min(step) FROM steps) THEN 'setup'
+                    WHEN step > (SELECT max(step) FROM steps) THEN 'after last step'
+                    ELSE 'unrecorded' END AS kind
         FROM joined
         ORDER BY step, rank
         """,
@@ -62,7 +71,8 @@ def step_summary(per_rank: pa.Table) -> pa.Table:
                avg(exposed_s) AS exposed_s, avg(exposed_share) AS exposed_share,
                avg(overlapped_s) AS overlapped_s, avg(compute_s) AS compute_s,
                sum(ops)::BIGINT AS ops, sum(bytes)::BIGINT AS bytes,
-               bool_and(step_source = 'manifest') AS timed
+               bool_and(step_source = 'manifest') AS timed,
+               CASE WHEN bool_or(kind = 'step') THEN 'step' ELSE any_value(kind) END AS kind
         FROM per_rank GROUP BY step ORDER BY step
         """,
         per_rank=per_rank,

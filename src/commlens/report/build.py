@@ -197,6 +197,18 @@ def _workload_line(workload: dict[str, Any]) -> str:
     return ", ".join(f"{k}={workload[k]}" for k in shown)
 
 
+def _outside_note(step_t: pa.Table) -> str:
+    """Which rows of the Steps table are not steps of the job (set-up, the tail)."""
+    rows = [r for r in step_t.to_pylist() if r["kind"] != "step"]
+    if not rows:
+        return ""
+    named = ", ".join(f"{r['step']} ({r['kind']})" for r in rows)
+    return (
+        f" Rows {named} hold events outside the job's recorded steps: shown on their own, "
+        "not summed into the Ranks table."
+    )
+
+
 SKEW_NOTE = (
     "queued = behind earlier ops of the group on the rank; wait last = for the last "
     "member to be ready; transfer = the rest; they add up to the time inside calls."
@@ -271,7 +283,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             STEP_COLUMNS,
             max_rows=50,
             note="comm = union of op intervals (overlaps counted once); exposed = time "
-            "the caller was blocked; overlapped = comm - exposed.",
+            "the caller was blocked; overlapped = comm - exposed." + _outside_note(step_t),
             plots=[("Time breakdown per step", plot("step_breakdown", step_t))],
         ),
         Section("ranks", "Ranks (over all steps)", rank_t, RANK_COLUMNS, max_rows=64),

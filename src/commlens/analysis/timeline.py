@@ -70,12 +70,13 @@ def step_rows(
 
 def queue_starts(group: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """When each op's service on its group's queue began: ``max(issue, latest end of
-    the group's earlier ops)`` (ops in issue order per group). ``end − start``
-    summed over a group's ops is the union of their intervals, never more."""
+    the group's earlier ops)``, rows in issue (seq) order. ``end − start`` summed
+    over a group's ops is the union of their intervals, never more."""
     start = s.copy()
-    for g in np.unique(group).tolist():
-        idx = np.flatnonzero(group == g)
-        idx = idx[np.argsort(s[idx], kind="stable")]
+    order = np.argsort(group, kind="stable")  # by group, each in row (issue) order
+    bounds = np.append(segments(group[order]), order.size)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        idx = order[a:b]
         ends = np.maximum.accumulate(e[idx])
         start[idx[1:]] = np.maximum(s[idx[1:]], ends[:-1])
     return np.minimum(start, np.maximum(e, s))

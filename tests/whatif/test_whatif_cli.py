@@ -149,7 +149,7 @@ def test_data_parallel_scale_out(runs: dict[str, Path]) -> None:
     from commlens.predict.profiles import get_profile
     from commlens.predict.topology import Fabric
 
-    wide = run_study(runs["dp"], "tcp-10g", dp=8)
+    wide = run_study(runs["dp"], "tcp-10g", dp=8, op_times="model")
     (bucket,) = wide.answers[0].figures.ops
     fabric = Fabric(inter=get_profile("tcp-10g"), intra=get_profile("loopback"))
     ranks = tuple(range(8))  # the two ranks and three copies of them, one per node

@@ -25,24 +25,28 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--net",
         required=True,
-        help="comma list of inter-node profiles (built-in names or FILE.toml, e.g. a "
-        "`commlens bench --fit` profile), as `commlens predict --net` takes them",
+        help="comma list of inter-node networks: profiles as `commlens predict --net` takes "
+        "them (built-in names or FILE.toml, e.g. a `commlens bench --fit` profile), link rates "
+        "(200mbit: an emulated tbf link) or unshaped (an emulated link without a rate)",
     )
     p.add_argument(
+        "--profile",
         "--captured-net",
+        dest="profile",
         default=None,
         metavar="PROFILE",
-        help="profile of the link the run was captured on (e.g. a `bench --fit` FILE.toml); "
-        "default: an emulated run's recorded rate, loopback for a gloo run on one host. The "
-        "model on it, beside the measured steps, shows the cost model's own error",
+        help="profile of the link the run was captured on: a `commlens bench --fit` FILE.toml, "
+        "a built-in name or a rate (1gbit); default: an emulated run's recorded rate, loopback "
+        "for a gloo run on one host",
     )
     p.add_argument(
         "--op-times",
-        choices=("model", "delta"),
-        default="model",
-        help="an op's time on a network: the cost model's (model, default), or its measured "
-        "time plus the model's difference from the own link (delta: keeps each op's CPU and "
-        "software cost)",
+        choices=("fit", "model", "delta"),
+        default="fit",
+        help="an op's time on a network: the network's cost-model time plus a CPU term per "
+        "op kind fitted from the run's own op times against the own link (fit, default), the "
+        "cost model's alone (model), or its measured time plus the model's difference from "
+        "the own link (delta)",
     )
     p.add_argument(
         "--dp",
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         ranks_per_node=args.ranks_per_node,
         intra=args.intra,
         algorithm=args.algo,
-        captured_net=args.captured_net,
+        captured_net=args.profile,
         op_times=args.op_times,
         dp=args.dp,
     )

@@ -25,7 +25,10 @@ def _label(study: Study, a: Answer) -> str:
     if a is study.captured:
         return "captured (measured op times)"
     if a is study.own_link:
-        return f"model on own link ({a.name})"
+        how = {"fit": "model + fitted CPU", "delta": "measured + delta"}.get(
+            study.op_times, "model"
+        )
+        return f"{how} on own link ({a.name})"
     return a.name
 
 
@@ -202,6 +205,50 @@ def _critical(study: Study) -> Section:
     )
 
 
+CARRIED = {
+    "fit": "each op's CPU term is fitted from the run against that link (--op-times fit), "
+    "the networks below change only the link",
+    "model": "the other networks carry that error; --op-times fit (the default) or a profile "
+    "fitted here (`commlens bench --fit FILE.toml`, then --profile FILE.toml) narrows it",
+    "delta": "the networks below keep each op's measured time and change only the model's "
+    "difference (--op-times delta)",
+}
+"""What the own link's figure means for the networks, per op-times mode."""
+
+
+def _calibration(study: Study) -> Section:
+    columns = [
+        Column("op", "op"),
+        Column("role", "role"),
+        Column("nodes", "nodes spanned"),
+        Column("calls", "calls fitted"),
+        Column("alpha", "alpha (us)", "us"),
+        Column("beta", "beta (ns/KiB)"),
+        Column("resid", "mean residual (us)", "us"),
+    ]
+    rows = [
+        {
+            "op": t.op,
+            "role": t.role,
+            "nodes": t.nodes,
+            "calls": t.calls,
+            "alpha": t.alpha_s,
+            "beta": round(t.beta_s_per_byte * 1024 * 1e9, 3),
+            "resid": t.mean_residual_s,
+        }
+        for t in study.calibration
+    ]
+    own = study.own_link.name if study.own_link else "?"
+    return Section(
+        "calibration",
+        f"CPU terms fitted from the run against its own link ({own})",
+        _table(rows, columns),
+        columns,
+        note="per op kind, measured service time minus the cost model's on the own link, "
+        "fitted as alpha + beta x size (both >= 0); added to every network's model time",
+    )
+
+
 def _assumptions(study: Study) -> Section:
     columns = [Column("assumption", "assumption")]
     rows = [{"assumption": a} for a in study.assumptions]
@@ -228,6 +275,11 @@ def build_document(study: Study) -> Document:
             f"{place.intra}, algorithm {place.algorithm} ({place.source})",
         ),
         ("self-check", check.line),
+        (
+            "op times",
+            f"--op-times {study.op_times}; own link: "
+            + (study.own_link.name if study.own_link else "unknown"),
+        ),
     ]
     if study.clock_shifts:
         moved = ", ".join(f"rank {r} {v / 1e6:+.3f} ms" for r, v in study.clock_shifts.items())
@@ -245,22 +297,16 @@ def build_document(study: Study) -> Document:
     highlights = [check.line[0].upper() + check.line[1:] + "."]
     error = study.model_error
     if study.own_link is not None and error is not None:
-        carried = (
-            "the networks below keep each op's measured time and change only the model's "
-            "difference (--op-times delta)"
-            if study.op_times == "delta"
-            else "the other networks carry that error; a profile fitted here (`commlens bench "
-            "--fit FILE.toml`, then --captured-net FILE.toml) or --op-times delta narrows it"
-        )
         highlights.append(
-            f"On the run's own link ({study.own_link.name}) the cost model gives a median step of "
+            f"On the run's own link ({study.own_link.name}) the replay gives a median step of "
             f"{study.own_link.figures.median_step_s:.6f} s against the measured "
-            f"{study.captured.figures.median_step_s:.6f} s ({error:+.1%}): {carried}."
+            f"{study.captured.figures.median_step_s:.6f} s ({error:+.1%}): "
+            f"{CARRIED[study.op_times]}."
         )
     else:
         highlights.append(
-            "The run's own link is unknown, so the cost model's error on it is not shown: "
-            "give its profile with --captured-net."
+            "The run's own link is unknown, so the cost model's error on it is not shown and "
+            "no CPU terms are fitted: give its profile with --profile."
         )
     if best is not None:
         highlights.append(
@@ -283,6 +329,7 @@ def build_document(study: Study) -> Document:
         "own_link": _answer_data(study, study.own_link) if study.own_link else None,
         "model_error_on_own_link": error,
         "op_times": study.op_times,
+        "calibration": [t.to_dict() for t in study.calibration],
     }
     return Document(
         title=f"what-if replay of {tr.name}",
@@ -294,6 +341,7 @@ def build_document(study: Study) -> Document:
             _ops(study),
             _ranks(study),
             _critical(study),
+            *([_calibration(study)] if study.calibration else []),
             _assumptions(study),
         ],
         warnings=list(tr.warnings),

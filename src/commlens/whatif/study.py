@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from commlens.errors import UsageError
-from commlens.predict.profiles import NetworkProfile, get_profile, get_profiles
+from commlens.netem.rate import parse_rate
+from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
+from commlens.whatif.calibrate import OpTerm, fit_cpu_terms
 from commlens.whatif.durations import measured, measured_release, modelled, scaled_groups
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
@@ -72,6 +74,8 @@ class Study:
     """The cost model on the run's own link and placement: its error is the model's."""
     op_times: str = "model"
     """How op times on the networks were found (see :data:`OP_TIMES`)."""
+    calibration: list[OpTerm] = field(default_factory=list)
+    """The CPU terms fitted from the run (``op_times == "fit"``)."""
 
     @property
     def model_error(self) -> float | None:
@@ -134,14 +138,57 @@ def placement_for(
 
 TBF_EFFICIENCY = 0.97
 """Share of an emulated (tbf) link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
+UNSHAPED = "unshaped"
+"""``--net`` name of an emulated link without a rate: the veth pair, as loopback."""
+
+
+def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:
+    """An emulated (tbf-shaped) link of ``rate_bits``: loopback's latency, tbf's efficiency."""
+    return NetworkProfile(
+        name=label,
+        latency_s=get_profile("loopback").latency_s,
+        bandwidth_Gbps=rate_bits / 1e9,
+        efficiency=TBF_EFFICIENCY,
+        scope="inter",
+        source=f"{why} ({rate_bits / 1e9:g} Gbit/s tbf); efficiency {TBF_EFFICIENCY} as tbf "
+        "measured in REFERENCE.md §6; latency of loopback",
+    )
+
+
+def network_profile(spec: str) -> NetworkProfile:
+    """A profile name or FILE.toml, a link rate (``200mbit``: an emulated link of that
+    rate) or ``unshaped`` (an emulated link without a rate, as loopback)."""
+    if spec == UNSHAPED:
+        loopback = get_profile("loopback")
+        return NetworkProfile(
+            name=UNSHAPED,
+            latency_s=loopback.latency_s,
+            bandwidth_Gbps=loopback.bandwidth_Gbps,
+            efficiency=loopback.efficiency,
+            scope="inter",
+            source=f"an unshaped emulated link (veth), as the loopback profile: {loopback.source}",
+        )
+    if spec[:1].isdigit() and not spec.endswith(".toml"):
+        return emulated_profile(parse_rate(spec), spec, "an emulated link of that rate")
+    return get_profile(spec)
+
+
+def network_profiles(specs: str) -> list[NetworkProfile]:
+    """The profiles of a comma list of :func:`network_profile` specs."""
+    names = [s.strip() for s in specs.split(",") if s.strip()]
+    if not names:
+        raise UsageError("no network given; try --net tcp-10g,rdma-100g or --net 200mbit")
+    if len(names) > MAX_NETWORKS:
+        raise UsageError(f"{len(names)} networks given; at most {MAX_NETWORKS} at once")
+    return [network_profile(name) for name in names]
 
 
 def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | None:
     """The profile of the link the run was captured on, and its ranks per node.
 
-    ``spec`` (a profile name or file, e.g. one ``bench --fit`` wrote) wins;
-    else an emulated link's recorded rate; else loopback for a gloo run on one
-    host; else None (unknown).
+    ``spec`` (a :func:`network_profile` spec, e.g. a file ``bench --fit`` wrote)
+    wins; else an emulated link's recorded rate; else unshaped for an emulated
+    run without one; else loopback for a gloo run on one host; else None (unknown).
     """
     topo = trace.manifest.get("topology")
     topo = topo if isinstance(topo, dict) else {}
@@ -149,22 +196,16 @@ def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | Non
     nodes = nodes if isinstance(nodes, int) and nodes >= 1 else 1
     per = trace.world_size // nodes if trace.world_size % nodes == 0 else 1
     if spec:
-        return get_profile(spec), per
+        return network_profile(spec), per
     rate = topo.get("link_bits_per_s")
-    loopback = get_profile("loopback")
     if isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
-        profile = NetworkProfile(
-            name=f"emulated-{topo.get('link') or rate}",
-            latency_s=loopback.latency_s,
-            bandwidth_Gbps=float(rate) / 1e9,
-            efficiency=TBF_EFFICIENCY,
-            scope="inter",
-            source=f"the run's emulated link ({rate / 1e9:g} Gbit/s tbf, manifest topology); "
-            f"efficiency {TBF_EFFICIENCY} as tbf measured in REFERENCE.md §6; latency of loopback",
-        )
-        return profile, per
+        label = f"emulated-{topo.get('link') or rate}"
+        why = "the run's emulated link, its rate as recorded in the manifest's topology"
+        return emulated_profile(float(rate), label, why), per
+    if nodes > 1:
+        return network_profile(UNSHAPED), per
     if nodes == 1 and trace.manifest.get("backend") == "gloo":
-        return loopback, trace.world_size
+        return get_profile("loopback"), trace.world_size
     return None
 
 
@@ -193,9 +234,22 @@ ASSUMPTIONS = (
 )
 
 
-OP_TIMES = ("model", "delta")
-"""How an op's time on a network is found: the cost model's time alone, or the
-measured time plus the model's difference between that network and the own link."""
+OP_TIMES = ("fit", "model", "delta")
+"""How an op's time on a network is found: that network's cost-model time plus the
+op kind's CPU term fitted from the run (fit; the cost model alone where the own
+link is unknown), the cost model's time alone (model), or the measured time plus
+the model's difference between that network and the own link (delta)."""
+
+OP_TIME_ASSUMPTIONS = {
+    "fit": "an op's time on a network is that network's cost-model time for the op's real "
+    "message size plus its kind's CPU term (alpha + beta x size per op, role and node span), "
+    "fitted from the run's own measured op times minus the model's on its own link: only the "
+    "link changes; all groups of a role share a node's inter-node link",
+    "model": ASSUMPTIONS[-1],
+    "delta": "an op's time on a network is its measured time plus the cost model's difference "
+    "between that network and the run's own link (never below 0): the software and "
+    "CPU costs of each op are kept; all groups of a role share a node's inter-node link",
+}
 
 
 def run_study(
@@ -208,34 +262,36 @@ def run_study(
     intra: str | None = None,
     algorithm: str = "ring",
     captured_net: str | None = None,
-    op_times: str = "model",
+    op_times: str = "fit",
     dp: int | None = None,
 ) -> Study:
-    """Replay the run in ``path`` as captured, on its own link and on every profile of ``nets``."""
+    """Replay the run in ``path`` as captured, on its own link and on every network of ``nets``."""
     if op_times not in OP_TIMES:
         raise UsageError(f"unknown --op-times {op_times!r}; expected one of {', '.join(OP_TIMES)}")
-    profiles = get_profiles(nets)  # a bad profile is refused before the run is read
+    profiles = network_profiles(nets)  # a bad network is refused before the run is read
     trace = read_trace(path)
     place = placement_for(trace, nodes, ranks_per_node, intra, algorithm)
     intra_profile = get_profile(place.intra)
     keep = kept_steps(trace, steps)
     own = own_link(trace, captured_net)
     if own is None and op_times == "delta":
-        raise UsageError(
-            "--op-times delta needs the profile of the run's own link: give --captured-net"
-        )
+        raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
+    used = op_times if own is not None else "model"
     prog = build_program(trace)
     check, captured = self_check(prog, keep)
-    own_answer, base = None, np.zeros(prog.inst.size)
+    own_answer, base, terms = None, np.zeros(prog.inst.size), []
     if own is not None:
         fabric = Fabric(
             inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
         )
         own_times = modelled(prog, fabric)
-        timeline = replay(prog, own_times)
-        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
-        if op_times == "delta":
+        if used == "delta":
             base = measured(prog) - own_times
+        elif used == "fit":
+            calibration = fit_cpu_terms(prog, fabric, measured(prog), own_times, keep)
+            base, terms = calibration.extra_s, calibration.terms
+        timeline = replay(prog, np.maximum(own_times + base, 0.0))
+        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
     groups, world = prog.cost_groups, trace.world_size
     if dp is not None:
         groups, world = scaled_groups(prog, dp)
@@ -250,19 +306,18 @@ def run_study(
         times = np.maximum(base + modelled(prog, fabric, groups), 0.0)
         answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
-    assumptions = list(ASSUMPTIONS)
+    assumptions = [*ASSUMPTIONS[:-1], OP_TIME_ASSUMPTIONS[used]]
+    if used != op_times:
+        assumptions.append(
+            f"--op-times {op_times} needs the run's own link, which is unknown (give "
+            "--profile): the cost model's times are used alone"
+        )
     if dp is not None:
         assumptions.append(
             f"--dp {dp}: the job is repeated to {world} ranks; its dp groups grow to {dp} ranks "
             "(replica k holds ranks r + k x the run's world, placed in order on the nodes), "
             "every replica does the captured per-rank work and arrives like the captured ranks; "
             "only the captured ranks are replayed, the own-link row stays at the captured scale"
-        )
-    if op_times == "delta":
-        assumptions[-1] = (
-            "an op's time on a network is its measured time plus the cost model's difference "
-            "between that network and the run's own link (never below 0): the software and "
-            "CPU costs of each op are kept; all groups of a role share a node's inter-node link"
         )
     return Study(
         trace,
@@ -273,5 +328,6 @@ def run_study(
         assumptions,
         clock_shifts=shifts,
         own_link=own_answer,
-        op_times=op_times,
+        op_times=used,
+        calibration=terms,
     )

@@ -1,0 +1,176 @@
+"""Benchmark: how close ``commlens whatif`` comes to runs measured on other links.
+
+    .venv/bin/python benchmarks/whatif_accuracy.py [--quick] [--out DIR] [--reuse]
+        [--model gpt-tiny] [--steps 6] [--capture 1gbit] [--links 200mbit,unshaped]
+
+Needs root (network namespaces). For each scheme (dp, zero3, tp, pp 1f1b, 3d)
+on 4 ranks over 2 emulated nodes it runs ``commlens run --nproc 4 --nodes 2
+--link RATE`` on the capture link and on every other link, then replays the
+capture for all of them with ``whatif`` (default calibration: the run's
+recorded link rate plus per-op CPU terms fitted from the run itself) and
+prints, per (scheme, link), the predicted and measured median step times and
+the error; then the schemes ordered by link sensitivity (slowest link's step
+over the fastest's), predicted and measured. The self-replay row is the
+capture predicted on its own link.
+
+``--quick`` runs 4 steps of each (about 8 minutes on a loaded 2-core host);
+``--reuse`` keeps runs already in ``--out`` (re-analysis only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SCHEMES: dict[str, list[str]] = {
+    "dp": ["--scheme", "dp"],
+    "zero3": ["--scheme", "zero3"],
+    "tp": ["--scheme", "tp", "--tp", "4"],
+    "pp": ["--scheme", "pp", "--pp", "4", "--microbatches", "4", "--schedule", "1f1b"],
+    "3d": ["--scheme", "3d", "--tp", "2", "--pp", "2", "--microbatches", "2"],
+}
+UNSHAPED = "unshaped"
+
+
+def capture(out: Path, model: str, scheme: str, link: str, steps: int, reuse: bool) -> Path:
+    """Run ``scheme`` on ``link`` into ``out/scheme-link`` (kept with ``reuse``)."""
+    run = out / f"{scheme}-{link}"
+    if reuse and (run / "run.json").exists():
+        return run
+    cmd = [sys.executable, "-m", "commlens", "run", "--model", model, "--nproc", "4"]
+    cmd += ["--nodes", "2", "--steps", str(steps), "--out", str(run), "--force"]
+    cmd += SCHEMES[scheme] + ([] if link == UNSHAPED else ["--link", link])
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    print(f"  captured {run.name} in {time.perf_counter() - t:.0f} s", flush=True)
+    return run
+
+
+def measured_step(run: Path) -> float:
+    """Median over the steps after the first of the slowest rank's step time, seconds."""
+    from commlens.whatif.source import read_trace
+    from commlens.whatif.study import kept_steps
+
+    trace = read_trace(run)
+    keep = kept_steps(trace, None)
+    times = []
+    for s in keep:
+        rows = trace.step_index == s
+        times.append(float((trace.step_end[rows] - trace.step_start[rows]).max()) / 1e9)
+    return float(np.median(times))
+
+
+def predicted(run: Path, links: list[str], op_times: str) -> dict[str, float]:
+    """Median step time ``whatif`` predicts for ``run`` on each link, seconds."""
+    from commlens.whatif.study import run_study
+
+    study = run_study(run, ",".join(links), op_times=op_times)
+    return {link: a.figures.median_step_s for link, a in zip(links, study.answers, strict=True)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4 steps per run")
+    parser.add_argument("--out", type=Path, default=Path("runs/whatif-accuracy"))
+    parser.add_argument("--reuse", action="store_true", help="keep runs already in --out")
+    parser.add_argument("--model", default="gpt-tiny")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--capture", default="1gbit")
+    parser.add_argument("--links", default=f"200mbit,{UNSHAPED}")
+    parser.add_argument("--schemes", default=",".join(SCHEMES))
+    parser.add_argument("--op-times", default="fit,delta", help="whatif --op-times modes")
+    args = parser.parse_args()
+    steps = 4 if args.quick else args.steps
+    schemes = [s for s in args.schemes.split(",") if s]
+    others = [x for x in args.links.split(",") if x and x != args.capture]
+    links = [args.capture, *others]
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    modes = [m for m in args.op_times.split(",") if m]
+    found: dict[str, list[tuple[str, str, float, float]]] = {m: [] for m in modes}
+    for scheme in schemes:
+        runs = {
+            link: capture(args.out, args.model, scheme, link, steps, args.reuse) for link in links
+        }
+        real = {link: measured_step(runs[link]) for link in links}
+        for mode in modes:
+            guess = predicted(runs[args.capture], links, mode)
+            found[mode] += [(scheme, link, guess[link], real[link]) for link in links]
+    for mode in modes:
+        report(found[mode], mode, schemes, links, args, steps)
+    print(f"took {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+def report(
+    rows: list[tuple[str, str, float, float]],
+    mode: str,
+    schemes: list[str],
+    links: list[str],
+    args: argparse.Namespace,
+    steps: int,
+) -> None:
+    """Print the table of one --op-times mode."""
+    print(
+        f"\nwhatif accuracy: {args.model}, 4 ranks on 2 emulated nodes, captured at "
+        f"{args.capture}, {steps} steps (median of steps after the first), "
+        f"--op-times {mode}"
+    )
+    print(f"{'scheme':7s} {'link':10s} {'predicted':>10s} {'measured':>10s} {'error':>8s}")
+    errors: dict[str, list[float]] = {"self": [], "cross": []}
+    for scheme, link, guess_s, real_s in rows:
+        err = guess_s / real_s - 1.0
+        errors["self" if link == args.capture else "cross"].append(abs(err))
+        tag = " (self)" if link == args.capture else ""
+        print(
+            f"{scheme:7s} {link:10s} {guess_s * 1e3:8.1f}ms {real_s * 1e3:8.1f}ms {err:+7.1%}{tag}"
+        )
+    for kind, errs in errors.items():
+        if errs:
+            print(f"{kind}-replay: mean |error| {np.mean(errs):.1%}, max {max(errs):.1%}")
+    slow, fast = _extremes(links)
+    sens = {
+        which: sorted(
+            schemes,
+            key=lambda s: -_ratio(rows, s, slow, fast, col),
+        )
+        for which, col in (("predicted", 2), ("measured", 3))
+    }
+    for which, order in sens.items():
+        ratios = ", ".join(
+            f"{s} {_ratio(rows, s, slow, fast, 2 if which == 'predicted' else 3):.2f}x"
+            for s in order
+        )
+        print(f"sensitivity ({slow} over {fast}), {which}: {ratios}")
+    print(f"ordering {'the same' if sens['predicted'] == sens['measured'] else 'DIFFERS'}")
+
+
+def _extremes(links: list[str]) -> tuple[str, str]:
+    """(slowest, fastest) of the links; unshaped is the fastest."""
+    from commlens.netem.rate import parse_rate
+
+    def rate(link: str) -> float:
+        return float("inf") if link == UNSHAPED else parse_rate(link)
+
+    ordered = sorted(links, key=rate)
+    return ordered[0], ordered[-1]
+
+
+def _ratio(
+    rows: list[tuple[str, str, float, float]], scheme: str, slow: str, fast: str, col: int
+) -> float:
+    """Step time on ``slow`` over ``fast`` for ``scheme`` (column 2 predicted, 3 measured)."""
+    by = {r[1]: r[col] for r in rows if r[0] == scheme}
+    return float(by[slow]) / float(by[fast])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

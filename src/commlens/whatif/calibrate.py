@@ -1,0 +1,134 @@
+"""The run as its own calibration: per-op CPU terms fitted from its measured op times.
+
+An op's measured service time on the run's own link is its wire time (the
+cost model's, on the profile of that link) plus what the wire does not
+explain: the backend's per-call work, copies and reductions on the CPU, the
+completion path. Per *kind* of op (op, role, nodes its group spans) that rest
+is fitted as ``alpha + beta·S`` (``S`` the op's message size) to the mean
+residual at each size, with ``alpha, beta >= 0``: a CPU term is never
+negative, so where the model already over-explains an op, the op gets none.
+Each rank keeps, on top, its mean lag behind that line for the kind (the
+members of one collective end apart: a ring's last hop, a completion path).
+On another network an op then lasts that network's wire time plus its
+kind's CPU term and its rank's lag: only the link changes.
+
+One link cannot tell a CPU cost per byte from a wire cost per byte (both
+grow with ``S``); the fit charges the wire what the own link's profile says
+and the CPU the rest, so the profile of the own link must be right for the
+slope to carry over (an emulated link's recorded tbf rate is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commlens.predict.topology import Fabric
+from commlens.whatif.durations import OBJECT_AS_TENSOR, instance_roles
+from commlens.whatif.model import Program
+
+
+@dataclass(frozen=True)
+class OpTerm:
+    """The fitted CPU term of one kind of op."""
+
+    op: str
+    role: str
+    nodes: int
+    """Nodes the op's group spans on the own link's placement (1: inside a node)."""
+    alpha_s: float
+    beta_s_per_byte: float
+    calls: int
+    """Calls the fit saw."""
+    mean_residual_s: float
+    """Mean of measured minus modelled service time over those calls."""
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-event CPU terms of a run and the fit behind them."""
+
+    extra_s: np.ndarray
+    """Seconds each event's op gets on top of a network's wire time."""
+    terms: list[OpTerm]
+
+
+def _fit_line(size: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
+    """``alpha, beta >= 0`` of ``resid ≈ alpha + beta·size``, by least squares on the
+    mean residual per size weighted by its calls."""
+    sizes, which, counts = np.unique(size, return_inverse=True, return_counts=True)
+    mean = np.bincount(which, weights=resid) / counts
+    w = counts.astype(float)
+    if sizes.size > 1:
+        x, y = sizes.astype(float), mean
+        xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+        var = float(np.average((x - xm) ** 2, weights=w))
+        beta = float(np.average((x - xm) * (y - ym), weights=w)) / var if var > 0 else 0.0
+        alpha = ym - beta * xm
+        if beta >= 0 and alpha >= 0:
+            return float(alpha), beta
+        if beta < 0:
+            return max(float(ym), 0.0), 0.0
+        beta = float(np.sum(w * x * y) / np.sum(w * x * x))
+        return 0.0, max(beta, 0.0)
+    return max(float(np.average(mean, weights=w)), 0.0), 0.0
+
+
+def fit_cpu_terms(
+    prog: Program, fabric: Fabric, measured_s: np.ndarray, own_s: np.ndarray, steps: list[int]
+) -> Calibration:
+    """Fit the CPU term of every kind of op from the events of ``steps``.
+
+    ``measured_s`` and ``own_s`` are each event's measured service time and
+    the cost model's on the own link (``fabric``). A kind with no event in
+    ``steps`` is fitted on all its events.
+    """
+    tr = prog.trace
+    roles = instance_roles(prog)[prog.inst]
+    spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
+    nodes = spans[prog.inst_group][prog.inst]
+    op = prog.inst_op[prog.inst]
+    n_roles, n_ops = len(tr.role_names), len(tr.op_names)
+    key = (nodes * n_roles + roles) * n_ops + op
+    kinds, kind_of = np.unique(key, return_inverse=True)
+    kept = np.isin(tr.step, steps)
+    size = prog.inst_size[prog.inst]
+    resid = measured_s - own_s
+    terms, alpha, beta = [], np.zeros(kinds.size), np.zeros(kinds.size)
+    for k, code in enumerate(kinds.tolist()):
+        mine = kind_of == k
+        pick = mine & kept if (mine & kept).any() else mine
+        alpha[k], beta[k] = _fit_line(size[pick], resid[pick])
+        name = tr.op_names[code % n_ops]
+        terms.append(
+            OpTerm(
+                op=OBJECT_AS_TENSOR.get(name, name),
+                role=tr.role_names[code // n_ops % n_roles] or "-",
+                nodes=int(code // (n_ops * n_roles)),
+                alpha_s=float(alpha[k]),
+                beta_s_per_byte=float(beta[k]),
+                calls=int(pick.sum()),
+                mean_residual_s=float(resid[pick].mean()),
+            )
+        )
+    extra = alpha[kind_of] + beta[kind_of] * size
+    return Calibration(
+        extra + _rank_offsets(kind_of * tr.world_size + tr.rank, resid - extra, kept), terms
+    )
+
+
+def _rank_offsets(key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Mean of ``rest`` per ``key`` (kind and rank) over the kept events (all where none is
+    kept), per event: the members of one collective end apart (a ring's last hop, a rank's
+    completion path), and each rank keeps its own lag."""
+    keys, which = np.unique(key, return_inverse=True)
+    kept_n = np.bincount(which, weights=kept, minlength=keys.size)
+    all_n = np.bincount(which, minlength=keys.size)
+    kept_sum = np.bincount(which, weights=np.where(kept, rest, 0.0), minlength=keys.size)
+    all_sum = np.bincount(which, weights=rest, minlength=keys.size)
+    mean = np.where(kept_n > 0, kept_sum / np.maximum(kept_n, 1), all_sum / np.maximum(all_n, 1))
+    return mean[which]

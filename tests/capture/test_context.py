@@ -84,14 +84,15 @@ def test_step_phase_module_and_role(tmp_path: Path) -> None:
     )
     per_step = [
         (0, "forward", "block.0.0", "", "all_reduce"),
-        (0, "backward", "", "", "all_reduce"),
+        (0, "backward", "block.0.0", "", "all_reduce"),  # the module whose backward ran it
         (0, "optimizer", "", "", "all_reduce"),
     ]
     assert rows[:3] == per_step
     assert rows[3:6] == [(1, *r[1:]) for r in per_step]
-    assert rows[6] == (2, "other", "", "tp", "all_reduce")
-    assert rows[7] == (2, "other", "", "ep", "all_reduce")
-    assert [r[0] for r in rows[8:]] == [2, 3, 4]  # explicit steps take over
+    # After the last optimizer step and before any next forward: still step 1.
+    assert rows[6] == (1, "other", "", "tp", "all_reduce")
+    assert rows[7] == (1, "other", "", "ep", "all_reduce")
+    assert [r[0] for r in rows[8:]] == [1, 2, 3]  # explicit steps take over
     steps = run.manifest["ranks"]["0"]["steps"]
-    assert [s["step"] for s in steps] == [0, 1, 2, 3, 4]
+    assert [s["step"] for s in steps] == [-1, 0, 1, 2, 3]  # -1: set-up
     assert all(s["t_end_ns"] >= s["t_start_ns"] for s in steps)

@@ -1,9 +1,20 @@
 """Where the program is when an op is issued: step, phase and module.
 
-Steps come from global optimizer-step hooks (or explicit ``commlens.step()``),
-the phase from the optimizer depth and autograd's current graph task, and the
-module from a walk up the Python stack to the innermost ``nn.Module`` call:
-nothing runs per module call, only per communication op.
+Steps: a step runs from its first module forward to the next step's first
+forward, so what a job issues after its optimizer step (ZeRO's parameter
+all-gathers, metric all-reduces, logging gathers) stays in it; in a loop
+without module forwards, from one optimizer step (or ``commlens.step()``) to
+the next. Ops issued from module constructors before the first step
+(DDP's parameter checks, ``deepspeed.initialize``) are set-up, step -1; a
+last step that ran forwards but no optimizer step is the tail after the last
+step (its window's ``segment``). The phase comes from a hint (framework
+hooks, ``commlens.phase()``), the optimizer depth and autograd's current
+graph task. The module: in forward the innermost ``nn.Module`` call on the
+Python stack; in backward the module a framework hook names on the stack
+(FSDP2's parameter group, ZeRO-3's ``sub_module``), else the module whose
+output gradient autograd reached last (a pre-hook on each module output's
+grad_fn, set by a global forward hook). Names are ``named_modules`` paths,
+``(root)`` for the outermost module itself.
 """
 
 from __future__ import annotations
@@ -18,12 +29,24 @@ from types import FrameType
 from typing import Any
 
 import torch
-from torch.nn.modules.module import Module
+from torch.nn.modules.module import (
+    Module,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 
 from commlens.optable import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
 _graph_task_id = torch._C._current_graph_task_id
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+
+SETUP_STEP = -1
+"""The step of ops issued before the first step (set-up)."""
+ROOT_NAME = "(root)"
+"""The module path written for the outermost module itself."""
+_HOOK_KEY = "commlens_module"  # in a grad_fn's metadata: its marking pre-hook is in
 
 
 class ThreadState:
@@ -54,18 +77,30 @@ def thread_state() -> ThreadState:
 
 
 class StepTracker:
-    """Counts steps and remembers when each one started and ended."""
+    """Counts steps and remembers when each one started and ended.
+
+    ``step`` is -1 (set-up) until the first step starts: at the first module
+    forward, the first step boundary, or the first op issued outside a module
+    constructor (:meth:`begin`). Where modules run forward, an optimizer step
+    leaves its step open until the next forward starts the next one.
+    """
 
     def __init__(self, clock: Any = time.time_ns) -> None:
         self.clock = clock
-        self.step = 0
+        self.step = SETUP_STEP
         self.optimizer_depth = 0
         self.explicit = False
         self.max_steps_kept = 100_000
-        self.steps: list[dict[str, int]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.forward_seen = False  # a module forward has run: steps start at forwards
+        self.stepped = False  # the open step has had its optimizer step
+        self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
+        self._stack: list[Module] = []  # modules in forward, outermost first
         self._t_start = clock()
+        self._t_stepped = 0
         self._handles: list[Any] = []
         self.on_advance: Callable[[], None] | None = None  # run at each step boundary
+        self.on_first_forward: Callable[[], None] | None = None
 
     def install(self) -> None:
         from torch.optim.optimizer import (
@@ -76,30 +111,76 @@ class StepTracker:
         self._handles = [
             register_optimizer_step_pre_hook(self._pre),
             register_optimizer_step_post_hook(self._post),
+            register_module_forward_pre_hook(self._forward_pre),
+            register_module_forward_hook(self._forward_post, always_call=True),
         ]
 
     def uninstall(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self.finish()
 
     def _pre(self, *_: Any) -> None:
         self.optimizer_depth += 1
 
     def _post(self, *_: Any) -> None:
         self.optimizer_depth = max(0, self.optimizer_depth - 1)
-        if self.optimizer_depth == 0 and not self.explicit:
+        if self.optimizer_depth or self.explicit:
+            return
+        if self.step == SETUP_STEP:
+            self.begin()
+        if self.forward_seen:  # the step goes on until the next forward
+            self.stepped = True
+            self._t_stepped = self.clock()
+        else:
             self.advance()
 
+    def _forward_pre(self, module: Module, _args: Any) -> None:
+        if not self._stack:
+            self.roots.add(module)
+            if not self.forward_seen:
+                self.forward_seen = True
+                if self.on_first_forward is not None:
+                    self.on_first_forward()
+            if self.step == SETUP_STEP:
+                self.begin()
+            elif self.stepped and not self.explicit:
+                self.advance()
+        self._stack.append(module)
+
+    def _forward_post(self, module: Module, args: Any, output: Any) -> None:
+        stack = self._stack
+        if stack:
+            stack.pop()
+        if _grad_enabled():
+            mark_backward_module(module, output)
+            if stack:  # past this module's inputs, backward is back in its parent
+                mark_backward_module(stack[-1], args)
+
     def restart(self) -> None:
-        """Step 0 starts now (when the process group comes up, not at import)."""
-        if self.step == 0:
+        """Set-up starts now (when the process group comes up, not at import)."""
+        if self.step == SETUP_STEP and not self.steps:
             self._t_start = self.clock()
 
+    def begin(self) -> None:
+        """The first step starts now; what came before was set-up."""
+        if self.step != SETUP_STEP:
+            return
+        now = self.clock()
+        self.steps.append(
+            {"step": SETUP_STEP, "t_start_ns": self._t_start, "t_end_ns": now, "segment": "setup"}
+        )
+        self._t_start = now
+        self.step = 0
+
     def mark(self) -> None:
-        """An explicit step boundary; from now on optimizer steps are not counted."""
+        """An explicit step boundary; from now on optimizer steps and forwards are not counted."""
         self.explicit = True
-        self.advance()
+        if self.step == SETUP_STEP:
+            self.begin()
+        else:
+            self.advance()
 
     def advance(self) -> None:
         now = self.clock()
@@ -107,8 +188,81 @@ class StepTracker:
             self.steps.append({"step": self.step, "t_start_ns": self._t_start, "t_end_ns": now})
         self._t_start = now
         self.step += 1
+        self.stepped = False
         if self.on_advance is not None:
             self.on_advance()
+
+    def finish(self) -> None:
+        """Close the open step at the end of the capture.
+
+        A step whose optimizer step ran ends there; one that ran forwards but
+        no optimizer step, after earlier steps did, is the tail after the last
+        step (``segment`` "after last step").
+        """
+        if self.step == SETUP_STEP or len(self.steps) >= self.max_steps_kept:
+            return
+        if self.stepped:
+            window = {"step": self.step, "t_start_ns": self._t_start, "t_end_ns": self._t_stepped}
+        elif self.forward_seen and not self.explicit and self.step > 0:
+            window = {"step": self.step, "t_start_ns": self._t_start, "t_end_ns": self.clock(),
+                      "segment": "after last step"}  # fmt: skip
+        else:
+            return
+        self.steps.append(window)
+        self.stepped = False
+        self.step += 1
+        self._t_start = self.clock()
+
+
+class BackwardModule:
+    """The module whose output gradient autograd reached last (set from backward)."""
+
+    __slots__ = ("module", "task")
+
+    def __init__(self) -> None:
+        self.module: weakref.ref[Module] | None = None
+        self.task = -1  # the graph task that reached it: a stale mark is not used
+
+
+BACKWARD = BackwardModule()
+
+
+def _first_grad_fn(output: Any) -> Any:
+    """The grad_fn of a module output's first tensor (tensor, sequence or mapping)."""
+    if isinstance(output, _Tensor):
+        return output.grad_fn
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, _Tensor):
+                return item.grad_fn
+        return None
+    if isinstance(output, dict):
+        for item in output.values():
+            if isinstance(item, _Tensor):
+                return item.grad_fn
+    return None
+
+
+def mark_backward_module(module: Module, output: Any) -> None:
+    """When backward reaches ``output``'s grad_fn, ``module`` becomes the backward module.
+
+    One pre-hook per node: the innermost module returning it (whose forward
+    hook runs first) names it.
+    """
+    node = _first_grad_fn(output)
+    if node is None:
+        return
+    meta = node.metadata
+    if _HOOK_KEY in meta:
+        return
+    ref = weakref.ref(module)
+    meta[_HOOK_KEY] = ref
+
+    def reached(_grads: Any) -> None:
+        BACKWARD.module = ref
+        BACKWARD.task = _graph_task_id()
+
+    node.register_prehook(reached)
 
 
 class ModuleNames:
@@ -129,14 +283,47 @@ class ModuleNames:
         if names is None or id(module) not in names:
             names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
             self._by_root[root] = names
-        name = names.get(id(module), "") or type(root).__name__
+        name = names.get(id(module), "") or ROOT_NAME
         if len(self._seen) > 100_000:  # modules made and dropped in a loop
             self._seen.clear()
         self._seen[(id(root), id(module))] = (weakref.ref(root), weakref.ref(module), name)
         return name
 
+    def find(self, roots: Any, module: Module) -> str:
+        """``module``'s path under the first of ``roots`` holding it, or ""."""
+        for root in list(roots):
+            names = self._by_root.get(root)
+            if names is None or id(module) not in names:
+                names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
+                self._by_root[root] = names
+            if id(module) in names:
+                return self.name(root, module)
+        return ""
+
 
 MODULE_NAMES = ModuleNames()
+_HOOK_LOCALS = ("sub_module", "module")  # ZeRO-3's and other frameworks' backward hooks
+
+
+def backward_module(steps: StepTracker, start: FrameType | None) -> str:
+    """The path of the module whose backward issued an op, or ""."""
+    frame = start
+    while frame is not None:
+        local = frame.f_locals
+        owner = local.get("self")
+        fqn = getattr(owner, "_module_fqn", None)  # FSDP2's parameter group
+        if isinstance(fqn, str):
+            return fqn or ROOT_NAME
+        for key in _HOOK_LOCALS:
+            mod = local.get(key)
+            if isinstance(mod, Module):
+                return MODULE_NAMES.find(steps.roots, mod)
+        frame = frame.f_back
+    ref = BACKWARD.module
+    if ref is None or BACKWARD.task != _graph_task_id():
+        return ""
+    mod = ref()
+    return "" if mod is None else MODULE_NAMES.find(steps.roots, mod)
 
 
 _OTHER = ("other", "")  # the phase and module of an op outside any model code
@@ -157,19 +344,34 @@ def current_phase_and_module(
                     inner = mod
                 root = mod
         frame = frame.f_back
+    if steps.step == SETUP_STEP and not _in_constructor(start):
+        steps.begin()
+    if root is not None:
+        steps.roots.add(root)
+    in_backward = _graph_task_id() != -1
     if phase_hint:
         phase = phase_hint
     elif steps.optimizer_depth:
         phase = "optimizer"
-    elif _graph_task_id() != -1:
+    elif in_backward:
         phase = "backward"
     elif inner is None:
         return _OTHER
     else:
         phase = "forward"
     if inner is None or root is None:
-        return phase, ""
+        return phase, backward_module(steps, start) if in_backward else ""
     return phase, MODULE_NAMES.name(root, inner)
+
+
+def _in_constructor(start: FrameType | None) -> bool:
+    """Whether the op comes from inside a module's ``__init__`` (DDP, DeepSpeed's engine)."""
+    frame = start
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), Module):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commlens.capture import ddp, functional, mesh, python
+from commlens.capture import ddp, frameworks, functional, mesh, python
 from commlens.capture.clock import all_ready, clock_record, measure_offset
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import restore_all
@@ -76,6 +76,8 @@ class Capture:
             mesh.install()
             functional.install()
             self.recorder.steps.install()
+            frameworks.install(self.recorder.steps)
+            self.recorder.steps.on_first_forward = self._late_hooks
         except Exception:
             restore_all()
             ACTIVE.capture = None
@@ -152,12 +154,21 @@ class Capture:
         ACTIVE.recorder = None
         self.recorder.steps.uninstall()
         restore_all()
+        frameworks.uninstall()
         self.active = False
         ACTIVE.capture = None
+
+    def _late_hooks(self) -> None:
+        """Patch frameworks imported since the capture started (pipelining, DeepSpeed)."""
+        try:
+            frameworks.install(self.recorder.steps)
+        except Exception as exc:
+            self.recorder.fail(exc)
 
     def _on_init(self) -> None:
         rec = self.recorder
         rec.groups.forget_default()
+        self._late_hooks()
         try:
             if rec.ensure_open() is None:
                 return

@@ -256,7 +256,7 @@ def _steps(value: Any) -> tuple[StepWindow, ...]:
         step = _dict(item, f"steps[{i}]")
         out.append(
             StepWindow(
-                _int(step.get("step"), 0, MAX_STEP, f"steps[{i}].step"),
+                _int(step.get("step"), -1, MAX_STEP, f"steps[{i}].step"),
                 _int(step.get("t_start_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_start_ns"),
                 _int(step.get("t_end_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_end_ns"),
             )

@@ -42,7 +42,14 @@ _COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("t_end_ns", pa.int64(), "when the op completed"),
     ("t_wait_ns", pa.int64(), "time the caller was blocked waiting for it"),
     ("duration_s", pa.float64(), "t_end - t_issue in seconds"),
-    ("step", pa.int32(), "training step (optimizer steps, or commlens.step())"),
+    # A step runs from its first module forward to the next step's first forward, so
+    # traffic after its optimizer step (ZeRO's all-gathers, metric reductions, logging
+    # gathers) stays in it; without module forwards, from one optimizer step (or
+    # commlens.step()) to the next. -1 is set-up: ops from module constructors before
+    # the first step (DDP's checks, deepspeed.initialize). A rank json's step windows
+    # have step -1 with "segment": "setup" for it, and a last window that ran forwards
+    # but no optimizer step has "segment": "after last step" (the tail).
+    ("step", pa.int32(), "training step from 0; -1 = set-up before the first step"),
     ("phase", pa.string(), "forward, backward, optimizer or other"),
     ("module", pa.string(), "innermost module running when the op was issued"),
 ]

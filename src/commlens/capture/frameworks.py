@@ -1,0 +1,120 @@
+"""Phase (and step) labels from frameworks' own actions.
+
+``torch.distributed.pipelining``: each schedule's sends and receives take the
+phase of the action they carry (a stage's ``get_fwd_*_ops`` are forward, its
+``get_bwd_*_ops`` backward; a batch mixing both takes its first op's, the
+action just done). DeepSpeed: ``engine.backward`` is backward (ZeRO's
+gradient reductions after autograd returns) and ``engine.step`` is one
+optimizer step (its parameter all-gathers inside are optimizer traffic).
+Each is patched once its module has been imported (:func:`install`, called
+at capture start, process-group start and the first forward).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from commlens.capture.context import StepTracker, thread_state
+from commlens.capture.patching import patch
+
+_PHASE_ATTR = "_commlens_phase"
+_DONE: set[str] = set()
+
+
+def _hinted(orig: Callable[..., Any], phase: str) -> Callable[..., Any]:
+    """``orig`` run with the phase hint ``phase`` unless the caller named one."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        state = thread_state()
+        saved = state.phase_hint
+        if not saved:
+            state.phase_hint = phase
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            state.phase_hint = saved
+
+    run.__wrapped__ = orig  # type: ignore[attr-defined]
+    return run
+
+
+def _tagging(orig: Callable[..., Any], phase: str) -> Callable[..., Any]:
+    """A stage's ``get_*_ops``: the P2POps it returns carry ``phase``."""
+
+    def ops(*args: Any, **kwargs: Any) -> Any:
+        result = orig(*args, **kwargs)
+        for op in result:
+            setattr(op, _PHASE_ATTR, phase)
+        return result
+
+    ops.__wrapped__ = orig  # type: ignore[attr-defined]
+    return ops
+
+
+def _batch_phase(ops: Any, desc: str | None) -> str:
+    for op in ops:
+        phase = getattr(op, _PHASE_ATTR, "")
+        if phase:
+            return str(phase)
+    if desc:
+        return "backward" if desc.startswith("bwd") else "forward"
+    return ""
+
+
+def _pipelining() -> None:
+    from torch.distributed.pipelining import schedules, stage
+
+    base = stage._PipelineStageBase
+    for name, phase in (
+        ("get_fwd_recv_ops", "forward"),
+        ("get_fwd_send_ops", "forward"),
+        ("get_bwd_recv_ops", "backward"),
+        ("get_bwd_send_ops", "backward"),
+    ):
+        patch(base, name, _tagging(getattr(base, name), phase))
+    orig = schedules._batch_p2p
+
+    def batch_p2p(p2p_ops: Any, desc: str | None = None) -> Any:
+        phase = _batch_phase(p2p_ops, desc)
+        run = _hinted(orig, phase) if phase else orig
+        return run(p2p_ops, desc=desc)
+
+    patch(schedules, "_batch_p2p", batch_p2p)
+
+
+def _deepspeed(steps: StepTracker) -> None:
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    patch(DeepSpeedEngine, "backward", _hinted(DeepSpeedEngine.backward, "backward"))
+    orig_step = DeepSpeedEngine.step
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        steps._pre()  # the whole engine step is the optimizer step
+        try:
+            return orig_step(self, *args, **kwargs)
+        finally:
+            steps._post()
+
+    step.__wrapped__ = orig_step  # type: ignore[attr-defined]
+    patch(DeepSpeedEngine, "step", step)
+
+
+_HOOKS: dict[str, Callable[[StepTracker], None]] = {
+    "torch.distributed.pipelining.schedules": lambda _steps: _pipelining(),
+    "deepspeed.runtime.engine": _deepspeed,
+}
+
+
+def install(steps: StepTracker) -> None:
+    """Patch each framework above already imported and not patched yet."""
+    for module, hook in _HOOKS.items():
+        if module not in _DONE and module in sys.modules:
+            hook(steps)
+            _DONE.add(module)
+
+
+def uninstall() -> None:
+    """Forget what was patched (``restore_all`` undoes the patches themselves)."""
+    _DONE.clear()

@@ -54,6 +54,7 @@ class Section:
     table: pa.Table
     columns: Sequence[Column]
     note: str = ""
+    """Shown under the table; each line its own paragraph."""
     plots: list[tuple[str, Callable[[], Figure]]] = field(default_factory=list)
     max_rows: int = 0
     """Show at most this many rows in text/md/html (0: all); JSON/CSV get all."""

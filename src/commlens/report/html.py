@@ -74,8 +74,7 @@ class HtmlRenderer(Renderer):
                     f'<p class="note">... {hidden_rows(section)} more rows '
                     "(see the CSV or JSON output)</p>"
                 )
-            if section.note:
-                parts.append(f'<p class="note">{escape(section.note)}</p>')
+            parts += [f'<p class="note">{escape(line)}</p>' for line in section.note.splitlines()]
             for title, make in section.plots:
                 data = base64.b64encode(plots.png(make())).decode()
                 parts.append(f'<img alt="{escape(title)}" src="data:image/png;base64,{data}">')

@@ -77,7 +77,7 @@ class MarkdownRenderer(Renderer):
             if hidden_rows(section):
                 out += ["", f"... {hidden_rows(section)} more rows (see the CSV or JSON output)"]
             if section.note:
-                out += ["", md_text(section.note)]
+                out += ["", *[f"{md_text(line)}  " for line in section.note.splitlines()]]
             if self.with_plots:
                 for i, (title, make) in enumerate(section.plots):
                     image = self._image(plots.png(make()), section.key, i)

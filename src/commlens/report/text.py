@@ -176,8 +176,8 @@ class TextRenderer(Renderer):
                 console.print(table)
             if hidden_rows(section):
                 console.print(f"  ... {hidden_rows(section)} more rows (see --format csv/json)")
-            if section.note:
-                prose(section.note, "  ", "  ")
+            for line in section.note.splitlines():  # a paragraph per line
+                prose(line, "  ", "  ")
         if doc.notes and (above or doc.sections):
             console.print()
         for line in doc.notes:

@@ -37,7 +37,7 @@ def _link_note(speed: pa.Table, sweep: Path | None) -> str:
     rows = speed.to_pylist()
     ids = [r[k] for r in rows for k in ("slowest_id", "fastest_id")]
     spreads = point_spreads(sweep, ids) if sweep is not None else {}
-    return " ".join(link_findings(rows, spreads))
+    return "\n".join(link_findings(rows, spreads))
 
 
 def point_spreads(sweep: Path, ids: list[str]) -> dict[str, Spread]:

@@ -92,11 +92,15 @@ def link_gain(row: Mapping[str, Any], slow: Spread | None, fast: Spread | None) 
     return LinkGain(row["scheme"], float(row["speedup"]), slow.q1 / fast.q3, slow.q3 / fast.q1)
 
 
-def gain_sentence(row: Mapping[str, Any], slow: Spread | None, fast: Spread | None) -> str:
-    """What one scheme's link speedup says, in the measured numbers."""
+def gain_sentence(
+    row: Mapping[str, Any], slow: Spread | None, fast: Spread | None, model: bool = False
+) -> str:
+    """What one scheme's link speedup says, in the measured numbers (``model``: named
+    with its model, when a sweep has several)."""
     gain = link_gain(row, slow, fast)
+    who = f"{row['model']} {row['scheme']}" if model else row["scheme"]
     head = (
-        f"{row['scheme']}: speedup {gain.speedup:.2f}x from the {row['slowest_link']} link to "
+        f"{who}: speedup {gain.speedup:.2f}x from the {row['slowest_link']} link to "
         f"the {row['fastest_link']} one (best step {row['slowest_step_s']:.4f} s → "
         f"{row['fastest_step_s']:.4f} s"
     )
@@ -164,9 +168,10 @@ def link_findings(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Sprea
     """A sentence per row of ``link_speedup`` and one comparing them; ``spreads`` by point id."""
     lines: list[str] = []
     models: dict[str, list[LinkGain]] = {}
+    several = len({row.get("model", "") for row in rows}) > 1
     for row in rows:
         slow, fast = spreads.get(row.get("slowest_id", "")), spreads.get(row.get("fastest_id", ""))
-        lines.append(gain_sentence(row, slow, fast))
+        lines.append(gain_sentence(row, slow, fast, several))
         models.setdefault(row.get("model", ""), []).append(link_gain(row, slow, fast))
     for model, gains in models.items():  # schemes are compared within a model only
         compared = comparison_sentence(gains)

@@ -32,7 +32,7 @@ SCHEMES: dict[str, list[str]] = {
     "dp": ["--scheme", "dp"],
     "zero3": ["--scheme", "zero3"],
     "tp": ["--scheme", "tp", "--tp", "4"],
-    "pp": ["--scheme", "pp", "--pp", "4", "--microbatches", "4", "--schedule", "1f1b"],
+    "pp": ["--scheme", "pp", "--pp", "2", "--microbatches", "4", "--schedule", "1f1b"],
     "3d": ["--scheme", "3d", "--tp", "2", "--pp", "2", "--microbatches", "2"],
 }
 UNSHAPED = "unshaped"

@@ -14,12 +14,13 @@ every mark is handled once: the replay is linear in the number of marks.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.model import Program
+from commlens.whatif.model import Program, floats, ints
 
 
 @dataclass
@@ -54,24 +55,24 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         np.maximum.at(release, prog.inst, dur)
         pairs = prog.send_of >= 0
         release[pairs] = dur[prog.send_of[pairs]]
-    free_after = release.tolist()
+    free_after = floats(release)
     n_ev, n_inst = prog.inst.size, prog.instances
     lists = prog.as_lists
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
-    d = dur.tolist()
-    nan = float("nan")
-    issue = [nan] * n_ev
-    end = [nan] * n_ev
-    held = [0.0] * n_ev
-    missing = np.diff(prog.offsets).tolist()
-    ready = [0.0] * n_inst
-    start = [nan] * n_inst
-    qend = [nan] * n_inst
-    arrival = [nan] * n_inst
-    by = [-1] * n_inst
-    queued = [False] * n_inst
-    steps = [nan] * (2 * prog.trace.step_rank.size)
+    d = floats(dur)
+    nan = array("d", [float("nan")])
+    issue = nan * n_ev
+    end = nan * n_ev
+    held = array("d", [0.0]) * n_ev
+    missing = ints(np.diff(prog.offsets))
+    ready = array("d", [0.0]) * n_inst
+    start = nan * n_inst
+    qend = nan * n_inst
+    arrival = nan * n_inst
+    by = array("q", [-1]) * n_inst
+    queued = array("b", [0]) * n_inst
+    steps = nan * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
     n_ranks = len(prog.kinds)
     marks = [
@@ -94,7 +95,7 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
             t = ready[i]
             if not first[i] and qend[i - 1] > t:
                 t = qend[i - 1]
-                queued[i] = True
+                queued[i] = 1
             start[i] = t
             for e in members[offsets[i] : offsets[i + 1]]:
                 end[e] = t + d[e]
@@ -114,7 +115,7 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
             t = ready[i]
             if not first[i] and qend[i - 1] > t:
                 t = qend[i - 1]
-                queued[i] = True
+                queued[i] = 1
             start[i] = t
             qend[i] = t + free_after[i]
             ended(s, t + d[s])
@@ -178,15 +179,11 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
             "event order is inconsistent"
         )
     return Timeline(
-        issue=_floats(issue),
-        end=_floats(end),
-        held=_floats(held),
-        start=_floats(start),
-        by=np.fromiter(by, dtype=np.int64, count=len(by)),
-        queued=np.fromiter(queued, dtype=bool, count=len(queued)),
-        step_marks=_floats(steps),
+        issue=np.frombuffer(issue, dtype=np.float64),
+        end=np.frombuffer(end, dtype=np.float64),
+        held=np.frombuffer(held, dtype=np.float64),
+        start=np.frombuffer(start, dtype=np.float64),
+        by=np.frombuffer(by, dtype=np.int64),
+        queued=np.frombuffer(queued, dtype=np.int8).astype(bool),
+        step_marks=np.frombuffer(steps, dtype=np.float64),
     )
-
-
-def _floats(values: list[float]) -> np.ndarray:
-    return np.fromiter(values, dtype=np.float64, count=len(values))

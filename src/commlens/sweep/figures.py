@@ -112,7 +112,7 @@ def predicted(table: pa.Table) -> Figure:
     rows = table.to_pylist()
 
     def group(r: dict[str, object]) -> str:
-        return f"{r['point_scheme']}\n{r['model']} {r['layout']}"
+        return f"{r['point_scheme']}\n{r['model']}\n{r['layout']}"  # three short lines
 
     groups = list(dict.fromkeys(group(r) for r in rows))
     nets = list(dict.fromkeys(r["network"] for r in rows))

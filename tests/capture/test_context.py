@@ -94,5 +94,5 @@ def test_step_phase_module_and_role(tmp_path: Path) -> None:
     assert rows[7] == (1, "other", "", "ep", "all_reduce")
     assert [r[0] for r in rows[8:]] == [1, 2, 3]  # explicit steps take over
     steps = run.manifest["ranks"]["0"]["steps"]
-    assert [s["step"] for s in steps] == [-1, 0, 1, 2, 3]  # -1: set-up
+    assert [s["step"] for s in steps] == [0, 1, 2, 3]  # no set-up ops: no set-up window
     assert all(s["t_end_ns"] >= s["t_start_ns"] for s in steps)

@@ -94,6 +94,7 @@ class StepTracker:
         self.steps: list[dict[str, Any]] = []
         self.forward_seen = False  # a module forward has run: steps start at forwards
         self.stepped = False  # the open step has had its optimizer step
+        self.setup_ops = False  # ops were issued in set-up: it gets a window
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
         self._stack: list[Module] = []  # modules in forward, outermost first
         self._t_start = clock()
@@ -168,9 +169,9 @@ class StepTracker:
         if self.step != SETUP_STEP:
             return
         now = self.clock()
-        self.steps.append(
-            {"step": SETUP_STEP, "t_start_ns": self._t_start, "t_end_ns": now, "segment": "setup"}
-        )
+        if self.setup_ops:
+            window = {"step": SETUP_STEP, "t_start_ns": self._t_start, "t_end_ns": now}
+            self.steps.append({**window, "segment": "setup"})
         self._t_start = now
         self.step = 0
 
@@ -344,8 +345,11 @@ def current_phase_and_module(
                     inner = mod
                 root = mod
         frame = frame.f_back
-    if steps.step == SETUP_STEP and not _in_constructor(start):
-        steps.begin()
+    if steps.step == SETUP_STEP:
+        if _in_constructor(start):
+            steps.setup_ops = True
+        else:
+            steps.begin()
     if root is not None:
         steps.roots.add(root)
     in_backward = _graph_task_id() != -1

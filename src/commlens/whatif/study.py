@@ -9,7 +9,7 @@ import numpy as np
 
 from commlens.errors import UsageError
 from commlens.netem.rate import parse_rate
-from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile
+from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import OpTerm, fit_cpu_terms
 from commlens.whatif.durations import measured, measured_release, modelled, scaled_groups
@@ -176,10 +176,8 @@ def network_profile(spec: str) -> NetworkProfile:
 def network_profiles(specs: str) -> list[NetworkProfile]:
     """The profiles of a comma list of :func:`network_profile` specs."""
     names = [s.strip() for s in specs.split(",") if s.strip()]
-    if not names:
-        raise UsageError("no network given; try --net tcp-10g,rdma-100g or --net 200mbit")
-    if len(names) > MAX_NETWORKS:
-        raise UsageError(f"{len(names)} networks given; at most {MAX_NETWORKS} at once")
+    if not names or len(names) > MAX_NETWORKS:
+        get_profiles(specs)  # refuses an empty or too long list with its one line
     return [network_profile(name) for name in names]
 
 

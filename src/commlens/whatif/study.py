@@ -91,10 +91,12 @@ class Study:
 
 
 def kept_steps(trace: Trace, steps: StepRange | None) -> list[int]:
-    """The steps the figures cover: ``steps`` (first, stop), else all but the first."""
+    """The steps the figures cover: ``steps`` (first, stop), else all training steps
+    (not the set-up window, step -1) but the first."""
     present = sorted(set(trace.step_index.tolist()))
     if steps is None:
-        return present[1:] if len(present) > 1 else present
+        training = [s for s in present if s >= 0] or present
+        return training[1:] if len(training) > 1 else training
     first, stop = steps
     kept = [s for s in present if (first is None or s >= first) and (stop is None or s < stop)]
     if not kept:

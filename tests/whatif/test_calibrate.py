@@ -1,4 +1,4 @@
-"""CPU terms fitted from a run's own op times, and the networks ``whatif --net`` takes."""
+"""CPU terms fitted from a run's own op times, the networks ``whatif --net`` takes, kept steps."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import fit_cpu_terms
 from commlens.whatif.durations import measured, modelled
 from commlens.whatif.model import build_program
-from commlens.whatif.study import TBF_EFFICIENCY, network_profile, network_profiles
+from commlens.whatif.study import TBF_EFFICIENCY, kept_steps, network_profile, network_profiles
 from tests.whatif.synthetic import Ev, make_trace
 
 WIRE = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
@@ -67,3 +67,11 @@ def test_networks_are_profiles_rates_or_unshaped() -> None:
     with pytest.raises(UsageError, match="unknown network profile 'warp-drive'"):
         network_profiles("warp-drive")
     assert np.isfinite(network_profile("1gbit").effective_Gbps)
+
+
+def test_the_set_up_window_and_the_first_step_are_left_out() -> None:
+    events = [
+        Ev(r, "all_reduce", 10 * s + 1, 10 * s + 2, step=s) for r in (0, 1) for s in (-1, 0, 1, 2)
+    ]
+    windows = [(r, s, 10 * s, 10 * s + 9) for r in (0, 1) for s in (-1, 0, 1, 2)]
+    assert kept_steps(make_trace(events, windows), None) == [1, 2]

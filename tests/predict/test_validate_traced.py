@@ -97,3 +97,39 @@ def test_traced_run_with_a_bucket_dropped_fails(
     assert code == 1 and not out["ok"]
     bad = [e for e in out["expectations"] if e["formed"] and not e["ok"]]
     assert {e["name"] for e in bad} >= {"dp all-reduce bytes per synced step constant"}
+
+
+def _fsdp_job(rank: int, world: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    import commlens
+
+    with commlens.capture(out):
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(STEPS):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            commlens.step()
+        dist.destroy_process_group()
+
+
+def test_traced_fsdp2_run_holds_its_sharded_traffic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run_ranks(_fsdp_job, 2, str(run))
+    code, out = _validate(run, capsys)
+    assert code == 0 and out["ok"], out
+    names = {e["name"] for e in out["expectations"] if e["formed"] and e["ok"]}
+    assert {"all_gather bytes per step constant", "reduce_scatter bytes per step constant"} <= names
+    unformed = {e["name"] for e in out["expectations"] if not e["formed"]}
+    assert "all-gather / reduce-scatter bytes = shard bytes of the wrapped parameters" in unformed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -368,7 +369,9 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         "throughput": _records(tput_t),
     }
     coverage = headline_coverage(run)
-    if coverage.steps is None or not (run.path / MANIFEST).is_file():
+    if coverage.steps is not None and not (run.path / MANIFEST).is_file():
+        coverage = replace(coverage, steps=None, line="headline covers every step")
+    if coverage.steps is None:  # the view's own steps
         lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
     else:
         with open_run(run.path, steps=coverage.steps) as headline_run:

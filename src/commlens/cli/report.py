@@ -33,8 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
         help="tables and plots of a run's communication",
-        description="Per op and process group: calls, bytes, time, latency, algbw, busbw; "
-        "per step: comm share and exposed time; cross-rank skew; utilization.",
+        description="Per op and process group: calls, bytes, time, service time on the "
+        "group's queue, latency, algbw, busbw; per step: comm share and exposed time; "
+        "cross-rank skew (queued, waiting for the last peer, transfer); utilization. The "
+        "headline leaves out set-up, the first step (warm-up) and anything after the last "
+        "step, and says which steps it covers; --steps chooses the steps of the whole report.",
     )
     parser.add_argument(
         "run", help="run directory (run.json + rank-*.parquet), or a `commlens sweep` directory"

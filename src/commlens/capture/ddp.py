@@ -1,36 +1,116 @@
-"""DDP: its group is a data-parallel group.
+"""DDP: the role of its group, and the time its buckets hold ``backward()``.
 
-DDP's gradient buckets are all-reduced by its C++ reducer; they are recorded
-at the c10d dispatcher (:mod:`commlens.capture.c10d`, registered at the first
-DDP forward), and DDP itself is left as it is: its fused bucket path, a
-user's comm hook (whose own calls the Python-API interception sees), its
-numbers. DDP also gives a role: its process group is noted as dp, unless the
-caller or the group's description already named it.
+DDP's collectives (its wrap-time checks, bucket rebuilds and gradient
+buckets) are issued by C++ and recorded at the c10d dispatcher
+(:mod:`commlens.capture.c10d`); DDP itself is left as it is: its fused bucket
+path, a user's comm hook (whose own calls the Python-API interception sees),
+its numbers.
+
+Role: its process group is noted as dp when the module is built, before its
+constructor's first collective, unless the caller or the group's description
+already named it.
+
+Exposed time: at the end of a backward pass DDP's reducer waits, in C++, for
+the all-reduces of its buckets (``finalize_backward``), and ``backward()``
+returns only then. A hook on the first node of each backward pass queues an
+engine callback that runs once the pass's computations are done, before the
+reducer's own; from then until ``backward()`` returns the caller is held by
+the buckets still in flight (:meth:`Recorder.hold_begin`,
+:meth:`Recorder.hold_end`), and that time is their ``t_wait_ns``.
 """
 
 from __future__ import annotations
 
+import inspect
+import time
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from commlens.capture import c10d
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import patch
+from commlens.capture.recorder import Recorder
+
+_engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+
+
+def _group_of(bound: inspect.BoundArguments) -> Any:
+    """The process group a DDP constructor call names (None: the default group)."""
+    args = bound.arguments
+    mesh = args.get("device_mesh")
+    if mesh is not None:
+        return mesh.get_group()
+    return args.get("process_group")
+
+
+def _patch_init() -> None:
+    orig_init = DDP.__init__
+    signature = inspect.signature(orig_init)
+
+    def __init__(self: DDP, *args: Any, **kwargs: Any) -> None:
+        rec = ACTIVE.recorder
+        if rec is not None and not rec.disabled:
+            try:
+                group = _group_of(signature.bind(self, *args, **kwargs))
+                rec.groups.suggest_role(group, "dp")
+                _HELD.on = True
+            except Exception as exc:  # never break training
+                rec.fail(exc)
+        orig_init(self, *args, **kwargs)
+
+    patch(DDP, "__init__", __init__)
+
+
+class _Held:
+    """Whether a DDP module was built under the capture (backward is then timed)."""
+
+    on = False
+
+
+_HELD = _Held()
+
+
+def _hold_hook(rec: Recorder, since: int, out: list[Any]) -> Callable[..., None]:
+    """A prehook on a backward pass's first node: queues the end-of-computation mark."""
+
+    def computed() -> None:
+        out.append((time.time_ns(), rec.hold_begin(since)))
+
+    def prehook(_grad_outputs: Any) -> None:
+        if not out:
+            out.append(None)  # queued once per pass
+            _engine.queue_callback(computed)
+
+    return prehook
+
+
+def _patch_backward() -> None:
+    orig = torch.autograd.backward
+
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = ACTIVE.recorder
+        if rec is None or rec.disabled or not _HELD.on:
+            return orig(tensors, *args, **kwargs)
+        roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        node = next((t.grad_fn for t in roots if t.grad_fn is not None), None)
+        if node is None:
+            return orig(tensors, *args, **kwargs)
+        marks: list[Any] = []
+        handle = node.register_prehook(_hold_hook(rec, time.time_ns(), marks))
+        try:
+            return orig(tensors, *args, **kwargs)
+        finally:
+            t_return = time.time_ns()
+            handle.remove()
+            if len(marks) == 2:  # the callback ran: the pass finished its computations
+                t_computed, held = marks[1]
+                rec.hold_end(held, t_computed, t_return)
+
+    patch(torch.autograd, "backward", backward)
 
 
 def install() -> None:
-    orig_forward = DDP.forward
-
-    def forward(self: DDP, *args: Any, **kwargs: Any) -> Any:
-        rec = ACTIVE.recorder
-        if rec is not None and not self.__dict__.get("_commlens_seen"):
-            self.__dict__["_commlens_seen"] = True
-            try:
-                c10d.install(rec)
-                rec.groups.suggest_role(self.process_group, "dp")
-            except Exception as exc:  # never break training
-                rec.fail(exc)
-        return orig_forward(self, *args, **kwargs)
-
-    patch(DDP, "forward", forward)
+    _patch_init()
+    _patch_backward()

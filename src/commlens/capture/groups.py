@@ -2,7 +2,14 @@
 
 The role (dp/tp/pp/ep/cp) comes from, in order: ``commlens.set_group_role``,
 the group's description (``new_group(group_desc="tp")``, DeviceMesh's
-``mesh_<dim>``), and a hint from the capture path (DDP's hook is dp).
+``mesh_<dim>``), the name of a DeviceMesh dimension whose group it is (a
+dimension spanning all ranks reuses the default group), and the framework
+that uses it (DDP, FSDP, ZeRO and DeepSpeed: dp; pipeline stages: pp).
+
+One group has one role for the whole run: the frameworks name theirs before
+their first collective, and :meth:`GroupRegistry.roles` gives the final role
+of every group seen, which the rank's metadata keeps (``group_roles``) for
+events written before a role was known.
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ _ROLE_TOKENS = {
     "zero": "dp",
     "shard": "dp",
     "replicate": "dp",
+    "hsdp": "dp",
+    "batch": "dp",
+    "loss": "dp",
+    "edp": "dp",
+    "efsdp": "dp",
     "tp": "tp",
     "tensor": "tp",
     "mp": "tp",
@@ -52,6 +64,7 @@ class GroupRegistry:
         self._roles: dict[int, tuple[Any, str]] = {}
         self._suggested: dict[int, tuple[Any, str]] = {}  # the last resort (DDP's dp)
         self._meshes: list[weakref.ref[Any]] = []
+        self._seen: dict[int, Any] = {}  # every group looked up, by id
         # Called whenever a group's name or role may read differently now.
         self.on_change: Callable[[], None] | None = None
 
@@ -100,7 +113,20 @@ class GroupRegistry:
             name = ""
         info = GroupInfo(name=name, ranks=ranks, size=len(ranks), role=self._role(group))
         self._cache[id(group)] = (group, info)
+        self._seen[id(group)] = group
         return info
+
+    def roles(self) -> dict[str, str]:
+        """The final role of every group looked up so far that has one, by group name."""
+        out: dict[str, str] = {}
+        for group in self._seen.values():
+            try:
+                name, role = str(group.group_name), self._role(group)
+            except Exception:  # destroyed since
+                continue
+            if role:
+                out[name] = role
+        return out
 
     def _role(self, group: Any) -> str:
         explicit = self._roles.get(id(group))
@@ -120,10 +146,11 @@ class GroupRegistry:
                 continue
             for dim, name in enumerate(mesh.mesh_dim_names or ()):
                 try:
-                    if mesh.get_group(dim) is group:
-                        return role_from_text(str(name))
+                    role = role_from_text(str(name)) if mesh.get_group(dim) is group else ""
                 except Exception:  # groups not initialized yet
                     continue
+                if role:  # ("world",) names no role: another mesh's dimension may
+                    return role
         return ""
 
     def forget_default(self) -> None:

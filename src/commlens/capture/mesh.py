@@ -1,18 +1,23 @@
 """Roles from DeviceMesh dimension names (``mesh_dim_names=("dp", "tp")``).
 
 A one-dimensional mesh over all ranks reuses the default group, whose own
-description says nothing; the mesh's dimension name does.
+description says nothing; the mesh's dimension name does. Submeshes
+(``mesh["dp_shard"]``, ``_flatten``, ``_unflatten``) are meshes too.
+Installing this also names the roles of the groups frameworks use
+(:mod:`commlens.capture.framework_roles`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from commlens.capture import framework_roles
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import patch
 
 
 def install() -> None:
+    framework_roles.install()
     try:
         from torch.distributed.device_mesh import DeviceMesh
     except ImportError:

@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commlens.capture import batch_p2p
+from commlens.capture import c10d as c10d_kernels
 from commlens.capture.extractors import AFTER, EXTRACTORS
 from commlens.capture.intercept import ACTIVE, TENSOR, calling, intercept, timed_wait
 from commlens.capture.patching import patch
@@ -66,6 +67,7 @@ def _destroy_hook(orig: Callable[..., Any], before: Callable[[], None]) -> Calla
         rec = ACTIVE.recorder
         if rec is not None:
             rec.resolve_deferred()  # ops still to be written need their group's ranks
+            rec.note_roles()  # and roles
         if group is None or group is dist.group.WORLD:
             before()
         return orig(group)
@@ -75,7 +77,14 @@ def _destroy_hook(orig: Callable[..., Any], before: Callable[[], None]) -> Calla
 
 
 def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None:
-    """Patch torch.distributed; idempotent only through :func:`patching.restore_all`."""
+    """Patch torch.distributed; idempotent only through :func:`patching.restore_all`.
+
+    The c10d kernels (:mod:`commlens.capture.c10d`) are registered first: the
+    calls patched here then run below them, so each call is recorded once.
+    """
+    capture = ACTIVE.capture
+    if capture is not None:
+        c10d_kernels.install(capture.recorder)
     wrappers: dict[str, Any] = {}
     for name, extract in EXTRACTORS.items():
         orig = getattr(c10d, name, None) or getattr(dist, name, None)

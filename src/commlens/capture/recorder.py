@@ -209,8 +209,23 @@ class Recorder:
         except Exception as exc:
             self.fail(exc)
         try:
+            self.note_roles()
             self.write_meta("ok" if not self.error else "recording-failed")
             merge_manifest(self.run_dir)
+        except Exception as exc:
+            self.fail(exc)
+
+    def note_roles(self) -> None:
+        """Keep the final role of each group in the rank's metadata (``group_roles``).
+
+        For events written before their group's role was known: a reader
+        takes the role of an event's group from this table. Called before
+        the groups are destroyed and at close.
+        """
+        try:
+            roles = dict(self.meta.get("group_roles") or {})
+            roles.update(self.groups.roles())
+            self.meta["group_roles"] = roles
         except Exception as exc:
             self.fail(exc)
 
@@ -589,6 +604,49 @@ class Recorder:
             pending.done = True
         if not self.disabled:
             self._safe_write(pending)
+
+    def hold_begin(self, since: int) -> list[tuple[Any, Pending]]:
+        """The ops read later (:meth:`on_deferred`) issued since ``since`` and still in flight.
+
+        Called where C++ starts to wait for them on the caller's behalf (DDP's
+        buckets at the end of a backward pass): they are marked as waited
+        on, to be written by :meth:`hold_end`. Never raises.
+        """
+        try:
+            self._collect()
+            with self._lock:
+                held = [
+                    (work, pending)
+                    for work, pending in self._pending.values()
+                    if pending.later is not None
+                    and pending.t_issue >= since
+                    and pending.t_end is None
+                    and not pending.done
+                ]
+                for _, pending in held:
+                    pending.waiting = True
+            return held
+        except Exception as exc:
+            self.fail(exc)
+            return []
+
+    def hold_end(self, held: list[tuple[Any, Pending]], t0: int, t1: int) -> None:
+        """The caller was held from ``t0`` to ``t1`` by the ops of :meth:`hold_begin`: write them.
+
+        The held time is shared out in the order the ops completed: each
+        op's wait is the part of the interval from the previous one's end to
+        its own, so the waits add up to the time held. Never raises.
+        """
+        try:
+            self._collect()  # completion stamps of the held ops
+            start = t0
+            for work, pending in sorted(held, key=lambda e: e[1].t_end or t1):
+                end = min(pending.t_end or t1, t1)
+                wait = max(0, end - start)
+                start = max(start, end)
+                self.after_wait(work, pending, end - wait, end)
+        except Exception as exc:
+            self.fail(exc)
 
     def _safe_write(self, pending: Pending) -> None:
         try:

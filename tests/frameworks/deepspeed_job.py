@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 import torch
 from torch import nn
 
@@ -59,4 +60,3 @@ def job(rank: int, world: int, out: str, stage: int) -> dict[str, int]:
         seen = profiled_ops(prof)
         torch.distributed.destroy_process_group()
     return seen
-

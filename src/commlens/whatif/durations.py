@@ -16,7 +16,8 @@ their tensor op (``all_gather_object`` as ``all_gather``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -97,11 +98,42 @@ def instance_roles(prog: Program) -> np.ndarray:
     return roles
 
 
+def ring_flows(fabric: Fabric, groups: Iterable[Sequence[int]]) -> int:
+    """Flows on the busiest node's inter-node link when every group runs a flat ring in
+    its rank order: the ring's edges that leave the node, over the role's groups."""
+    per_node: Counter[int] = Counter()
+    for group in groups:
+        for r, nxt in zip(group, (*group[1:], *group[:1]), strict=True):
+            if fabric.node(r) != fabric.node(nxt):
+                per_node[fabric.node(r)] += 1
+    return max(per_node.values(), default=1)
+
+
+def send_flows(fabric: Fabric, channels: Iterable[Sequence[int]]) -> int:
+    """Flows on the busiest node's link out when the (source, destination) ``channels``
+    send at once: those whose source is on the node and destination elsewhere (a
+    link carries each direction on its own)."""
+    per_node = Counter(
+        fabric.node(c[0]) for c in channels if fabric.node(c[0]) != fabric.node(c[-1])
+    )
+    return max(per_node.values(), default=1)
+
+
 def modelled(
-    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]] | None = None
+    prog: Program,
+    fabric: Fabric,
+    groups: list[tuple[int, ...]] | None = None,
+    flat: bool = False,
 ) -> np.ndarray:
     """Seconds each event's op lasts on ``fabric`` (the same for all members), each
-    instance costed on ``groups[inst_group]`` (default: the run's own groups)."""
+    instance costed on ``groups[inst_group]`` (default: the run's own groups).
+
+    ``flat`` (gloo): a collective whose group spans nodes runs one ring over all its
+    members in rank order, at the inter-node rate, its edges that leave a node
+    sharing that node's link (:func:`ring_flows`), not the hierarchical
+    intra/inter split of :meth:`Fabric.time`. Sends share a node's link with the
+    other sends of their role out of that node (:func:`send_flows`).
+    """
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
     ops = np.array([OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names], dtype=object)
@@ -111,21 +143,38 @@ def modelled(
     for pair in np.unique(roles * n_groups + prog.inst_group).tolist():
         groups_of_role[pair // n_groups].add(cost_groups[pair % n_groups])
     flows = {role: link_flows(fabric, groups) for role, groups in groups_of_role.items()}
+    rings = {role: ring_flows(fabric, groups) for role, groups in groups_of_role.items()}
+    p2p = {role: send_flows(fabric, groups) for role, groups in groups_of_role.items()}
+    ring = Fabric(
+        inter=fabric.inter,
+        intra=fabric.inter,
+        gpus_per_node=1,
+        algorithm=fabric.algorithm,
+        nics_per_node=fabric.nics_per_node,
+    )
+
+    def cost(op: str, size: float, group: tuple[int, ...], role: int) -> float:
+        if op in ("send", "recv"):
+            return fabric.time(op, size, group, p2p[role])
+        if flat and group and fabric.shape(group)[0] > 1:
+            return ring.time(op, size, group, rings[role])
+        return fabric.time(op, size, group, flows[role])
+
     sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
     key = ((prog.inst_op * n_groups + prog.inst_group) * n_roles + roles) * sizes.size + size_of
     unique, which = np.unique(key, return_inverse=True)
-    cost = np.array(
+    times = np.array(
         [
-            fabric.time(
+            cost(
                 str(ops[k // (sizes.size * n_roles * n_groups)]),
                 float(sizes[k % sizes.size]),
                 cost_groups[k // (sizes.size * n_roles) % n_groups],
-                flows[k // sizes.size % n_roles],
+                k // sizes.size % n_roles,
             )
             for k in unique.tolist()
         ]
     )
-    return cost[which.ravel()][prog.inst]
+    return times[which.ravel()][prog.inst]
 
 
 def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:

@@ -278,13 +278,14 @@ def run_study(
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
     used = op_times if own is not None else "model"
     prog = build_program(trace)
+    flat = trace.manifest.get("backend") == "gloo"
     check, captured = self_check(prog, keep)
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
     if own is not None:
         fabric = Fabric(
             inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
         )
-        own_times = modelled(prog, fabric)
+        own_times = modelled(prog, fabric, flat=flat)
         if used == "delta":
             base = measured(prog) - own_times
         elif used == "fit":
@@ -303,7 +304,7 @@ def run_study(
             gpus_per_node=place.ranks_per_node,
             algorithm=algorithm,
         )
-        times = np.maximum(base + modelled(prog, fabric, groups), 0.0)
+        times = np.maximum(base + modelled(prog, fabric, groups, flat=flat), 0.0)
         answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     assumptions = [*ASSUMPTIONS[:-1], OP_TIME_ASSUMPTIONS[used]]
@@ -311,6 +312,12 @@ def run_study(
         assumptions.append(
             f"--op-times {op_times} needs the run's own link, which is unknown (give "
             "--profile): the cost model's times are used alone"
+        )
+    if flat:
+        assumptions.append(
+            "gloo: a collective whose group spans nodes runs one flat ring over its members in "
+            "rank order at the inter-node rate (gloo has no hierarchical algorithm); the ring's "
+            "edges that leave a node share its link"
         )
     if dp is not None:
         assumptions.append(

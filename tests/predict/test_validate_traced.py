@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from commlens.analysis import open_run, step_summary, step_table
+from commlens.analysis.coverage import headline_coverage
 from commlens.cli.main import main
 from tests.distributed import run_ranks
 
@@ -67,7 +69,11 @@ def test_traced_ddp_run_is_held_not_refused(
     run, grad_bytes = ddp_run
     code, out = _validate(run, capsys)
     assert code == 0 and out["ok"] and out["traced"]
-    assert out["steps"] and min(out["steps"]) >= 1  # the first step (set-up) is left out
+    assert out["steps"] == list(range(1, STEPS))  # set-up (step -1) and step 0 left out
+    with open_run(run) as view:  # the report's headline covers the same steps
+        assert headline_coverage(view).steps == (1, STEPS)
+        kinds = {r["step"]: r["kind"] for r in step_summary(step_table(view)).to_pylist()}
+    assert all(kind == ("setup" if step < 0 else "step") for step, kind in kinds.items())
     by_name = {(e["name"], e["pg_name"]): e for e in out["expectations"]}
     dp = [e for (name, _), e in by_name.items() if name.startswith("dp all-reduce bytes per")]
     assert len(dp) == 1 and dp[0]["formed"] and dp[0]["ok"]

@@ -1,10 +1,10 @@
 """Which steps a report's headline figures cover, and the sentence that says so.
 
-By default the headline leaves out set-up (events before the first recorded
-step) and warm-up (the steps a ``commlens run`` manifest flags ``warmup``,
-else step 0), and anything after the last recorded step, as ``commlens
-run``'s own summary does; the tables still show every step. A ``--steps``
-range chosen by the user is used as it is.
+By default the headline leaves out set-up (the set-up window, step −1, and
+events before the first recorded step), warm-up (the steps a ``commlens
+run`` manifest flags ``warmup``, else the first step) and anything after the
+last recorded step, as ``commlens run``'s own summary does; the tables still
+show every step. A ``--steps`` range chosen by the user is used as it is.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def _span(first: int, last: int) -> str:
 
 def headline_coverage(view: RunView) -> Coverage:
     """The steps the headline covers for ``view`` (see the module docstring)."""
-    row = view.row("SELECT min(step), max(step), count(DISTINCT step) FROM all_steps")
+    row = view.row(  # steps < 0: the set-up window, never a step of the job
+        "SELECT min(step), max(step), count(DISTINCT step) FROM all_steps WHERE step >= 0"
+    )
     lo, hi, n = row if row is not None else (None, None, 0)
     if view.steps is not None:
         first, stop = view.steps

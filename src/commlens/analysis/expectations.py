@@ -74,8 +74,10 @@ def _rows(events: pa.Table) -> list[dict[str, Any]]:
 
 
 def held_steps(events: pa.Table, windows: list[int]) -> list[int]:
-    """The job's steps after its first: the recorded step windows, else the event steps."""
+    """The job's steps after its first (set-up, step −1, left out too): the recorded
+    step windows, else the event steps."""
     steps = sorted(set(windows)) or sorted({int(s) for s in events.column("step").to_pylist()})
+    steps = [s for s in steps if s >= 0]  # step -1: the set-up window
     return steps[1:] if len(steps) > 1 else steps
 
 

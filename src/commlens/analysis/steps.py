@@ -12,7 +12,8 @@
   recorded window (e.g. ops after the last optimizer step) the span of its
   ops, flagged by ``step_source = 'ops'``.
 - ``kind``: ``step`` for a recorded step (or any step of a run that recorded
-  none); ``setup`` for events before the first recorded step, ``after last
+  none); ``setup`` for the set-up window (step −1) and events before the
+  first recorded step, ``after last
   step`` for those after the last one, ``unrecorded`` for a step number in
   between without a window. Rows other than ``step`` are their own rows,
   never summed into the per-rank figures (:func:`rank_summary`).
@@ -50,8 +51,9 @@ def step_table(run: Source) -> pa.Table:
                CASE WHEN step_s > 0 THEN exposed_s / step_s ELSE 0.0 END AS exposed_share,
                comm_s - exposed_s AS overlapped_s,
                greatest(step_s - exposed_s, 0.0) AS compute_s,
-               CASE WHEN step_source = 'manifest' OR NOT EXISTS (SELECT 1 FROM steps) THEN 'step'
-                    WHEN step < (SELECT min(step) FROM steps) THEN 'setup'
+               CASE WHEN step < 0 THEN 'setup'
+                    WHEN step_source = 'manifest' OR NOT EXISTS (SELECT 1 FROM steps) THEN 'step'
+                    WHEN step < (SELECT min(step) FROM steps WHERE step >= 0) THEN 'setup'
                     WHEN step > (SELECT max(step) FROM steps) THEN 'after last step'
                     ELSE 'unrecorded' END AS kind
         FROM joined
@@ -86,8 +88,9 @@ def rank_summary(per_rank: pa.Table) -> pa.Table:
         """
         WITH kept AS (
             SELECT * FROM per_rank
-            WHERE step_source = 'manifest'
-               OR rank NOT IN (SELECT rank FROM per_rank WHERE step_source = 'manifest')
+            WHERE (step_source = 'manifest' AND kind = 'step')
+               OR (kind = 'step' AND rank NOT IN (
+                   SELECT rank FROM per_rank WHERE step_source = 'manifest' AND kind = 'step'))
         )
         SELECT rank, count(*)::BIGINT AS steps, sum(step_s) AS step_s,
                sum(comm_s) AS comm_s,

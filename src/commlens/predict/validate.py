@@ -18,7 +18,7 @@ Which steps are held (every step is checked on its own, per rank):
 - events after the last optimizer step (``step == steps``: end-of-run
   barriers, result gathers) are not held.
 
-A traced run (no ``workload`` naming model, scheme and layout: ``commlens trace`` or
+A traced run (no ``workload`` naming a model and scheme: ``commlens trace`` or
 ``commlens.capture`` around any script) has no model to predict from; it is
 held against what its own communication implies instead
 (:mod:`commlens.analysis.expectations`), saying which expectations could not
@@ -272,9 +272,10 @@ def workload_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def is_traced(manifest: dict[str, Any]) -> bool:
-    """Whether a run has no model to predict from: no workload naming model, scheme, dims."""
+    """Whether a run has no model to predict from: no workload naming a model and a
+    scheme (a workload that names them but is not usable is an error, not a trace)."""
     workload = workload_of(manifest)
-    return workload is None or not all(k in workload for k in ("model", "scheme", "dims"))
+    return workload is None or not all(k in workload for k in ("model", "scheme"))
 
 
 def validate_traced(run: Any) -> TracedValidation:
@@ -304,7 +305,7 @@ def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) ->
     workload = workload_of(manifest)
     if workload is None or is_traced(manifest):
         raise UsageError(
-            f"{run.path}: the manifest names no model, scheme and layout to predict from; "
+            f"{run.path}: the manifest names no model and scheme to predict from; "
             "`commlens validate` holds such a run against its own communication"
         )
     try:

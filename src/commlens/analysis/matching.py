@@ -175,7 +175,8 @@ def match_calls(parts: tuple[MatchPart, ...], triples: tuple[Triple, ...]) -> Ma
         ids, ok = sp.ids, sp.ok
         issue, end = part.t_issue[ok], part.t_end[ok]
         first, last = inst.first[ids], inst.last[ids]
-        tri, step, r = part.triple[ok], np.maximum(part.step[ok], 0), part.rank
+        tri, step, r = part.triple[ok], part.step[ok], part.rank
+        stepped = step >= 0  # the set-up window (step -1) is no step: not in per_step
         wait, transfer, skew = sp.wait / 1e9, sp.transfer / 1e9, (last - first) / 1e9
         bw = _not_first(part)[ok]
         per_triple["time_s"] += np.bincount(tri, (end - issue) / 1e9, n_tri)
@@ -192,8 +193,9 @@ def match_calls(parts: tuple[MatchPart, ...], triples: tuple[Triple, ...]) -> Ma
         per_rank["late_s"][r] += ((issue - first) / 1e9).sum()
         per_rank["wait_s"][r] += wait.sum()
         per_rank["transfer_s"][r] += transfer.sum()
-        per_step["wait_s"] += np.bincount(step, wait, n_step)
-        per_step["transfer_s"] += np.bincount(step, transfer, n_step)
-        per_step["seen"] += np.bincount(step, minlength=n_step)
-        np.maximum.at(per_step["max_skew_s"], step, skew)
+        in_step = step[stepped]
+        per_step["wait_s"] += np.bincount(in_step, wait[stepped], n_step)
+        per_step["transfer_s"] += np.bincount(in_step, transfer[stepped], n_step)
+        per_step["seen"] += np.bincount(in_step, minlength=n_step)
+        np.maximum.at(per_step["max_skew_s"], in_step, skew[stepped])
     return Matched(parts, inst, triples, per_triple, per_rank, per_step)

@@ -89,7 +89,7 @@ def rank_summary(per_rank: pa.Table) -> pa.Table:
         WITH kept AS (
             SELECT * FROM per_rank
             WHERE (step_source = 'manifest' AND kind = 'step')
-               OR (kind = 'step' AND rank NOT IN (
+               OR (kind IN ('step', 'unrecorded') AND rank NOT IN (
                    SELECT rank FROM per_rank WHERE step_source = 'manifest' AND kind = 'step'))
         )
         SELECT rank, count(*)::BIGINT AS steps, sum(step_s) AS step_s,

@@ -234,6 +234,12 @@ ASSUMPTIONS = (
 )
 
 
+FLAT_RING = (
+    "gloo: a collective whose group spans nodes runs one flat ring over its members in rank "
+    "order at the inter-node rate (gloo has no hierarchical algorithm); the ring's edges that "
+    "leave a node share its link"
+)
+
 OP_TIMES = ("fit", "model", "delta")
 """How an op's time on a network is found: that network's cost-model time plus the
 op kind's CPU term fitted from the run (fit; the cost model alone where the own
@@ -307,17 +313,12 @@ def run_study(
         times = np.maximum(base + modelled(prog, fabric, groups, flat=flat), 0.0)
         answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
-    assumptions = [*ASSUMPTIONS[:-1], OP_TIME_ASSUMPTIONS[used]]
+    ring = [FLAT_RING] if flat else []
+    assumptions = [*ASSUMPTIONS[:-1], *ring, OP_TIME_ASSUMPTIONS[used]]
     if used != op_times:
         assumptions.append(
             f"--op-times {op_times} needs the run's own link, which is unknown (give "
             "--profile): the cost model's times are used alone"
-        )
-    if flat:
-        assumptions.append(
-            "gloo: a collective whose group spans nodes runs one flat ring over its members in "
-            "rank order at the inter-node rate (gloo has no hierarchical algorithm); the ring's "
-            "edges that leave a node share its link"
         )
     if dp is not None:
         assumptions.append(

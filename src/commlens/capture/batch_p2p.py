@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from commlens.capture.frameworks import P2P_PHASES
 from commlens.capture.intercept import Intercepted, intercept
 from commlens.capture.recorder import Recorder
 
@@ -46,7 +47,8 @@ def _record(
     per_op = list(works) if works is not None else []
     for i, call in enumerate(calls):
         work = per_op[i] if len(per_op) == len(calls) else None
-        rec.on_call(call, t_issue, t_return, work, frame, api, phase_hint)
+        hint = phase_hint or P2P_PHASES.get(id(call[-1]), "")  # a pipeline's mixed batch
+        rec.on_call(call, t_issue, t_return, work, frame, api, hint)
 
 
 def stand_in(orig: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,6 +21,8 @@ from commlens.capture.patching import patch
 
 _PHASE_ATTR = "_commlens_phase"
 _DONE: set[str] = set()
+P2P_PHASES: dict[int, str] = {}
+"""Phase by id() of each tensor of a batch mixing forward and backward ops, while it is issued."""
 
 
 def _hinted(orig: Callable[..., Any], phase: str) -> Callable[..., Any]:
@@ -53,14 +55,12 @@ def _tagging(orig: Callable[..., Any], phase: str) -> Callable[..., Any]:
     return ops
 
 
-def _batch_phase(ops: Any, desc: str | None) -> str:
-    for op in ops:
-        phase = getattr(op, _PHASE_ATTR, "")
-        if phase:
-            return str(phase)
-    if desc:
-        return "backward" if desc.startswith("bwd") else "forward"
-    return ""
+def _op_phases(ops: Any, desc: str | None) -> list[str]:
+    """Each op's phase: its stage's tag, else the schedule's description of the batch."""
+    default = ""
+    if desc and "_" in desc and not ("fwd" in desc and "bwd" in desc):
+        default = "backward" if desc.startswith("bwd") else "forward"
+    return [str(getattr(op, _PHASE_ATTR, "") or default) for op in ops]
 
 
 def _pipelining() -> None:
@@ -77,9 +77,17 @@ def _pipelining() -> None:
     orig = schedules._batch_p2p
 
     def batch_p2p(p2p_ops: Any, desc: str | None = None) -> Any:
-        phase = _batch_phase(p2p_ops, desc)
-        run = _hinted(orig, phase) if phase else orig
-        return run(p2p_ops, desc=desc)
+        phases = _op_phases(p2p_ops, desc)
+        if len(set(phases)) <= 1:
+            run = _hinted(orig, phases[0]) if phases and phases[0] else orig
+            return run(p2p_ops, desc=desc)
+        for op, phase in zip(p2p_ops, phases, strict=True):  # read by capture.batch_p2p
+            P2P_PHASES[id(op.tensor)] = phase
+        try:
+            return orig(p2p_ops, desc=desc)
+        finally:
+            for op in p2p_ops:
+                P2P_PHASES.pop(id(op.tensor), None)
 
     patch(schedules, "_batch_p2p", batch_p2p)
 

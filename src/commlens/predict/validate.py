@@ -258,6 +258,34 @@ def validate_events(
     return result
 
 
+def modelled_events(events: pa.Table) -> tuple[pa.Table, int]:
+    """The events the model predicts, and how many were left out.
+
+    The set-up window (step -1) counts as step 0, whose prediction holds the
+    set-up traffic (DDP's parameter broadcast). Collectives of integer
+    metadata issued from C++ (``api`` ``c10d``: DDP's wrap-time checks and
+    bucket-rebuild syncs) are not modelled and left out.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = events.schema.names
+    if "step" in names:
+        step = events.column("step")
+        events = events.set_column(
+            names.index("step"), "step", pc.if_else(pc.less(step, 0), pa.scalar(0, step.type), step)
+        )
+    if "api" not in names or "dtype" not in names:
+        return events, 0
+    integer = pc.is_in(
+        events.column("dtype"), pa.array(["int8", "int16", "int32", "int64", "uint8"])
+    )
+    native = pc.equal(events.column("api"), "c10d")
+    drop = pc.fill_null(pc.and_(integer, native), False)
+    left_out = int(pc.sum(drop).as_py() or 0)
+    return (events.filter(pc.invert(drop)), left_out) if left_out else (events, 0)
+
+
 def workload_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The workload section: top level, or any rank's metadata (``ranks.N.meta.workload``)."""
     workload = manifest.get("workload")
@@ -313,13 +341,20 @@ def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) ->
     except CommlensError as exc:
         raise RunFormatError(f"{run.path}: the manifest's workload is not usable ({exc})") from None
     steps = job.run.steps if "steps" in workload else None  # else: the last step with events
+    events, bookkeeping = modelled_events(run.events)
     result = validate_events(
         job,
-        run.events,
+        events,
         steps=steps,
         tolerance=tolerance,
         skip_step0=skip_step0,
     )
+    if bookkeeping:
+        result.notes.append(
+            f"{bookkeeping} bookkeeping call(s) over all ranks not held: integer metadata that "
+            "DDP issues from C++ (its wrap-time shape checks, the bucket-rebuild syncs); "
+            "the model has no such traffic"
+        )
     for rank in getattr(run, "missing_ranks", []):
         result.notes.append(f"rank {rank}: events missing or truncated, not held")
     return result

@@ -139,3 +139,20 @@ def test_traced_fsdp2_run_holds_its_sharded_traffic(
     assert {"all_gather bytes per step constant", "reduce_scatter bytes per step constant"} <= names
     unformed = {e["name"] for e in out["expectations"] if not e["formed"]}
     assert "all-gather / reduce-scatter bytes = shard bytes of the wrapped parameters" in unformed
+
+
+def test_model_runs_fold_setup_into_step_0_and_leave_out_ddp_bookkeeping() -> None:
+    from commlens.predict.validate import modelled_events
+
+    events = pa.table(
+        {
+            "step": [-1, -1, -1, 1, 1],
+            "op": ["all_gather", "broadcast", "broadcast", "broadcast", "all_reduce"],
+            "api": ["c10d", "c10d", "python", "c10d", "c10d"],
+            "dtype": ["int64", "int64", "float32", "int32", "float32"],
+        }
+    )
+    kept, left_out = modelled_events(events)
+    assert left_out == 3
+    assert kept.column("op").to_pylist() == ["broadcast", "all_reduce"]
+    assert kept.column("step").to_pylist() == [0, 1]

@@ -160,6 +160,9 @@ class _Loader(importlib.abc.Loader):
     def __init__(self, loader: Any) -> None:
         self.loader = loader
 
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...
+        return getattr(self.loader, name)
+
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)  # type: ignore[no-any-return]
 

@@ -3,7 +3,9 @@
 It owns the rank's writer (opened once the process group exists), the
 sequence counter, every async op waiting for completion (the interceptions
 hand calls to its ``on_*`` methods and waits to :meth:`Recorder.before_wait`
-and :meth:`Recorder.after_wait`) and the fail-safe: the first error inside
+and :meth:`Recorder.after_wait`; the time C++ holds the caller for ops in
+flight, DDP's buckets at the end of backward, to :meth:`Recorder.hold_begin`
+and :meth:`Recorder.hold_end`) and the fail-safe: the first error inside
 recording is reported once on stderr and recording stops, while every
 collective keeps running with the caller's arguments.
 

@@ -315,6 +315,13 @@ def run_study(
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     ring = [FLAT_RING] if flat else []
     assumptions = [*ASSUMPTIONS[:-1], *ring, OP_TIME_ASSUMPTIONS[used]]
+    burst = (trace.manifest.get("topology") or {}).get("tbf_burst_bytes")
+    if isinstance(burst, int) and burst > 0:
+        assumptions.append(
+            f"the run's emulated link lets a burst of {burst:,} bytes through at full speed "
+            "after it was idle (tbf); the replay does not charge that: where a step's traffic "
+            "over the link is near the burst, its step is predicted too slow"
+        )
     if used != op_times:
         assumptions.append(
             f"--op-times {op_times} needs the run's own link, which is unknown (give "

@@ -114,3 +114,17 @@ def test_world_mesh_axes_spanning_all_ranks_name_the_default_group(
     run_ranks(_titan, 2, str(tmp_path), axis)
     rows = event_rows(tmp_path, "select distinct role, group_size from events")
     assert rows == [(role, 2)]
+
+
+def test_deepspeed_engine_names_its_groups(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    from tests.frameworks.deepspeed_job import job
+
+    run_ranks(job, 2, str(tmp_path), 1)
+    roles = _roles(tmp_path)
+    meta = _meta_roles(tmp_path, 0)
+    assert roles and meta
+    for name, seen in roles.items():
+        # Each group one role: in the events, or for events written before
+        # DeepSpeed built its engine, in the rank's final table.
+        assert seen - {""} <= {"dp"} and meta.get(name) == "dp", (name, seen, meta)

@@ -35,6 +35,7 @@ def test_tp_sequence_parallel_and_loss_metric(tmp_path: Path) -> None:
             # ... their transposes in backward, named by a module of the model...
             back = {op for (p, op, m) in mine if p == "backward" and m}
             assert back == {"all_gather", "reduce_scatter"}
+            assert mine[("backward", "reduce_scatter", "w1")] == 1  # from w1's input hook
             # ... and the loss metric all-reduced after the optimizer step stays in its step.
             assert mine[("other", "all_reduce", "")] == 1
 

@@ -96,7 +96,8 @@ class StepTracker:
         self.stepped = False  # the open step has had its optimizer step
         self.setup_ops = False  # ops were issued in set-up: it gets a window
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
-        self._stack: list[Module] = []  # modules in forward, outermost first
+        # (module, its first input's grad_fn before its own pre-hooks) in forward, outermost first
+        self._stack: list[tuple[Module, Any]] = []
         self._t_start = clock()
         self._t_stepped = 0
         self._handles: list[Any] = []
@@ -148,16 +149,19 @@ class StepTracker:
                 self.begin()
             elif self.stepped and not self.explicit:
                 self.advance()
-        self._stack.append(module)
+        self._stack.append((module, _first_grad_fn(_args) if _grad_enabled() else None))
 
     def _forward_post(self, module: Module, args: Any, output: Any) -> None:
         stack = self._stack
-        if stack:
-            stack.pop()
-        if _grad_enabled():
-            mark_backward_module(module, output)
-            if stack:  # past this module's inputs, backward is back in its parent
-                mark_backward_module(stack[-1], args)
+        before = stack.pop()[1] if stack else None
+        if not _grad_enabled():
+            return
+        mark_node(_first_grad_fn(output), module)
+        node = _first_grad_fn(args)
+        if node is not None and node is not before:  # made by its own pre-hooks (TP's inputs)
+            mark_node(node, module)
+        elif stack:  # past this module's inputs, backward is back in its parent
+            mark_node(node, stack[-1][0])
 
     def restart(self) -> None:
         """Set-up starts now (when the process group comes up, not at import)."""
@@ -244,13 +248,12 @@ def _first_grad_fn(output: Any) -> Any:
     return None
 
 
-def mark_backward_module(module: Module, output: Any) -> None:
-    """When backward reaches ``output``'s grad_fn, ``module`` becomes the backward module.
+def mark_node(node: Any, module: Module) -> None:
+    """When backward reaches ``node``, ``module`` becomes the backward module.
 
     One pre-hook per node: the innermost module returning it (whose forward
     hook runs first) names it.
     """
-    node = _first_grad_fn(output)
     if node is None:
         return
     meta = node.metadata
@@ -350,8 +353,6 @@ def current_phase_and_module(
             steps.setup_ops = True
         else:
             steps.begin()
-    if root is not None:
-        steps.roots.add(root)
     in_backward = _graph_task_id() != -1
     if phase_hint:
         phase = phase_hint

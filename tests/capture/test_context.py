@@ -96,3 +96,31 @@ def test_step_phase_module_and_role(tmp_path: Path) -> None:
     steps = run.manifest["ranks"]["0"]["steps"]
     assert [s["step"] for s in steps] == [0, 1, 2, 3]  # no set-up ops: no set-up window
     assert all(s["t_end_ns"] >= s["t_start_ns"] for s in steps)
+
+
+def test_steps_run_from_forward_to_forward_with_a_tail() -> None:
+    from commlens.capture.context import StepTracker
+
+    tracker = StepTracker()
+    tracker.install()
+    try:
+        model = nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = []
+        for _ in range(2):
+            for _micro in range(2):  # gradient accumulation: one step
+                model(torch.ones(2, 4)).sum().backward()
+                seen.append(tracker.step)
+            opt.step()
+            seen.append(tracker.step)  # after the optimizer step: still its step
+        with torch.no_grad():
+            model(torch.ones(2, 4))  # a forward after the last step: the tail
+        seen.append(tracker.step)
+    finally:
+        tracker.uninstall()
+    assert seen == [0, 0, 0, 1, 1, 1, 2]
+    assert [(w["step"], w.get("segment")) for w in tracker.steps] == [
+        (0, None),
+        (1, None),
+        (2, "after last step"),
+    ]

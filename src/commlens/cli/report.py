@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from commlens.errors import UsageError
 from commlens.report.formats import FORMATS
+from commlens.report.units import plural
 
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 """Text widths a table can be laid out in, in columns."""
+LARGE_RUN_EVENTS = 1_000_000
+"""A run of at least this many events gets a note on stderr as the report starts
+and ends (how many, how long): reading it takes a while."""
 CSV_TABLES = (
     "sizes",
     "ops",
@@ -123,7 +129,8 @@ def add_steps_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="A:B",
         help="only steps A..B-1, like a Python slice: '1:' leaves out step 0 (warm-up), "
-        "':10' the first ten, '3' step 3 alone; steps are numbered from 0",
+        "':10' the first ten, '3' step 3 alone; steps are numbered from 0 (step numbers, "
+        "not a count as in `run --steps`)",
     )
 
 
@@ -165,10 +172,26 @@ def run_report(args: argparse.Namespace) -> int:
 
         render_sweep(args.run, args.format, args.output, width=args.width)
         return 0
+    start = time.monotonic()
     view = open_run(args.run, quiet=False, steps=args.steps)
     try:
+        events = int((view.row("SELECT coalesce(sum(events), 0) FROM ranks") or (0,))[0])
+        large = events >= LARGE_RUN_EVENTS  # minutes of work: say so, on stderr
+        if large:
+            print(
+                f"commlens report: {events:,} events of {plural(view.world_size, 'rank')}; "
+                "reading them...",
+                file=sys.stderr,
+                flush=True,
+            )
         doc = build_report(view, csv_table=args.table)
     finally:
         view.close()
     emit(doc, args.output, args.format, width=args.width)
+    if large:
+        print(
+            f"commlens report: {events:,} events read and analysed in "
+            f"{time.monotonic() - start:.1f} s",
+            file=sys.stderr,
+        )
     return 0

@@ -15,7 +15,7 @@ pytest.importorskip("deepspeed")
 WORLD = 2
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("stage", [0, 2, 3])
 def test_zero_ops_land_in_their_step_phase_and_module(tmp_path: Path, stage: int) -> None:
     seen = run_ranks(job, WORLD, str(tmp_path), stage, timeout=240)
     for rank in range(WORLD):  # every op, against torch.profiler's c10d records
@@ -31,7 +31,8 @@ def test_zero_ops_land_in_their_step_phase_and_module(tmp_path: Path, stage: int
     assert {step for step, *_ in per_step} == set(range(STEPS))  # no step the job never ran
     for step in range(STEPS):
         mine = {(phase, op) for s, phase, op, _ in per_step if s == step}
-        assert ("optimizer", "all_gather") in mine  # updated shards, inside engine.step()
+        if stage:  # updated shards, gathered inside engine.step()
+            assert ("optimizer", "all_gather") in mine
         assert ("backward", "reduce_scatter" if stage == 3 else "all_reduce") in mine
         assert not {p for p, _ in mine} - {"forward", "backward", "optimizer"}
     if stage == 3:  # gathers in forward and the re-gathers in backward name their module

@@ -22,7 +22,6 @@ def _snippet() -> str:
 def test_readme_pandas_snippet_reads_aligned_and_raw_times(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pytest.importorskip("pandas")
     code = _snippet().replace("runs/gpt-tp", str(TINY))  # the checked-in 4-rank run
     names: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), names)

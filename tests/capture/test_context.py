@@ -124,3 +124,25 @@ def test_steps_run_from_forward_to_forward_with_a_tail() -> None:
         (1, None),
         (2, "after last step"),
     ]
+
+
+def test_loss_between_forward_and_backward_is_forward() -> None:
+    import sys
+
+    from commlens.capture.context import StepTracker, current_phase_and_module
+
+    tracker = StepTracker()
+    tracker.install()
+    try:
+        model = nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        phases = []
+        out = model(torch.ones(2, 4))
+        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # the loss
+        out.sum().backward()
+        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # grad clip
+        opt.step()
+        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # a metric
+    finally:
+        tracker.uninstall()
+    assert phases == ["forward", "other", "other"]

@@ -9,12 +9,14 @@ the next. Ops issued from module constructors before the first step
 last step that ran forwards but no optimizer step is the tail after the last
 step (its window's ``segment``). The phase comes from a hint (framework
 hooks, ``commlens.phase()``), the optimizer depth and autograd's current
-graph task. The module: in forward the innermost ``nn.Module`` call on the
-Python stack; in backward the module a framework hook names on the stack
-(FSDP2's parameter group, ZeRO-3's ``sub_module``), else the module whose
-output gradient autograd reached last (a pre-hook on each module output's
-grad_fn, set by a global forward hook). Names are ``named_modules`` paths,
-``(root)`` for the outermost module itself.
+graph task; an op outside modules after a step's forward and before its
+backward (the loss: loss-parallel reductions) is forward. The module: in
+forward the innermost ``nn.Module`` call on the Python stack; in backward
+the module a framework hook names on the stack (FSDP2's parameter group,
+ZeRO-3's ``sub_module``), else the module whose output gradient autograd
+reached last (a pre-hook on each module output's grad_fn, set by a global
+forward hook; one on an input its own pre-hooks made names that module).
+Names are ``named_modules`` paths, ``(root)`` for the outermost module.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class StepTracker:
         self.forward_seen = False  # a module forward has run: steps start at forwards
         self.stepped = False  # the open step has had its optimizer step
         self.setup_ops = False  # ops were issued in set-up: it gets a window
+        self.forwarded = False  # a forward ran in this step, before its optimizer step
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
         # (module, its first input's grad_fn before its own pre-hooks) in forward, outermost first
         self._stack: list[tuple[Module, Any]] = []
@@ -128,7 +131,10 @@ class StepTracker:
 
     def _post(self, *_: Any) -> None:
         self.optimizer_depth = max(0, self.optimizer_depth - 1)
-        if self.optimizer_depth or self.explicit:
+        if self.optimizer_depth:
+            return
+        self.forwarded = False
+        if self.explicit:
             return
         if self.step == SETUP_STEP:
             self.begin()
@@ -141,6 +147,8 @@ class StepTracker:
     def _forward_pre(self, module: Module, _args: Any) -> None:
         if not self._stack:
             self.roots.add(module)
+            self.forwarded = True
+            BACKWARD.module = None  # no backward since this forward yet
             if not self.forward_seen:
                 self.forward_seen = True
                 if self.on_first_forward is not None:
@@ -193,7 +201,7 @@ class StepTracker:
             self.steps.append({"step": self.step, "t_start_ns": self._t_start, "t_end_ns": now})
         self._t_start = now
         self.step += 1
-        self.stepped = False
+        self.stepped = self.forwarded = False
         if self.on_advance is not None:
             self.on_advance()
 
@@ -361,7 +369,9 @@ def current_phase_and_module(
     elif in_backward:
         phase = "backward"
     elif inner is None:
-        return _OTHER
+        if not (steps.forwarded and BACKWARD.module is None):
+            return _OTHER
+        phase = "forward"  # after the model's forward, before its backward: the loss
     else:
         phase = "forward"
     if inner is None or root is None:

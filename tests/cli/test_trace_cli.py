@@ -14,7 +14,7 @@ import commlens
 from commlens.cli.main import main
 from commlens.launch import free_port
 
-PROG = str(Path(__file__).with_name("tracedprog.py"))
+PROG = str(Path(__file__).parents[1] / "capture" / "tracedprog.py")
 BIN = Path(sys.executable).parent
 
 

@@ -22,7 +22,7 @@ from commlens.report.document import Column, Document, Section
 from commlens.report.markdown import MarkdownRenderer, md_text
 from commlens.safefile import open_text, write_output
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parent / "data"
 ROOT = os.geteuid() == 0
 
 

@@ -25,7 +25,7 @@ from commlens.cli.main import main
 from commlens.launch import launch_ranks
 from tests.netem.helpers import leftovers, needs_netns
 
-PROG = str(Path(__file__).with_name("sleepprog.py"))
+PROG = str(Path(__file__).parents[1] / "capture" / "sleepprog.py")
 COMMLENS = [sys.executable, "-m", "commlens"]
 ROUNDS = 3  # each signal test runs several times: passing once is not luck
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from commlens.version import __version__
 
 if TYPE_CHECKING:
     from commlens.capture import Capture, add_meta, capture, phase, set_group_role, step

@@ -33,8 +33,8 @@ import numpy as np
 from commlens.bench.runner import BenchReport
 from commlens.errors import UsageError
 from commlens.predict.cost import flat_time
-from commlens.report.units import plural
 from commlens.safefile import write_output
+from commlens.units import plural
 
 # The median is robust to the odd slow call of a busy machine.
 TIME_KEY = "time_p50_s"

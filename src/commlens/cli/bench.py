@@ -144,7 +144,7 @@ def _run_with_progress(cfg: BenchConfig, console: Console) -> BenchReport:
     """The bench under a progress bar (plain timed lines when stderr is no terminal)."""
     from commlens.bench.runner import run_bench
     from commlens.cli.progress import Progress
-    from commlens.report.units import plural
+    from commlens.units import plural
 
     with Progress(console, "bench", total=len(cfg.ops) * len(cfg.sizes)) as progress:
         progress.update(f"starting {plural(cfg.nproc, 'rank')}", force=True)

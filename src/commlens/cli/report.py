@@ -10,7 +10,7 @@ from typing import Any
 
 from commlens.errors import UsageError
 from commlens.report.formats import FORMATS
-from commlens.report.units import plural
+from commlens.units import plural
 
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 """Text widths a table can be laid out in, in columns."""

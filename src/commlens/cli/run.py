@@ -18,7 +18,7 @@ from commlens.job.options import RUN, add_job_options, add_node_options, resolve
 from commlens.job.spec import Job
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
-from commlens.report.units import plural
+from commlens.units import plural
 from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
 

@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from commlens.analysis.expectations import TracedValidation, traced_expectations
 from commlens.errors import CommlensError, RunFormatError, UsageError
 from commlens.job.spec import Job
 from commlens.predict.calls import aggregate, sort_key
@@ -39,6 +38,8 @@ from commlens.predict.exact import rank_calls
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from commlens.analysis.expectations import TracedValidation
 
 Key = tuple[str, str]
 
@@ -311,6 +312,8 @@ def validate_traced(run: Any) -> TracedValidation:
     if run.events.num_rows == 0:
         raise UsageError(f"{run.path}: the run has no communication events to validate")
     windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
+    from commlens.analysis.expectations import traced_expectations
+
     result = traced_expectations(run.events, run.manifest, windows)
     for rank in getattr(run, "missing_ranks", []):
         result.notes.append(f"rank {rank}: events missing or truncated, not held")

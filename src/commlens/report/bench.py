@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from commlens.bench.sizes import format_size
 from commlens.report.document import Column, Document, Section
-from commlens.report.units import plural
+from commlens.units import plural
 
 if TYPE_CHECKING:
     from commlens.bench.fit import OpFit

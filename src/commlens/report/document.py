@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.report.units import format_bytes
+from commlens.units import format_bytes
 
 Figure = Any  # matplotlib.figure.Figure, imported lazily
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.report.units import plural
+from commlens.units import plural
 
 
 def _pct(x: float) -> str:

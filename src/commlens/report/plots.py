@@ -16,7 +16,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from commlens.report.units import format_bytes
+from commlens.units import format_bytes
 
 _SIZE = (9.0, 4.5)
 LEGEND = "medium"

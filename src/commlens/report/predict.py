@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
-from commlens.report.units import plural
+from commlens.units import plural
 
 if TYPE_CHECKING:
     from commlens.predict.forecast import Prediction

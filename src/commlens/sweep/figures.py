@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from commlens.report.plots import LEGEND, log2_buckets
-from commlens.report.units import format_bytes
+from commlens.units import format_bytes
 
 _SIZE = (9.0, 4.5)
 

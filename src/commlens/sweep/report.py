@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from commlens.report.document import Document
-from commlens.report.units import plural
 from commlens.sweep.catalog import SPEC_FILE, open_catalog
 from commlens.sweep.sections import sweep_sections
+from commlens.units import plural
 
 
 def _title(spec_file: Path) -> str:

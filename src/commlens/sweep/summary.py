@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
-from commlens.report.units import plural
 from commlens.sweep.catalog import CATALOG
 from commlens.sweep.spread import Spread, link_findings
+from commlens.units import plural
 
 if TYPE_CHECKING:
     from commlens.sweep.grid import Point

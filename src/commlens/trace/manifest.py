@@ -64,7 +64,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
 
 def base_manifest() -> dict[str, Any]:
     """Facts about this machine and software that every manifest carries."""
-    from commlens import __version__
+    from commlens.version import __version__
 
     return {
         "format": FORMAT_NAME,

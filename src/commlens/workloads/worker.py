@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import commlens
 from commlens.job.spec import Job
-from commlens.report.units import plural
+from commlens.units import plural
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize
 from commlens.workloads.train import StepRecord, train

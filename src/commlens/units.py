@@ -1,4 +1,4 @@
-"""Units as shown in reports and on plot axes."""
+"""Units and counts as every command words them: binary-prefixed bytes, singular or plural."""
 
 from __future__ import annotations
 

@@ -30,8 +30,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import commlens
 
 STEPS = 3
-# DDP's broadcast; per step a bucket and a blocking all-reduce; one more bucket; five async.
-OPS = 1 + STEPS * 2 + 1 + 5
+# DDP's broadcast and its C++ wrap-time checks (an all_gather, a broadcast); per step a
+# bucket and a blocking all-reduce, and the bucket rebuild's two C++ broadcasts at the
+# second step; one more bucket; five async.
+OPS = 1 + 2 + STEPS * 2 + 2 + 1 + 5
 
 
 def _record(path: Path, data: dict[str, object]) -> None:

@@ -88,13 +88,15 @@ def test_sigkill_of_one_rank_leaves_the_others_readable(tmp_path: Path) -> None:
         assert ranks["0"]["status"] == "terminated" and ranks["1"]["status"] == "running"
         # The killed rank's step windows and clock offset, from its rank json.
         steps = ranks["1"]["steps"]
-        assert [s["step"] for s in steps] == list(range(marker["steps"]))
+        # DDP's wrap-time checks make a set-up window (step -1) before the steps
+        kept = [s["step"] for s in steps if s.get("segment") != "setup"]
+        assert kept == list(range(marker["steps"]))
         assert all(s["t_start_ns"] < s["t_end_ns"] < killed_ns for s in steps)
         assert {"offset_ns", "rtt_ns", "t_ref_ns"} <= set(ranks["1"]["clock"])
         events = {
             rank: run.duckdb()
             .execute(
-                "select seq, api, is_async, step, t_end_ns from events"
+                "select seq, api, is_async, step, t_end_ns, op from events"
                 f" where rank = {rank} order by seq"
             )
             .fetchall()
@@ -105,9 +107,10 @@ def test_sigkill_of_one_rank_leaves_the_others_readable(tmp_path: Path) -> None:
         assert seqs[1] == list(range(len(seqs[1]))) and seqs[0] == list(range(len(seqs[0])))
         assert len(seqs[0]) >= len(seqs[1]) >= marker["ops"]
         before = events[1][: marker["ops"]]  # what the rank recorded before its quiet spell
-        assert [e[1] for e in before].count("c10d") == 4  # DDP buckets, read later
+        buckets = [e for e in before if e[1] == "c10d" and e[5] == "all_reduce"]
+        assert len(buckets) == 4  # DDP buckets, read later (beside its C++ set-up syncs)
         assert [e[1:3] for e in before].count(("python", True)) == 5  # async, never waited
-        assert [e[3] for e in before if e[1] == "c10d"] == [0, 1, 2, 3]
+        assert [e[3] for e in buckets] == [0, 1, 2, 3]
         assert ranks["1"]["events"] >= marker["ops"]
         # Every op rank 0 completed more than the bound before the kill, rank 1 has
         # too (both ranks record the same ops under the same seqs).

@@ -192,7 +192,13 @@ def test_installed_command_runs_dp_and_all_reduces_the_gradient_bytes(tmp_path: 
         (0, 1, PARAM_BYTES),
         (1, 1, PARAM_BYTES),
     ]
-    assert per_rank(con, "NOT (op = 'all_reduce' AND role = 'dp')") == []
+    # and DDP's bucket rebuild at its second forward syncs the new layout from C++:
+    # two int32 broadcasts on the same group, 120 bytes on each rank
+    others = con.sql(
+        "SELECT rank, op, dtype, role, count(*), sum(size_bytes) FROM events WHERE step = 1 "
+        "AND NOT (op = 'all_reduce' AND role = 'dp') GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert others == [(r, "broadcast", "int32", "dp", 2, 120) for r in (0, 1)]
     # the manifest carries the workload and per-step metrics
     wl = run.manifest["workload"]
     assert wl["preset"] == "gpt-tiny" and wl["dims"] == {"world_size": 2, "dp": 2, "tp": 1, "pp": 1}

@@ -84,7 +84,8 @@ class StepTracker:
     ``step`` is -1 (set-up) until the first step starts: at the first module
     forward, the first step boundary, or the first op issued outside a module
     constructor (:meth:`begin`). Where modules run forward, an optimizer step
-    leaves its step open until the next forward starts the next one.
+    leaves its step open until the next forward, or the next point-to-point op
+    (:meth:`p2p_after_step`), starts the next one.
     """
 
     def __init__(self, clock: Any = time.time_ns) -> None:
@@ -170,6 +171,16 @@ class StepTracker:
             mark_node(node, module)
         elif stack:  # past this module's inputs, backward is back in its parent
             mark_node(node, stack[-1][0])
+
+    def p2p_after_step(self) -> None:
+        """A point-to-point op after the optimizer step: the next step has begun.
+
+        A pipeline stage past the first starts each step by receiving its
+        activations, before its own forward; collectives after the optimizer
+        step (ZeRO's parameter all-gathers, metric reductions) stay in it.
+        """
+        if self.stepped and not self.explicit:
+            self.advance()
 
     def restart(self) -> None:
         """Set-up starts now (when the process group comes up, not at import)."""

@@ -53,6 +53,9 @@ _pack = PACKED_EVENT.pack
 # and close): the code that writes them then runs warm, once per batch. The
 # writer thread takes the rest every flush_seconds (Recorder._drain).
 COLLECT_AT = 64
+# After an optimizer step, the first of these starts the next step (a pipeline
+# stage's receive of its next activations comes before its forward).
+P2P_OPS = frozenset(("send", "recv", "send_object", "recv_object"))
 # The writer thread's rank-json rewrites take at most this share of its time.
 META_SHARE = 0.01
 
@@ -366,6 +369,8 @@ class Recorder:
         if len(self._done) >= COLLECT_AT:
             self._collect()
         op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
+        if self.steps.stepped and op in P2P_OPS:  # a pipeline's next step starts with p2p
+            self.steps.p2p_after_step()
         # The group object itself names the kind; the registry keeps it alive.
         phase, module = current_phase_and_module(self.steps, frame, phase_hint)
         raw = (op, api, group, dtype, phase, module)

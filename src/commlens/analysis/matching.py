@@ -16,7 +16,7 @@ queued + waiting + transfer = its latency, each never negative.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,6 +52,8 @@ class Instances:
     ready: np.ndarray
     complete: np.ndarray
     triple: np.ndarray
+    step_lo: np.ndarray  # lowest and highest step of its members' calls
+    step_hi: np.ndarray
 
     def ids(self, part: MatchPart) -> np.ndarray:
         if not part.pair.size:
@@ -79,7 +81,9 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
     seen = np.zeros(total, np.int64)
     size = np.zeros(total, np.int64)
     triple = np.zeros(total, np.int32)
-    inst = Instances(offset, first, last, ready, seen, triple)
+    step_lo = np.full(total, np.iinfo(np.int32).max, np.int32)
+    step_hi = np.full(total, np.iinfo(np.int32).min, np.int32)
+    inst = Instances(offset, first, last, ready, seen, triple, step_lo, step_hi)
     for part in parts:  # ids are unique within a rank: plain fancy indexing is safe
         ids = inst.ids(part)
         first[ids] = np.minimum(first[ids], part.t_issue)
@@ -88,6 +92,8 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
         seen[ids] += 1
         size[ids] = part.size
         triple[ids] = part.triple
+        step_lo[ids] = np.minimum(step_lo[ids], part.step)
+        step_hi[ids] = np.maximum(step_hi[ids], part.step)
     inst.complete = (seen == size) & (seen > 0)
     return inst
 
@@ -144,6 +150,17 @@ class Matched:
         """Calls whose wait for peers was cut because clock skew exceeded their latency."""
         return int(self.per_triple["clamped"].sum())
 
+    def within(self, first: int | None, stop: int | None) -> Matched:
+        """The same matching summed over the instances whose members' calls all lie in
+        steps ``[first, stop)`` (None: unbounded); instances stay as matched over the run."""
+        inst = self.inst
+        keep = inst.complete.copy()
+        if first is not None:
+            keep &= inst.step_lo >= first
+        if stop is not None:
+            keep &= inst.step_hi < stop
+        return _summed(self.parts, replace(inst, complete=keep), self.triples)
+
 
 def _not_first(part: MatchPart) -> np.ndarray:
     """Calls other than a rank's first of their (group, op), where it made more than one."""
@@ -156,7 +173,11 @@ def _not_first(part: MatchPart) -> np.ndarray:
 
 def match_calls(parts: tuple[MatchPart, ...], triples: tuple[Triple, ...]) -> Matched:
     """Match every rank's collective calls into instances and sum them up."""
-    inst = _instances(parts)
+    return _summed(parts, _instances(parts), triples)
+
+
+def _summed(parts: tuple[MatchPart, ...], inst: Instances, triples: tuple[Triple, ...]) -> Matched:
+    """The sums over ``parts``' calls in ``inst``'s complete instances."""
     n_tri = len(triples)
     n_rank = max((p.rank for p in parts), default=-1) + 1
     n_step = max((int(p.step.max()) + 1 for p in parts if p.step.size), default=0)

@@ -91,9 +91,11 @@ def rank_aggregate(
     duration: np.ndarray,
     wait_ns: np.ndarray,
     service_ns: np.ndarray,
+    inside: np.ndarray | None = None,
 ) -> pa.Table:
     """Group one rank's events by (op, pg_name, role, size bucket, phase, module);
-    ``service_ns``: each op's time at the head of its group's queue."""
+    ``service_ns``: each op's time at the head of its group's queue. With ``inside``
+    (a mask of the events), rows are also split by it, in an ``inside`` column."""
     bucket = size_bucket(size)
     _, bucket_code = dense_codes(
         np.where(bucket > 0, np.log2(np.maximum(bucket, 1)) + 1, 0).astype(np.int64)
@@ -103,6 +105,8 @@ def rank_aggregate(
     for name in ("op", "pg_name", "role", "phase", "module"):
         parts.append((name, codes[name], len(names[name].values)))
     parts.append(("bucket", bucket_code, int(bucket_code.max()) + 1 if bucket_code.size else 1))
+    if inside is not None:
+        parts.append(("inside", inside.astype(np.int64), 2))
     if np.prod([float(w) for _, _, w in parts]) < MIXED_RADIX_LIMIT:  # one mixed-radix key
         for _, col, width in parts:
             key = key * width + col
@@ -128,7 +132,7 @@ def rank_aggregate(
     bucket_of = np.zeros(n, np.int64)
     rows = first_index(key, n)
     bucket_of[:] = bucket[rows]
-    return pa.table(
+    table = pa.table(
         {
             "rank": pa.array(np.full(n, rank, np.int32)),
             "op": pa.array([names["op"].values[i] for i in comp["op"].tolist()], pa.string()),
@@ -150,6 +154,23 @@ def rank_aggregate(
             "service_s": pa.array(np.bincount(key, service_ns / 1e9, n)),
         }
     )
+    if inside is not None:
+        table = table.append_column("inside", pa.array(comp["inside"].astype(bool)))
+    return table
+
+
+AGG_KEYS = ("rank", "op", "pg_name", "role", "size_bucket_bytes", "phase", "module")
+AGG_SUMS = ("count", "bytes", "time_s", "wait_s", "service_s")
+
+
+def split_aggregate(agg: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """An aggregate made with ``inside`` as (all events, the events inside)."""
+    whole = agg.group_by(list(AGG_KEYS), use_threads=False).aggregate(
+        [(name, "sum") for name in AGG_SUMS]
+    )
+    whole = whole.rename_columns([c.removesuffix("_sum") for c in whole.column_names])
+    inner = agg.filter(agg.column("inside")).drop_columns(["inside"])
+    return whole.select([*AGG_KEYS, *AGG_SUMS]), inner
 
 
 def _int_sum(key: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

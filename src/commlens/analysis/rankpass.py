@@ -43,7 +43,13 @@ import pyarrow.compute as pc
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
 from commlens.analysis.matching import Matched, MatchPart, match_calls
-from commlens.analysis.rankagg import BUCKET_SQL, RunGroups, learn_groups, rank_aggregate
+from commlens.analysis.rankagg import (
+    BUCKET_SQL,
+    RunGroups,
+    learn_groups,
+    rank_aggregate,
+    split_aggregate,
+)
 from commlens.analysis.timeline import queue_starts, segments, spread, step_rows
 from commlens.netem.nic import read_nic
 from commlens.trace.layout import NIC_FILE
@@ -100,6 +106,9 @@ class RankPass:
     matched: Matched | None = None
     quantiles: pa.Table | None = None
     nic: pa.Table | None = None
+    head: RankPass | None = None
+    """With ``rank_pass(..., headline=steps)``: the same pass over those steps only
+    (steps, windows, aggregates and matching; no utilization, quantiles or NIC)."""
 
     @property
     def name(self) -> str:
@@ -137,9 +146,11 @@ def rank_pass(
     match: bool = False,
     quantiles: bool = False,
     nic: bool = False,
+    headline: StepRange | None = None,
 ) -> RankPass:
     """The pass over the run ``source`` (a view, a loaded Run or a directory) for what
     is asked (see :class:`RankPass`); ``source`` itself when it is a pass holding it.
+    ``headline``: steps ``[first, stop)`` whose own pass to make alongside, as ``head``.
 
     A rank whose file turns out damaged while read is left out of the view,
     and the pass made again without it.
@@ -150,20 +161,24 @@ def rank_pass(
         lacking = sorted(made - source.made)
         if util_bins and source.util_bins != util_bins:
             lacking.append(f"util_bins={util_bins}")
+        if headline is not None and (source.head is None or source.head.step_range != headline):
+            lacking.append(f"headline={headline}")
         if lacking:
             raise ValueError(f"the rank pass was made without {', '.join(lacking)}")
         return source
     if not isinstance(source, RunView):
         with open_run(source) as view:
-            return _pass_over(view, made, util_bins)
-    return _pass_over(source, made, util_bins)
+            return _pass_over(view, made, util_bins, headline)
+    return _pass_over(source, made, util_bins, headline)
 
 
-def _pass_over(view: RunView, made: frozenset[str], util_bins: int | None) -> RankPass:
+def _pass_over(
+    view: RunView, made: frozenset[str], util_bins: int | None, headline: StepRange | None
+) -> RankPass:
     while True:
         missing = list(view.missing_ranks)
         try:
-            result = _run_pass(view, util_bins, "match" in made)
+            result = _run_pass(view, util_bins, "match" in made, headline)
             if "quantiles" in made:
                 result = replace(result, quantiles=_latency_quantiles(view))
         except RankDamaged:
@@ -173,7 +188,10 @@ def _pass_over(view: RunView, made: frozenset[str], util_bins: int | None) -> Ra
     if "nic" in made:
         path = view.path / NIC_FILE
         result = replace(result, nic=read_nic(path) if path.is_file() else None)
-    return replace(result, made=made)
+    head = result.head
+    if head is not None:
+        head = replace(head, made=made & {"match"})
+    return replace(result, made=made, head=head)
 
 
 def _latency_quantiles(view: RunView) -> pa.Table:
@@ -187,7 +205,9 @@ def _latency_quantiles(view: RunView) -> pa.Table:
     )
 
 
-def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
+def _run_pass(
+    run: RunView, util_bins: int | None, match: bool, headline: StepRange | None
+) -> RankPass:
     ranks = run.ranks
     span = run.time_span()
     t0, t1 = span or (0, 0)
@@ -223,7 +243,10 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
         start = queue_starts(pg, s, e)
         learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
-        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, e - start))
+        inside = _in_steps(step, headline) if headline is not None else None
+        agg_parts.append(
+            rank_aggregate(rank, names, codes, size, duration, wait, e - start, inside)
+        )
         step_parts.append(step_rows(rank, step, s, e, wait, size))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
@@ -253,7 +276,8 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         (ops.values[int(a)], groups.values[int(b)], names["role"].values[int(c)])
         for a, b, c in split
     ]
-    return RankPass(
+    agg = pa.concat_tables(agg_parts) if agg_parts else _empty_agg()
+    result = RankPass(
         path=run.path,
         manifest=run.manifest,
         world_size=run.world_size,
@@ -262,11 +286,45 @@ def _run_pass(run: RunView, util_bins: int | None, match: bool) -> RankPass:
         windows=run.sql("SELECT * FROM steps"),
         span=span,
         steps=_steps_table(step_parts),
-        agg=pa.concat_tables(agg_parts) if agg_parts else _empty_agg(),
+        agg=agg,
         groups=info.table(),
         util_bins=util_bins,
         util=_util_table(util_parts, bin_ns) if util_bins else None,
         matched=match_calls(tuple(matches), tuple(triple_names)) if match else None,
+    )
+    if headline is None:
+        return result
+    if not agg_parts:
+        return replace(result, head=replace(result, step_range=headline))
+    whole, inner = split_aggregate(agg)
+    return replace(result, agg=whole, head=_head(replace(result, agg=inner), headline))
+
+
+def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
+    """Which events lie in steps ``[first, stop)`` (None: unbounded)."""
+    keep = np.ones(step.size, bool)
+    if steps[0] is not None:
+        keep &= step >= steps[0]
+    if steps[1] is not None:
+        keep &= step < steps[1]
+    return keep
+
+
+def _head(rp: RankPass, steps: StepRange) -> RankPass:
+    """``rp`` (its aggregates already those of ``steps``) restricted to ``steps``."""
+
+    def rows(t: pa.Table) -> pa.Table:
+        step = pc.fill_null(t.column("step"), 0).to_numpy(zero_copy_only=False)
+        return t.filter(pa.array(_in_steps(step, steps)))
+
+    return replace(
+        rp,
+        step_range=steps,
+        windows=rows(rp.windows),
+        steps=rows(rp.steps),
+        matched=rp.matched.within(*steps) if rp.matched is not None else None,
+        util_bins=None,
+        util=None,
     )
 
 
@@ -279,12 +337,7 @@ def _rows_in_seq_order(
     if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
         order = np.argsort(seq, kind="stable")
     if steps is not None:
-        step = pc.fill_null(t.column("step"), 0).to_numpy()
-        keep = np.ones(step.size, bool)
-        if steps[0] is not None:
-            keep &= step >= steps[0]
-        if steps[1] is not None:
-            keep &= step < steps[1]
+        keep = _in_steps(pc.fill_null(t.column("step"), 0).to_numpy(), steps)
         if not keep.all():
             order = np.flatnonzero(keep) if order is None else order[keep[order]]
     return order

@@ -15,7 +15,7 @@ from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
 from commlens.trace.files import format_ranks
 from commlens.trace.layout import MANIFEST
-from commlens.trace.reader import RunView, open_run
+from commlens.trace.reader import RunView
 
 C = Column
 OP_COLUMNS = (
@@ -245,7 +245,12 @@ def _headline(rp: RankPass) -> list[str]:
 def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes") -> Document:
     """Every analysis of ``run`` as one document (tables, plots and JSON data);
     ``csv_table``: the key of its JSON data whose table the CSV output holds."""
-    rp = rank_pass(run, util_bins=util_bins, match=True, quantiles=True, nic=True)
+    coverage = headline_coverage(run)
+    if coverage.steps is not None and not (run.path / MANIFEST).is_file():
+        coverage = replace(coverage, steps=None, line="headline covers every step")
+    rp = rank_pass(
+        run, util_bins=util_bins, match=True, quantiles=True, nic=True, headline=coverage.steps
+    )
     op_t = ops.op_table(rp)
     size_t = ops.op_size_table(rp)
     hist_t = ops.size_histogram(rp)
@@ -368,14 +373,10 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         "phase_ops": _records(breakdown.op_phase_table(rp)),
         "throughput": _records(tput_t),
     }
-    coverage = headline_coverage(run)
-    if coverage.steps is not None and not (run.path / MANIFEST).is_file():
-        coverage = replace(coverage, steps=None, line="headline covers every step")
-    if coverage.steps is None:  # the view's own steps
+    if rp.head is None:  # the view's own steps
         lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
     else:
-        with open_run(run.path, steps=coverage.steps) as headline_run:
-            lines = _headline(rank_pass(headline_run, match=True))
+        lines = _headline(rp.head)
     lines = [*lines, coverage.line]
     data["highlights"] = lines
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None

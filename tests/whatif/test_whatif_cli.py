@@ -160,3 +160,67 @@ def test_data_parallel_scale_out(runs: dict[str, Path]) -> None:
         run_study(runs["pp"], "tcp-10g", dp=4)
     with pytest.raises(UsageError, match="multiple of the run's dp degree 2"):
         run_study(runs["dp"], "tcp-10g", dp=3)
+
+
+def predict(capsys: pytest.CaptureFixture[str], run: Path, nets: str, out: Path) -> Path:
+    assert main(["whatif", str(run), "--net", nets, "--format", "json", "-o", str(out)]) == 0
+    capsys.readouterr()
+    return out
+
+
+def test_compare_a_prediction_with_the_measured_run(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pred = predict(capsys, runs["dp"], "tcp-10g", tmp_path / "pred.json")
+    answer = json.loads(pred.read_text())
+    assert main(["compare", str(pred), str(runs["dp"]), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["reference"] == "dp" and [i["kind"] for i in data["inputs"]] == [
+        "predicted",
+        "measured",
+    ]
+    ours, measured = data["summary"]
+    (net,) = answer["networks"]
+    assert ours["input"] == "tcp-10g (predicted)" and ours["step_s"] == net["median_step_s"]
+    # the measured side is found as whatif finds the captured run: the same figures
+    assert measured["step_s"] == pytest.approx(answer["captured"]["median_step_s"])
+    assert measured["comm_share"] == pytest.approx(answer["captured"]["comm_share"])
+    assert ours["step_error"] == pytest.approx(ours["step_s"] / measured["step_s"] - 1)
+    assert measured["step_error"] is None
+    assert ours["share_error"] == pytest.approx((ours["comm_share"] - measured["comm_share"]) * 100)
+    ops = {(o["input"], o["op"], o["role"]) for o in data["ops"]}
+    assert ("dp", "all_reduce", "dp") in ops and ("tcp-10g (predicted)", "all_reduce", "dp") in ops
+    argv = ["compare", str(pred), str(runs["dp"]), "--width", "200"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for title in ("predicted against measured", "step time per step", "per role", "per op"):
+        assert title in text
+    assert "tcp-10g (predicted): median step" in text and "error" in text
+
+
+def compare_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(["compare", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("commlens compare: error: "), err
+    return err
+
+
+def test_compare_refuses_what_is_no_single_prediction(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(runs["dp"])
+    two = predict(capsys, runs["dp"], "tcp-10g,rdma-100g", tmp_path / "two.json")
+    err = compare_error(capsys, [str(two), run])
+    assert "holds 2 networks (tcp-10g, rdma-100g): choose one with --net NAME" in err
+    assert main(["compare", str(two), run, "--net", "rdma-100g", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"][0]["label"] == "rdma-100g (predicted)"
+    assert "has no network 'ib'" in compare_error(capsys, [str(two), run, "--net", "ib"])
+    report = tmp_path / "report.json"
+    assert main(["report", run, "--format", "json", "-o", str(report)]) == 0
+    assert "a JSON file but not a whatif result" in compare_error(capsys, [str(report), run])
+    text = tmp_path / "notes.txt"
+    text.write_text("step times\n")
+    assert "not a whatif result (not JSON)" in compare_error(capsys, [str(text), run])
+    err = compare_error(capsys, [str(two), str(two), "--net", "tcp-10g"])
+    assert "needs a measured run beside it" in err
+    assert "--net picks the network" in compare_error(capsys, [run, run, "--net", "tcp-10g"])

@@ -1,4 +1,5 @@
-"""``commlens compare RUN RUN ...``: runs side by side, speedup vs the first."""
+"""``commlens compare RUN RUN ...``: runs side by side, speedup vs the first; a whatif
+result (``PRED.json``) beside a measured run: predicted against measured, with errors."""
 
 from __future__ import annotations
 
@@ -13,9 +14,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="compare runs: step time, comm share, per-op volume and time",
         description="Side by side: typical step time, communication share, per-op volume "
-        "and time, and the speedup of each run relative to the first.",
+        "and time, and the speedup of each run relative to the first. Given a whatif result "
+        "(`commlens whatif RUN --net NET --format json -o PRED.json`) beside a measured run, "
+        "shows the predicted against the measured step time, communication share and per-op "
+        "and per-role time, with the prediction's errors.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (two or more)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run directories, or whatif results (PRED.json) beside a measured run (two or more)",
+    )
+    parser.add_argument(
+        "--net",
+        default=None,
+        metavar="NAME",
+        help="the network of a whatif result to compare (needed where it holds several)",
+    )
     add_output_options(parser)
     parser.set_defaults(func=run_compare)
 
@@ -24,9 +39,14 @@ def run_compare(args: argparse.Namespace) -> int:
     from commlens.report.compare import build_compare
     from commlens.report.output import emit
     from commlens.trace.reader import RunView, open_run
+    from commlens.whatif.versus import is_prediction
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two runs")
+    if any(is_prediction(path) for path in args.runs):
+        return _compare_prediction(args)
+    if args.net is not None:
+        raise UsageError("--net picks the network of a whatif result (PRED.json); none given")
     views: list[RunView] = []
     try:
         for path in args.runs:
@@ -36,4 +56,16 @@ def run_compare(args: argparse.Namespace) -> int:
         for view in views:
             view.close()
     emit(doc, args.output, args.format, width=args.width)
+    return 0
+
+
+def _compare_prediction(args: argparse.Namespace) -> int:
+    from commlens.report.output import emit
+    from commlens.whatif.versus import build_versus, is_prediction, load_prediction, measure_run
+
+    sides = [
+        load_prediction(path, args.net) if is_prediction(path) else measure_run(path, args.steps)
+        for path in args.runs
+    ]
+    emit(build_versus(sides), args.output, args.format, width=args.width)
     return 0

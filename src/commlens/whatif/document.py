@@ -255,6 +255,11 @@ def _assumptions(study: Study) -> Section:
     return Section("assumptions", "what the replay assumes", _table(rows, columns), columns)
 
 
+RESULT_FORMAT = "commlens-whatif"
+"""``format`` of a whatif JSON answer: what ``commlens compare`` recognises one by."""
+RESULT_VERSION = 1
+
+
 def _answer_data(study: Study, a: Answer) -> dict[str, object]:
     out: dict[str, object] = {"name": a.name, "speedup": study.speedup(a), **a.figures.to_dict()}
     out["profile"] = a.profile.to_dict() if a.profile else None
@@ -314,6 +319,8 @@ def build_document(study: Study) -> Document:
             f"{study.speedup(best):.2f}x the captured {study.captured.figures.median_step_s:.6f} s."
         )
     data: dict[str, object] = {
+        "format": RESULT_FORMAT,
+        "format_version": RESULT_VERSION,
         "run": tr.name,
         "world_size": tr.world_size,
         "events": tr.events,

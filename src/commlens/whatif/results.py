@@ -16,6 +16,7 @@ Figures per step are means over ranks, then medians over the steps kept.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,23 @@ class Figures:
             "ops": [vars(o) for o in self.ops],
             "critical_path_last_step": [vars(p) for p in self.critical],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Figures:
+        """The figures :meth:`to_dict` wrote (a whatif JSON answer); KeyError or
+        TypeError when ``data`` is not one."""
+        return cls(
+            steps=[int(s) for s in data["steps"]],
+            step_s=[float(s) for s in data["step_s"]],
+            comm_s=float(data["comm_s"]),
+            exposed_s=float(data["exposed_s"]),
+            overlapped_s=float(data["overlapped_s"]),
+            ops=[OpRow(**o) for o in data["ops"]],
+            slowest_rank=int(data["slowest_rank"]),
+            slowest_held_s=float(data["slowest_rank_held_s"]),
+            median_held_s=float(data["median_rank_held_s"]),
+            critical=[PathShare(**p) for p in data["critical_path_last_step"]],
+        )
 
 
 def _union_by(key: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_keys: int) -> np.ndarray:

@@ -7,14 +7,16 @@ Public API (what analyses, reports and other packages read runs through):
   (:mod:`commlens.trace.files`), and DuckDB views over the files, read only
   when queried:
 
-  - ``events``: every event, ``t_issue_ns``/``t_end_ns`` on rank 0's clock;
+  - ``events``: every event, ``t_issue_ns``/``t_end_ns`` on rank 0's clock,
+    ``role`` the one role of its group for the whole run
+    (:mod:`commlens.trace.roles`);
   - ``steps``: ``rank, step, t_start_ns, t_end_ns, duration_s`` from the
     manifest, on rank 0's clock too (``duration_s`` as the rank measured it);
   - ``ranks``: ``rank, status, host, events`` of every rank known to the run.
 
   :meth:`RunView.sql` / :meth:`RunView.row` query them;
   :meth:`RunView.read_rank` reads one rank's columns straight from its file
-  with pyarrow (for numpy passes), aligned the same way. A step range given
+  with pyarrow (for numpy passes), aligned and with roles the same way. A step range given
   to :func:`open_run` applies to all of these. Close the view when done (it
   is a context manager).
 - :func:`load_run` -> :class:`Run` (or :meth:`RunView.load`): every event read
@@ -51,6 +53,7 @@ from commlens.errors import RunFormatError
 from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, clocks, moves
 from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
+from commlens.trace.roles import apply_roles, group_roles, role_sql
 from commlens.trace.schema import EVENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -196,6 +199,8 @@ class RunView:
     with_events: set[int] = field(default_factory=set)
     scans: dict[int, str] = field(default_factory=dict)
     """rank -> the SQL that reads its raw events (the union is ``raw_events``)."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """group name -> its one role for the run, read into every event of the group."""
 
     @property
     def name(self) -> str:
@@ -276,6 +281,9 @@ class RunView:
         src = self.sources.get(rank)
         if src is None:
             return self.sql(f"SELECT {', '.join(columns)} FROM events WHERE rank = {int(rank)}")
+        wanted = columns
+        if self.roles and "role" in columns and "pg_name" not in columns:
+            columns = [*columns, "pg_name"]  # the role comes from the group
         if isinstance(src, Path):
             path = src
             strings = [c for c in columns if pa.types.is_string(EVENT_SCHEMA.field(c).type)]
@@ -289,6 +297,9 @@ class RunView:
             table = self._read(rank, read)
         else:
             table = src.select(columns)
+        table = apply_roles(table, self.roles)
+        if columns is not wanted:
+            table = table.select(wanted)
         clock = self.clocks.get(rank, NO_CLOCK) if align else NO_CLOCK
         if not moves(clock):
             return table
@@ -304,7 +315,7 @@ class RunView:
         """``column`` at the given rows (file order) of one rank, reading only the row
         groups that hold them."""
         src = self.sources.get(rank)
-        if not isinstance(src, Path):
+        if not isinstance(src, Path) or (column == "role" and self.roles):
             table = self.read_rank(rank, [column])
             return table.column(column).take(pa.array(rows, pa.int64())).to_pylist()
         path = src
@@ -402,17 +413,22 @@ def open_run(
         con.execute(f"SET threads = {int(threads)}")
     if isinstance(source, Run):
         con.register("all_events", source.events)  # already on rank 0's clock
-        con.execute(f"CREATE VIEW events AS SELECT * FROM all_events WHERE {step_filter(steps)}")
+        roles, warnings = group_roles(source.checked)
+        con.execute(
+            f"CREATE VIEW events AS SELECT * REPLACE ({role_sql(roles)} AS role) "
+            f"FROM all_events WHERE {step_filter(steps)}"
+        )
         view = RunView(
             source.path,
             source.manifest,
             con,
             source.checked,
-            list(source.warnings),
+            _new(source.warnings, warnings),
             list(source.missing_ranks),
             steps=steps,
             quiet=quiet,
             with_events=set(source.ranks),
+            roles=roles,
         )
         _create_steps(view)
         _create_ranks(view)
@@ -423,6 +439,8 @@ def open_run(
     except BaseException:
         con.close()
         raise
+    roles, warnings = group_roles(found.manifest)
+    found.warnings.extend(warnings)
     view = RunView(
         run_dir,
         found.manifest.data,
@@ -432,6 +450,7 @@ def open_run(
         clocks=clocks(found.manifest),
         steps=steps,
         quiet=quiet,
+        roles=roles,
     )
     for rank, file in found.files.items():
         view.sources[rank] = file
@@ -445,7 +464,7 @@ def open_run(
     con.register("clocks", clock_table(found.manifest))
     aligned = ", ".join(f"{align_sql('e.' + c)} AS {c}" for c in TIME_COLUMNS)
     con.execute(
-        f"CREATE VIEW events AS SELECT e.* REPLACE ({aligned}) "
+        f"CREATE VIEW events AS SELECT e.* REPLACE ({aligned}, {role_sql(roles, 'e.')} AS role) "
         f"FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank "
         f"WHERE {step_filter(steps, 'e.step')}"
     )
@@ -475,6 +494,11 @@ def _create_raw_events(view: RunView) -> None:
     scans = [*view.scans.values(), "SELECT * FROM empty_events"]
     union = " UNION ALL ".join(f"SELECT {cols} FROM ({s})" for s in scans)
     view.con.execute(f"CREATE OR REPLACE VIEW raw_events AS {union}")
+
+
+def _new(seen: list[str], more: list[str]) -> list[str]:
+    """``seen`` and the lines of ``more`` not in it already."""
+    return [*seen, *(line for line in more if line not in seen)]
 
 
 def _has_rows(src: Path | pa.Table) -> bool:

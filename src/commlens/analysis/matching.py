@@ -16,11 +16,13 @@ queued + waiting + transfer = its latency, each never negative.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from commlens.analysis.codes import dense_codes
+if TYPE_CHECKING:
+    from commlens.trace.reader import StepRange
 
 Triple = tuple[str, str, str]
 
@@ -30,7 +32,8 @@ class MatchPart:
     """One rank's collective calls that can be matched across ranks."""
 
     rank: int
-    pair: np.ndarray  # global (group, op) code
+    pairs: np.ndarray  # the distinct global (group, op) codes of this rank's calls
+    pair: np.ndarray  # each call's index into ``pairs``
     k: np.ndarray  # 0-based: the k-th call of that op on that group in this rank
     triple: np.ndarray  # global (op, group, role) code
     seq: np.ndarray
@@ -52,15 +55,12 @@ class Instances:
     ready: np.ndarray
     complete: np.ndarray
     triple: np.ndarray
-    step_lo: np.ndarray  # lowest and highest step of its members' calls
-    step_hi: np.ndarray
 
     def ids(self, part: MatchPart) -> np.ndarray:
         if not part.pair.size:
-            return part.k
-        pairs, inverse = dense_codes(part.pair)
-        starts = np.array([self.offset[int(p)] for p in pairs.tolist()], np.int64)
-        return starts[inverse] + part.k
+            return part.k.astype(np.int64)
+        starts = np.array([self.offset[int(p)] for p in part.pairs.tolist()], np.int64)
+        return starts[part.pair] + part.k
 
 
 def _instances(parts: tuple[MatchPart, ...]) -> Instances:
@@ -68,8 +68,8 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
     for part in parts:  # k counts calls per pair: the instances of a pair = most calls
         if not part.pair.size:
             continue
-        pairs, inverse = dense_codes(part.pair)
-        for value, n in zip(pairs.tolist(), np.bincount(inverse).tolist(), strict=True):
+        calls = np.bincount(part.pair, minlength=part.pairs.size)
+        for value, n in zip(part.pairs.tolist(), calls.tolist(), strict=True):
             count_per_pair[value] = max(count_per_pair.get(value, 0), n)
     offset, total = {}, 0
     for value in sorted(count_per_pair):
@@ -81,9 +81,7 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
     seen = np.zeros(total, np.int64)
     size = np.zeros(total, np.int64)
     triple = np.zeros(total, np.int32)
-    step_lo = np.full(total, np.iinfo(np.int32).max, np.int32)
-    step_hi = np.full(total, np.iinfo(np.int32).min, np.int32)
-    inst = Instances(offset, first, last, ready, seen, triple, step_lo, step_hi)
+    inst = Instances(offset, first, last, ready, seen, triple)
     for part in parts:  # ids are unique within a rank: plain fancy indexing is safe
         ids = inst.ids(part)
         first[ids] = np.minimum(first[ids], part.t_issue)
@@ -92,8 +90,6 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
         seen[ids] += 1
         size[ids] = part.size
         triple[ids] = part.triple
-        step_lo[ids] = np.minimum(step_lo[ids], part.step)
-        step_hi[ids] = np.maximum(step_hi[ids], part.step)
     inst.complete = (seen == size) & (seen > 0)
     return inst
 
@@ -150,73 +146,139 @@ class Matched:
         """Calls whose wait for peers was cut because clock skew exceeded their latency."""
         return int(self.per_triple["clamped"].sum())
 
-    def within(self, first: int | None, stop: int | None) -> Matched:
-        """The same matching summed over the instances whose members' calls all lie in
-        steps ``[first, stop)`` (None: unbounded); instances stay as matched over the run."""
-        inst = self.inst
-        keep = inst.complete.copy()
-        if first is not None:
-            keep &= inst.step_lo >= first
-        if stop is not None:
-            keep &= inst.step_hi < stop
-        return _summed(self.parts, replace(inst, complete=keep), self.triples)
-
 
 def _not_first(part: MatchPart) -> np.ndarray:
     """Calls other than a rank's first of their (group, op), where it made more than one."""
     if not part.pair.size:
         return np.zeros(0, bool)
-    _, inverse = dense_codes(part.pair)
-    calls = np.bincount(inverse)[inverse]
+    calls = np.bincount(part.pair, minlength=part.pairs.size)[part.pair]
     return (part.k > 0) | (calls == 1)
 
 
-def match_calls(parts: tuple[MatchPart, ...], triples: tuple[Triple, ...]) -> Matched:
-    """Match every rank's collective calls into instances and sum them up."""
-    return _summed(parts, _instances(parts), triples)
-
-
-def _summed(parts: tuple[MatchPart, ...], inst: Instances, triples: tuple[Triple, ...]) -> Matched:
-    """The sums over ``parts``' calls in ``inst``'s complete instances."""
-    n_tri = len(triples)
+def match_calls(
+    parts: tuple[MatchPart, ...], triples: tuple[Triple, ...], steps: StepRange | None = None
+) -> tuple[Matched, Matched | None]:
+    """Match every rank's collective calls into instances and sum them up; with
+    ``steps``, also the sums over the instances whose members' calls all lie in those
+    steps (the instances stay as matched over the whole run)."""
+    inst = _instances(parts)
+    inside = _inside(parts, inst, steps) if steps is not None else None
     n_rank = max((p.rank for p in parts), default=-1) + 1
     n_step = max((int(p.step.max()) + 1 for p in parts if p.step.size), default=0)
-    per_triple = {
-        k: np.zeros(n_tri)
-        for k in ("time_s", "queue_s", "wait_s", "transfer_s", "clamped", "bw_bytes", "bw_s")
-    }
-    per_rank = {
-        k: np.zeros(n_rank)
-        for k in ("instances", "last_count", "blame_s", "late_s", "wait_s", "transfer_s")
-    }
-    per_step = {k: np.zeros(n_step) for k in ("wait_s", "transfer_s", "max_skew_s")}
-    per_step["seen"] = np.zeros(n_step)
+    sums = _Sums.zeros(len(triples), n_rank, n_step)
+    head = _Sums.zeros(len(triples), n_rank, n_step) if inside is not None else None
     for part in parts:
-        sp = split(part, inst)
-        ids, ok = sp.ids, sp.ok
-        issue, end = part.t_issue[ok], part.t_end[ok]
-        first, last = inst.first[ids], inst.last[ids]
-        tri, step, r = part.triple[ok], part.step[ok], part.rank
-        stepped = step >= 0  # the set-up window (step -1) is no step: not in per_step
-        wait, transfer, skew = sp.wait / 1e9, sp.transfer / 1e9, (last - first) / 1e9
-        bw = _not_first(part)[ok]
-        per_triple["time_s"] += np.bincount(tri, (end - issue) / 1e9, n_tri)
-        per_triple["queue_s"] += np.bincount(tri, sp.queue / 1e9, n_tri)
-        per_triple["wait_s"] += np.bincount(tri, wait, n_tri)
-        per_triple["transfer_s"] += np.bincount(tri, transfer, n_tri)
-        per_triple["clamped"] += np.bincount(tri, sp.clamped, n_tri)
-        per_triple["bw_bytes"] += np.bincount(tri[bw], part.nbytes[ok][bw], n_tri)
-        per_triple["bw_s"] += np.bincount(tri[bw], transfer[bw], n_tri)
-        at_last = issue == last
-        per_rank["instances"][r] += ids.size
-        per_rank["last_count"][r] += np.count_nonzero(at_last & (last > first))
-        per_rank["blame_s"][r] += skew[at_last].sum()
-        per_rank["late_s"][r] += ((issue - first) / 1e9).sum()
-        per_rank["wait_s"][r] += wait.sum()
-        per_rank["transfer_s"][r] += transfer.sum()
-        in_step = step[stepped]
-        per_step["wait_s"] += np.bincount(in_step, wait[stepped], n_step)
-        per_step["transfer_s"] += np.bincount(in_step, transfer[stepped], n_step)
-        per_step["seen"] += np.bincount(in_step, minlength=n_step)
-        np.maximum.at(per_step["max_skew_s"], in_step, skew[stepped])
-    return Matched(parts, inst, triples, per_triple, per_rank, per_step)
+        calls = _calls(part, inst)
+        sums.add(part.rank, calls)
+        if head is not None and inside is not None:
+            head.add(part.rank, calls.where(inside[calls.ids]), per_step=False)
+    whole = Matched(parts, inst, triples, sums.per_triple, sums.per_rank, sums.per_step)
+    if head is None or inside is None or steps is None:
+        return whole, None
+    inner = replace(inst, complete=inst.complete & inside)
+    step = np.arange(n_step)  # per step: the whole run's rows of the steps inside
+    keep = (step >= (steps[0] or 0)) & (step < (steps[1] if steps[1] is not None else n_step))
+    per_step = {k: np.where(keep, v, 0.0) for k, v in sums.per_step.items()}
+    return whole, Matched(parts, inner, triples, head.per_triple, head.per_rank, per_step)
+
+
+def _inside(parts: tuple[MatchPart, ...], inst: Instances, steps: StepRange) -> np.ndarray:
+    """Which instances have every member's call in steps ``[first, stop)``."""
+    inside = np.ones(inst.first.size, bool)
+    first, stop = steps
+    for part in parts:
+        out = np.zeros(part.step.size, bool)
+        if first is not None:
+            out |= part.step < first
+        if stop is not None:
+            out |= part.step >= stop
+        inside[inst.ids(part)[out]] = False
+    return inside
+
+
+@dataclass(frozen=True)
+class _Calls:
+    """One rank's calls in complete instances, with what the sums need of each."""
+
+    ids: np.ndarray
+    triple: np.ndarray
+    step: np.ndarray
+    issue: np.ndarray
+    end: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    queue: np.ndarray
+    wait: np.ndarray
+    transfer: np.ndarray
+    clamped: np.ndarray
+    bw: np.ndarray  # counted for bandwidth (not a rank's first call of its group and op)
+    nbytes: np.ndarray
+
+    def where(self, mask: np.ndarray) -> _Calls:
+        return _Calls(*(getattr(self, f.name)[mask] for f in fields(self)))
+
+
+def _calls(part: MatchPart, inst: Instances) -> _Calls:
+    sp = split(part, inst)
+    ok = sp.ok
+    return _Calls(
+        ids=sp.ids,
+        triple=part.triple[ok],
+        step=part.step[ok],
+        issue=part.t_issue[ok],
+        end=part.t_end[ok],
+        first=inst.first[sp.ids],
+        last=inst.last[sp.ids],
+        queue=sp.queue,
+        wait=sp.wait,
+        transfer=sp.transfer,
+        clamped=sp.clamped,
+        bw=_not_first(part)[ok],
+        nbytes=part.nbytes[ok],
+    )
+
+
+@dataclass(frozen=True)
+class _Sums:
+    per_triple: dict[str, np.ndarray]
+    per_rank: dict[str, np.ndarray]
+    per_step: dict[str, np.ndarray]
+
+    @staticmethod
+    def zeros(n_tri: int, n_rank: int, n_step: int) -> _Sums:
+        triple = ("time_s", "queue_s", "wait_s", "transfer_s", "clamped", "bw_bytes", "bw_s")
+        rank = ("instances", "last_count", "blame_s", "late_s", "wait_s", "transfer_s")
+        step = ("wait_s", "transfer_s", "max_skew_s", "seen")
+        return _Sums(
+            {k: np.zeros(n_tri) for k in triple},
+            {k: np.zeros(n_rank) for k in rank},
+            {k: np.zeros(n_step) for k in step},
+        )
+
+    def add(self, r: int, c: _Calls, *, per_step: bool = True) -> None:
+        pt, pr, ps = self.per_triple, self.per_rank, self.per_step
+        n_tri, n_step = pt["time_s"].size, ps["seen"].size
+        tri = c.triple
+        wait, transfer, skew = c.wait / 1e9, c.transfer / 1e9, (c.last - c.first) / 1e9
+        pt["time_s"] += np.bincount(tri, (c.end - c.issue) / 1e9, n_tri)
+        pt["queue_s"] += np.bincount(tri, c.queue / 1e9, n_tri)
+        pt["wait_s"] += np.bincount(tri, wait, n_tri)
+        pt["transfer_s"] += np.bincount(tri, transfer, n_tri)
+        pt["clamped"] += np.bincount(tri, c.clamped, n_tri)
+        pt["bw_bytes"] += np.bincount(tri[c.bw], c.nbytes[c.bw], n_tri)
+        pt["bw_s"] += np.bincount(tri[c.bw], transfer[c.bw], n_tri)
+        at_last = c.issue == c.last
+        pr["instances"][r] += c.ids.size
+        pr["last_count"][r] += np.count_nonzero(at_last & (c.last > c.first))
+        pr["blame_s"][r] += skew[at_last].sum()
+        pr["late_s"][r] += ((c.issue - c.first) / 1e9).sum()
+        pr["wait_s"][r] += wait.sum()
+        pr["transfer_s"][r] += transfer.sum()
+        if not per_step:
+            return
+        stepped = c.step >= 0  # the set-up window (step -1) is no step: not in per_step
+        in_step = c.step[stepped]
+        ps["wait_s"] += np.bincount(in_step, wait[stepped], n_step)
+        ps["transfer_s"] += np.bincount(in_step, transfer[stepped], n_step)
+        ps["seen"] += np.bincount(in_step, minlength=n_step)
+        np.maximum.at(ps["max_skew_s"], in_step, skew[stepped])

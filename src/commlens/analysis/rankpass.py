@@ -119,12 +119,11 @@ Source: TypeAlias = "RankPass | RunView | Run | str | Path"
 """What an analysis takes: a pass, or a run to make one of (:func:`rank_pass`)."""
 
 
-def _kth(code: np.ndarray) -> np.ndarray:
-    """For each row, how many earlier rows have the same code (0-based)."""
-    k = np.empty(code.size, np.int64)
-    uniq = _uniques(code)
-    if uniq.size <= 64:  # the usual case: a few (group, op) pairs; no sort needed
-        for value in uniq.tolist():
+def _kth(code: np.ndarray, n_codes: int) -> np.ndarray:
+    """For each row, how many earlier rows have the same dense code (0-based)."""
+    k = np.empty(code.size, np.int32)
+    if n_codes <= 64:  # the usual case: a few (group, op) pairs; no sort needed
+        for value in range(n_codes):
             idx = np.flatnonzero(code == value)
             k[idx] = np.arange(idx.size)
         return k
@@ -133,10 +132,6 @@ def _kth(code: np.ndarray) -> np.ndarray:
     lengths = np.diff(np.append(starts, code.size))
     k[order] = np.arange(code.size) - np.repeat(starts, lengths)
     return k
-
-
-def _uniques(values: np.ndarray) -> np.ndarray:
-    return dense_codes(values)[0]
 
 
 def rank_pass(
@@ -255,16 +250,17 @@ def _run_pass(
             p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
             bad = np.isin(pg, [groups.index[g] for g in excluded if g in groups.index])
             keep = ~p2p & ~bad & (gsize > 1)
-            pair = pg[keep].astype(np.int64) * 4096 + op[keep]  # global codes: same on all ranks
+            pairs, pair = dense_codes(pg[keep].astype(np.int64) * 4096 + op[keep])  # global
             matches.append(
                 MatchPart(
                     rank=rank,
-                    pair=pair,
-                    k=_kth(pair).astype(np.int32),
-                    triple=_triple_codes(triples, op[keep], pg[keep], role[keep]),
+                    pairs=pairs,
+                    pair=pair.astype(np.int32),
+                    k=_kth(pair, pairs.size),
+                    triple=_triple_codes(triples, pairs, pair, role[keep]),
                     seq=seq[keep],
                     step=step[keep].astype(np.int32),
-                    size=gsize[keep],
+                    size=gsize[keep].astype(np.int32),
                     t_issue=s[keep],
                     t_start=start[keep],
                     t_end=e[keep],
@@ -290,14 +286,18 @@ def _run_pass(
         groups=info.table(),
         util_bins=util_bins,
         util=_util_table(util_parts, bin_ns) if util_bins else None,
-        matched=match_calls(tuple(matches), tuple(triple_names)) if match else None,
     )
+    head_matched = None
+    if match:
+        matched, head_matched = match_calls(tuple(matches), tuple(triple_names), headline)
+        result = replace(result, matched=matched)
     if headline is None:
         return result
     if not agg_parts:
         return replace(result, head=replace(result, step_range=headline))
     whole, inner = split_aggregate(agg)
-    return replace(result, agg=whole, head=_head(replace(result, agg=inner), headline))
+    head = _head(replace(result, agg=inner, matched=head_matched), headline)
+    return replace(result, agg=whole, head=head)
 
 
 def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
@@ -311,7 +311,8 @@ def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
 
 
 def _head(rp: RankPass, steps: StepRange) -> RankPass:
-    """``rp`` (its aggregates already those of ``steps``) restricted to ``steps``."""
+    """``rp`` (its aggregates and matching already those of ``steps``) restricted to
+    ``steps``."""
 
     def rows(t: pa.Table) -> pa.Table:
         step = pc.fill_null(t.column("step"), 0).to_numpy(zero_copy_only=False)
@@ -322,7 +323,6 @@ def _head(rp: RankPass, steps: StepRange) -> RankPass:
         step_range=steps,
         windows=rows(rp.windows),
         steps=rows(rp.steps),
-        matched=rp.matched.within(*steps) if rp.matched is not None else None,
         util_bins=None,
         util=None,
     )
@@ -374,12 +374,13 @@ def _empty_agg() -> pa.Table:
     )
 
 
-def _triple_codes(codes: Codes, op: np.ndarray, pg: np.ndarray, role: np.ndarray) -> np.ndarray:
-    """Global codes of (op, group, role), through small dense intermediate codes."""
-    if not op.size:
+def _triple_codes(
+    codes: Codes, pairs: np.ndarray, pair_idx: np.ndarray, role: np.ndarray
+) -> np.ndarray:
+    """Global codes of (op, group, role) from the dense (group, op) codes and the roles."""
+    if not pair_idx.size:
         return np.empty(0, np.int32)
-    pairs, pair_idx = dense_codes(pg.astype(np.int64) * 4096 + op)
-    combos, inverse = dense_codes(pair_idx * 4096 + role)
+    combos, inverse = dense_codes(pair_idx.astype(np.int64) * 4096 + role)
     lookup = np.array(
         [
             codes.code(f"{pairs[c // 4096] % 4096}\x00{pairs[c // 4096] // 4096}\x00{c % 4096}")

@@ -73,8 +73,10 @@ def queue_starts(group: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     the group's earlier ops)``, rows in issue (seq) order. ``end − start`` summed
     over a group's ops is the union of their intervals, never more."""
     start = s.copy()
-    order = np.argsort(group, kind="stable")  # by group, each in row (issue) order
-    bounds = np.append(segments(group[order]), order.size)
+    small = group.size and 0 <= group.min() and group.max() < 2**15
+    key = group.astype(np.int16) if small else group  # 16-bit keys: numpy's radix sort
+    order = np.argsort(key, kind="stable")  # by group, each in row (issue) order
+    bounds = np.append(segments(key[order]), order.size)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         idx = order[a:b]
         ends = np.maximum.accumulate(e[idx])

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import OBJECT_AS_TENSOR, instance_roles
+from commlens.whatif.durations import (
+    GLOO_AS,
+    OBJECT_AS_TENSOR,
+    Steps,
+    instance_roles,
+    op_steps,
+)
 from commlens.whatif.model import Program
 
 
@@ -43,6 +49,8 @@ class OpTerm:
     """Calls the fit saw."""
     mean_residual_s: float
     """Mean of measured minus modelled service time over those calls."""
+    step_latency_s: float = 0.0
+    """Step latency the kind's ops pay per algorithm step (see :class:`Steps`)."""
 
     def to_dict(self) -> dict[str, object]:
         return dict(vars(self))
@@ -78,23 +86,104 @@ def _fit_line(size: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
     return max(float(np.average(mean, weights=w)), 0.0), 0.0
 
 
-def fit_cpu_terms(
-    prog: Program, fabric: Fabric, measured_s: np.ndarray, own_s: np.ndarray, steps: list[int]
-) -> Calibration:
-    """Fit the CPU term of every kind of op from the events of ``steps``.
+LATENCY_BOUND = 0.25
+"""A kind is latency-bound on its own link when its ops' wire time is at most this share
+of their measured time: then its step latency is measured time over steps."""
 
-    ``measured_s`` and ``own_s`` are each event's measured service time and
-    the cost model's on the own link (``fabric``). A kind with no event in
-    ``steps`` is fitted on all its events.
-    """
+
+def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kind codes, kind of each event, nodes its group spans) of the run's events:
+    a kind is (nodes, role, op)."""
     tr = prog.trace
     roles = instance_roles(prog)[prog.inst]
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
     nodes = spans[prog.inst_group][prog.inst]
-    op = prog.inst_op[prog.inst]
-    n_roles, n_ops = len(tr.role_names), len(tr.op_names)
-    key = (nodes * n_roles + roles) * n_ops + op
+    op = tr.op.astype(np.int64)
+    key = (nodes * len(tr.role_names) + roles) * len(tr.op_names) + op
     kinds, kind_of = np.unique(key, return_inverse=True)
+    return kinds, kind_of, nodes
+
+
+def _kind_name(prog: Program, code: int) -> tuple[str, str, int]:
+    """(op, role, nodes) of a kind code."""
+    tr = prog.trace
+    n_ops, n_roles = len(tr.op_names), len(tr.role_names)
+    name = tr.op_names[code % n_ops]
+    return (
+        OBJECT_AS_TENSOR.get(name, name),
+        tr.role_names[code // n_ops % n_roles],
+        int(code // (n_ops * n_roles)),
+    )
+
+
+def fit_steps(
+    prog: Program,
+    fabric: Fabric,
+    measured_s: np.ndarray,
+    wire_s: np.ndarray,
+    steps: list[int],
+    burst_bytes: float,
+) -> Steps:
+    """The step latency of each kind of op, from the events of ``steps``.
+
+    ``wire_s`` is each event's time on the own link without step latency (a gloo
+    run: its ops are costed as :func:`~commlens.whatif.durations.modelled` does with
+    ``flat``). A kind
+    whose median wire time is at most :data:`LATENCY_BOUND` of its median measured
+    time is latency-bound: its step latency is the median of measured time (less
+    the link's alpha) over steps. The run's step latency, for kinds whose ops the
+    own link keeps wire-bound (their latency hidden under the wire), is the median
+    over the events of the latency-bound kinds; 0 when there are none. Sends are
+    left out: a send returns once its bytes are buffered.
+    """
+    tr = prog.trace
+    kinds, kind_of, _ = _kinds(prog, fabric)
+    k = op_steps(prog, fabric, flat=True)
+    kept = np.isin(tr.step, steps)
+    sends = np.isin(np.array(tr.op_names, dtype=object), ("send", "send_object"))[tr.op]
+    per_step = (measured_s - _alphas(prog, fabric, k)) / np.maximum(k, 1)
+    latency: dict[tuple[str, str, int], float] = {}
+    pooled = []
+    for j, code in enumerate(kinds.tolist()):
+        mine = (kind_of == j) & (k > 0) & ~sends
+        pick = mine & kept if (mine & kept).any() else mine
+        if not pick.any():
+            continue
+        if np.median(wire_s[pick]) <= LATENCY_BOUND * np.median(measured_s[pick]):
+            latency[_kind_name(prog, code)] = max(float(np.median(per_step[pick])), 0.0)
+            pooled.append(per_step[pick])
+    default = max(float(np.median(np.concatenate(pooled))), 0.0) if pooled else 0.0
+    return Steps(latency, default, burst_bytes)
+
+
+def _alphas(prog: Program, fabric: Fabric, k: np.ndarray) -> np.ndarray:
+    """Seconds of each event's ``k`` alpha terms, on the link its group uses."""
+    tr = prog.trace
+    spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
+    across = spans[prog.inst_group][prog.inst] > 1
+    names = [GLOO_AS.get(o, o) for o in (OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names)]
+    inter = np.array([fabric.inter.alpha(o) for o in names])[tr.op]
+    intra = np.array([fabric.intra.alpha(o) for o in names])[tr.op]
+    return k * np.where(across, inter, intra)
+
+
+def fit_cpu_terms(
+    prog: Program,
+    fabric: Fabric,
+    measured_s: np.ndarray,
+    own_s: np.ndarray,
+    steps: list[int],
+    step_model: Steps | None = None,
+) -> Calibration:
+    """Fit the CPU term of every kind of op from the events of ``steps``.
+
+    ``measured_s`` and ``own_s`` are each event's measured service time and
+    the cost model's on the own link (``fabric``, with ``step_model``'s step
+    latencies, which the terms list). A kind with no event in ``steps`` is
+    fitted on all its events.
+    """
+    tr = prog.trace
+    kinds, kind_of, _ = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
     size = prog.inst_size[prog.inst]
     resid = measured_s - own_s
@@ -103,16 +192,17 @@ def fit_cpu_terms(
         mine = kind_of == k
         pick = mine & kept if (mine & kept).any() else mine
         alpha[k], beta[k] = _fit_line(size[pick], resid[pick])
-        name = tr.op_names[code % n_ops]
+        op, role, nodes = _kind_name(prog, code)
         terms.append(
             OpTerm(
-                op=OBJECT_AS_TENSOR.get(name, name),
-                role=tr.role_names[code // n_ops % n_roles] or "-",
-                nodes=int(code // (n_ops * n_roles)),
+                op=op,
+                role=role or "-",
+                nodes=nodes,
                 alpha_s=float(alpha[k]),
                 beta_s_per_byte=float(beta[k]),
                 calls=int(pick.sum()),
                 mean_residual_s=float(resid[pick].mean()),
+                step_latency_s=step_model.latency(op, role, nodes) if step_model else 0.0,
             )
         )
     extra = alpha[kind_of] + beta[kind_of] * size

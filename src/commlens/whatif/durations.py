@@ -17,11 +17,14 @@ their tensor op (``all_gather_object`` as ``all_gather``).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from commlens.errors import UsageError
+from commlens.predict.cost import flat_time
+from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.model import Program
 
@@ -33,6 +36,9 @@ OBJECT_AS_TENSOR = {
     "send_object": "send",
     "recv_object": "recv",
 }
+
+GLOO_AS = {"reduce_scatter": "all_reduce"}
+"""Ops gloo runs as another (REFERENCE.md §6: it has no native reduce-scatter)."""
 
 
 def _running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -119,11 +125,127 @@ def send_flows(fabric: Fabric, channels: Iterable[Sequence[int]]) -> int:
     return max(per_node.values(), default=1)
 
 
+@dataclass(frozen=True)
+class Steps:
+    """What a gloo op pays per algorithm step beyond its link's alpha and beta.
+
+    An op of ``k`` steps (the cost model's alpha count: 2(n−1) for a ring
+    all-reduce, 1 for a send) moves ``1/k`` of its wire bytes per step; a step
+    lasts the longer of its wire time and the backend's *step latency* on the
+    host (waking the thread that handles it, the syscalls, the copy of a small
+    chunk), as the two overlap: ``T = Σ max(λ, w_j) + k·α``. A tbf-shaped link
+    lets its bucket (``burst_bytes``) through at once after an idle spell, so
+    the first ``burst·β`` seconds of an op's wire time are not spent.
+    """
+
+    latency_s: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    """Step latency per kind of op (op, role, nodes its group spans)."""
+    default_latency_s: float = 0.0
+    """Step latency of kinds without their own."""
+    burst_bytes: float = 0.0
+    """Bucket of the inter-node link (tbf), bytes; 0 for an unshaped link."""
+
+    def latency(self, op: str, role: str, nodes: int) -> float:
+        return self.latency_s.get((op, role, nodes), self.default_latency_s)
+
+
+NO_STEPS = Steps()
+
+
+def stepped_time(
+    op: str,
+    size: float,
+    n: int,
+    profile: NetworkProfile,
+    share: int,
+    algorithm: str,
+    latency_s: float,
+    burst_bytes: float,
+) -> float:
+    """Seconds of one ``op`` on ``n`` ranks of one link type (``share`` flows on it), each of
+    its steps the longer of its wire time and ``latency_s`` (see :class:`Steps`)."""
+    alpha, beta = profile.alpha(op), profile.beta(op)
+    k = round(flat_time(op, 0.0, n, 1.0, 0.0, algorithm))
+    wire = flat_time(op, size, n, 0.0, beta * share, algorithm)
+    if k <= 0:
+        return wire
+    per = wire / k
+    credit = burst_bytes * beta
+    done = per * np.arange(1, k + 1) - credit
+    steps = np.clip(done, 0.0, per)
+    return float(np.maximum(steps, latency_s).sum()) + k * alpha
+
+
+def _op_names(prog: Program, flat: bool) -> list[str]:
+    """The op each op code is costed as: object collectives as their tensor op, and
+    (``flat``: gloo) the ops gloo runs as another as that one."""
+    ops = [OBJECT_AS_TENSOR.get(o, o) for o in prog.trace.op_names]
+    return [GLOO_AS.get(o, o) for o in ops] if flat else ops
+
+
+def op_steps(prog: Program, fabric: Fabric, flat: bool = False) -> np.ndarray:
+    """Algorithm steps of each event's op on ``fabric`` (its alpha count, 0 for none)."""
+    ops = _op_names(prog, flat)
+
+    def steps(op: int, size: float, group: tuple[int, ...], role: int) -> float:
+        name = ops[op]
+        n = 2 if name in ("send", "recv") else len(group)
+        return round(flat_time(name, 0.0, n, 1.0, 0.0, fabric.algorithm)) if group else 0
+
+    return _per_kind(prog, prog.cost_groups, steps).astype(np.int64)
+
+
+def _per_kind(
+    prog: Program,
+    groups: list[tuple[int, ...]],
+    cost: Callable[[int, float, tuple[int, ...], int], float],
+) -> np.ndarray:
+    """``cost(op, size, group, role)`` of each event (its own op: a pair's send and
+    receive differ; its instance's size, group and role), evaluated once per
+    distinct combination."""
+    roles = instance_roles(prog)
+    n_groups, n_roles = len(groups), len(prog.trace.role_names)
+    sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
+    inst_key = (prog.inst_group * n_roles + roles) * sizes.size + size_of.ravel()
+    key = prog.trace.op.astype(np.int64) * (n_groups * n_roles * sizes.size) + inst_key[prog.inst]
+    unique, which = np.unique(key, return_inverse=True)
+    times = np.array(
+        [
+            cost(
+                k // (sizes.size * n_roles * n_groups),
+                float(sizes[k % sizes.size]),
+                groups[k // (sizes.size * n_roles) % n_groups],
+                k // sizes.size % n_roles,
+            )
+            for k in unique.tolist()
+        ],
+        dtype=float,
+    )
+    return times[which.ravel()]
+
+
+def _groups_of_roles(
+    prog: Program, cost_groups: list[tuple[int, ...]], roles: np.ndarray
+) -> tuple[dict[int, set[tuple[int, ...]]], dict[int, set[tuple[int, ...]]]]:
+    """Per role, the groups of its collectives and the (source, destination) channels
+    of its point-to-point pairs."""
+    n_groups = len(cost_groups)
+    colls: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    channels: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    pairs = prog.send_of >= 0
+    for is_p2p, into in ((False, colls), (True, channels)):
+        mine = pairs == is_p2p
+        for key in np.unique(roles[mine] * n_groups + prog.inst_group[mine]).tolist():
+            into[key // n_groups].add(cost_groups[key % n_groups])
+    return colls, channels
+
+
 def modelled(
     prog: Program,
     fabric: Fabric,
     groups: list[tuple[int, ...]] | None = None,
     flat: bool = False,
+    steps: Steps = NO_STEPS,
 ) -> np.ndarray:
     """Seconds each event's op lasts on ``fabric`` (the same for all members), each
     instance costed on ``groups[inst_group]`` (default: the run's own groups).
@@ -132,49 +254,47 @@ def modelled(
     members in rank order, at the inter-node rate, its edges that leave a node
     sharing that node's link (:func:`ring_flows`), not the hierarchical
     intra/inter split of :meth:`Fabric.time`. Sends share a node's link with the
-    other sends of their role out of that node (:func:`send_flows`).
+    other sends of their role out of that node (:func:`send_flows`); a flat send
+    returns once its bytes are buffered (its step latency), its receive ends when
+    the link has carried them. Each step of
+    a flat op pays ``steps``' latency and the link's burst (:class:`Steps`), and a
+    reduce-scatter costs an all-reduce (:data:`GLOO_AS`).
     """
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
-    ops = np.array([OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names], dtype=object)
+    ops = _op_names(prog, flat)
     roles = instance_roles(prog)
-    n_groups, n_roles = len(cost_groups), len(tr.role_names)
-    groups_of_role: dict[int, set[tuple[int, ...]]] = defaultdict(set)
-    for pair in np.unique(roles * n_groups + prog.inst_group).tolist():
-        groups_of_role[pair // n_groups].add(cost_groups[pair % n_groups])
-    flows = {role: link_flows(fabric, groups) for role, groups in groups_of_role.items()}
-    rings = {role: ring_flows(fabric, groups) for role, groups in groups_of_role.items()}
-    p2p = {role: send_flows(fabric, groups) for role, groups in groups_of_role.items()}
-    ring = Fabric(
-        inter=fabric.inter,
-        intra=fabric.inter,
-        gpus_per_node=1,
-        algorithm=fabric.algorithm,
-        nics_per_node=fabric.nics_per_node,
-    )
+    colls, channels = _groups_of_roles(prog, cost_groups, roles)
+    flows = {role: link_flows(fabric, groups) for role, groups in colls.items()}
+    rings = {role: ring_flows(fabric, groups) for role, groups in colls.items()}
+    p2p = {role: send_flows(fabric, groups) for role, groups in channels.items()}
 
-    def cost(op: str, size: float, group: tuple[int, ...], role: int) -> float:
-        if op in ("send", "recv"):
-            return fabric.time(op, size, group, p2p[role])
-        if flat and group and fabric.shape(group)[0] > 1:
-            return ring.time(op, size, group, rings[role])
-        return fabric.time(op, size, group, flows[role])
+    def cost(op_code: int, size: float, group: tuple[int, ...], role: int) -> float:
+        op = ops[op_code]
+        is_p2p = op in ("send", "recv")
+        if not flat:
+            return fabric.time(op, size, group, (p2p if is_p2p else flows).get(role, 1))
+        if not group:
+            return 0.0
+        nodes = fabric.shape(group)[0]
+        across = nodes > 1
+        share = max(1, -(-(p2p if is_p2p else rings).get(role, 1) // fabric.nics_per_node))
+        latency = steps.latency(op, tr.role_names[role], nodes)
+        if op == "send":  # buffered: the sender goes on, the link carries it (its recv)
+            profile = fabric.inter if across else fabric.intra
+            return latency + profile.alpha(op)
+        return stepped_time(
+            op,
+            size,
+            2 if is_p2p else len(group),
+            fabric.inter if across else fabric.intra,
+            share if across else 1,
+            fabric.algorithm,
+            latency,
+            steps.burst_bytes if across else 0.0,
+        )
 
-    sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
-    key = ((prog.inst_op * n_groups + prog.inst_group) * n_roles + roles) * sizes.size + size_of
-    unique, which = np.unique(key, return_inverse=True)
-    times = np.array(
-        [
-            cost(
-                str(ops[k // (sizes.size * n_roles * n_groups)]),
-                float(sizes[k % sizes.size]),
-                cost_groups[k // (sizes.size * n_roles) % n_groups],
-                k // sizes.size % n_roles,
-            )
-            for k in unique.tolist()
-        ]
-    )
-    return times[which.ravel()][prog.inst]
+    return _per_kind(prog, cost_groups, cost)
 
 
 def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:

@@ -47,14 +47,12 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
     """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
 
     The next op on an instance's queue may start ``release[i]`` seconds after
-    instance ``i`` started (default: when its last member ends, a send: when it
-    ends).
+    instance ``i`` started (default: when its last member ends; a send: when it
+    and its receive's data have ended, the channel carries one message at a time).
     """
     if release is None:
         release = np.zeros(prog.instances)
         np.maximum.at(release, prog.inst, dur)
-        pairs = prog.send_of >= 0
-        release[pairs] = dur[prog.send_of[pairs]]
     free_after = floats(release)
     n_ev, n_inst = prog.inst.size, prog.instances
     lists = prog.as_lists

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +11,14 @@ from commlens.errors import UsageError
 from commlens.netem.rate import parse_rate
 from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
-from commlens.whatif.calibrate import OpTerm, fit_cpu_terms
-from commlens.whatif.durations import measured, measured_release, modelled, scaled_groups
+from commlens.whatif.calibrate import OpTerm, fit_cpu_terms, fit_steps
+from commlens.whatif.durations import (
+    Steps,
+    measured,
+    measured_release,
+    modelled,
+    scaled_groups,
+)
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
 from commlens.whatif.results import Figures, figures
@@ -140,6 +146,10 @@ def placement_for(
 
 TBF_EFFICIENCY = 0.97
 """Share of an emulated (tbf) link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
+TBF_BURST_S = 0.004
+"""Seconds of its rate an emulated link's tbf bucket holds (``commlens run --link``)."""
+TBF_MIN_BURST_BYTES = 8 * 1514
+"""Smallest tbf bucket of an emulated link: 8 full-size frames."""
 UNSHAPED = "unshaped"
 """``--net`` name of an emulated link without a rate: the veth pair, as loopback."""
 
@@ -155,6 +165,20 @@ def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:
         source=f"{why} ({rate_bits / 1e9:g} Gbit/s tbf); efficiency {TBF_EFFICIENCY} as tbf "
         "measured in REFERENCE.md §6; latency of loopback",
     )
+
+
+def recorded_burst(trace: Trace) -> float:
+    """Bytes of the tbf bucket of the link the run was captured on (0: none recorded)."""
+    topo = trace.manifest.get("topology")
+    burst = topo.get("tbf_burst_bytes") if isinstance(topo, dict) else None
+    return float(burst) if isinstance(burst, int) and burst > 0 else 0.0
+
+
+def link_burst(profile: NetworkProfile) -> float:
+    """Bytes of the tbf bucket of an emulated link named by its rate (0 for other networks)."""
+    if not profile.name[:1].isdigit() or profile.name.endswith(".toml"):
+        return 0.0
+    return max(parse_rate(profile.name) / 8 * TBF_BURST_S, TBF_MIN_BURST_BYTES)
 
 
 def network_profile(spec: str) -> NetworkProfile:
@@ -258,6 +282,32 @@ OP_TIME_ASSUMPTIONS = {
 }
 
 
+def link_assumptions(
+    own_burst: float, profiles: list[NetworkProfile], step_model: Steps
+) -> list[str]:
+    """What the replay assumes of emulated links' buckets and of gloo's step latency."""
+    out = []
+    if own_burst or any(link_burst(p) for p in profiles):
+        out.append(
+            f"an emulated (tbf) link lets its bucket through at once after it was idle: "
+            f"{own_burst:,.0f} bytes on the run's own link (as recorded), {TBF_BURST_S * 1e3:g} ms "
+            "of its rate (at least 8 frames) on an emulated link named by its rate; every op "
+            "across nodes is taken to find the bucket full (the link idled before it)"
+        )
+    if step_model.latency_s or step_model.default_latency_s:
+        kinds = ", ".join(
+            f"{op} {role or '-'} over {nodes} node(s) {lat * 1e6:,.0f} us"
+            for (op, role, nodes), lat in sorted(step_model.latency_s.items())
+        )
+        out.append(
+            "each algorithm step of a gloo op lasts the longer of its wire time and the "
+            "backend's step latency on this host (thread wake-up, syscalls, small copies), "
+            "fitted from the run's latency-bound ops and kept on every network: "
+            f"{kinds}; other ops {step_model.default_latency_s * 1e6:,.0f} us (their median)"
+        )
+    return out
+
+
 def run_study(
     path: str | Path,
     nets: str,
@@ -287,15 +337,21 @@ def run_study(
     flat = trace.manifest.get("backend") == "gloo"
     check, captured = self_check(prog, keep)
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
+    own_burst = recorded_burst(trace)
+    step_model = Steps(burst_bytes=own_burst)
     if own is not None:
         fabric = Fabric(
             inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
         )
-        own_times = modelled(prog, fabric, flat=flat)
+        step_model = Steps(burst_bytes=own_burst)
+        if flat and used != "model":
+            wire = modelled(prog, fabric, flat=flat, steps=step_model)
+            step_model = fit_steps(prog, fabric, measured(prog), wire, keep, own_burst)
+        own_times = modelled(prog, fabric, flat=flat, steps=step_model)
         if used == "delta":
             base = measured(prog) - own_times
         elif used == "fit":
-            calibration = fit_cpu_terms(prog, fabric, measured(prog), own_times, keep)
+            calibration = fit_cpu_terms(prog, fabric, measured(prog), own_times, keep, step_model)
             base, terms = calibration.extra_s, calibration.terms
         timeline = replay(prog, np.maximum(own_times + base, 0.0))
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
@@ -310,18 +366,13 @@ def run_study(
             gpus_per_node=place.ranks_per_node,
             algorithm=algorithm,
         )
-        times = np.maximum(base + modelled(prog, fabric, groups, flat=flat), 0.0)
+        on = replace(step_model, burst_bytes=link_burst(profile))
+        times = np.maximum(base + modelled(prog, fabric, groups, flat=flat, steps=on), 0.0)
         answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     ring = [FLAT_RING] if flat else []
-    assumptions = [*ASSUMPTIONS[:-1], *ring, OP_TIME_ASSUMPTIONS[used]]
-    burst = (trace.manifest.get("topology") or {}).get("tbf_burst_bytes")
-    if isinstance(burst, int) and burst > 0:
-        assumptions.append(
-            f"the run's emulated link lets a burst of {burst:,} bytes through at full speed "
-            "after it was idle (tbf); the replay does not charge that: where a step's traffic "
-            "over the link is near the burst, its step is predicted too slow"
-        )
+    assumptions = [*ASSUMPTIONS[:-1], *ring, *link_assumptions(own_burst, profiles, step_model)]
+    assumptions.append(OP_TIME_ASSUMPTIONS[used])
     if used != op_times:
         assumptions.append(
             f"--op-times {op_times} needs the run's own link, which is unknown (give "

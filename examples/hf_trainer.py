@@ -32,7 +32,15 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 def main() -> int:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=4096, n_positions=128)
+    config = GPT2Config(
+        n_layer=4,
+        n_embd=256,
+        n_head=4,
+        vocab_size=4096,
+        n_positions=128,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     with tempfile.TemporaryDirectory() as work:
         args = TrainingArguments(
             output_dir=work,

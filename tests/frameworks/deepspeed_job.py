@@ -1,4 +1,5 @@
-"""A DeepSpeed ZeRO job on gloo (CPU): a tiny model, a torch optimizer, no annotation."""
+"""A DeepSpeed ZeRO job on gloo (CPU): a tiny model, a torch optimizer, no annotation
+(ZeRO++ hpZ too: ``zero_hpz_partition_size``)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ class Net(nn.Module):
         return self.head(self.blocks(x))
 
 
-def job(rank: int, world: int, out: str, stage: int) -> dict[str, int]:
+def job(
+    rank: int, world: int, out: str, stage: int, hpz: int = 1
+) -> tuple[dict[str, int], dict[str, tuple[str, list[int]]]]:
+    """(torch.profiler's c10d calls per op, the groups DeepSpeed holds by name) of a
+    ZeRO-``stage`` job whose parameters have ``hpz`` ranks per secondary partition."""
     os.environ.setdefault("LOCAL_RANK", str(rank))
     import deepspeed
     from torch.profiler import ProfilerActivity, profile
@@ -41,7 +46,7 @@ def job(rank: int, world: int, out: str, stage: int) -> dict[str, int]:
     config = {
         "train_batch_size": 8 * world,
         "train_micro_batch_size_per_gpu": 8,
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": {"stage": stage, "zero_hpz_partition_size": hpz},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
     }
@@ -58,5 +63,22 @@ def job(rank: int, world: int, out: str, stage: int) -> dict[str, int]:
                 engine.backward(loss)
                 engine.step()
         seen = profiled_ops(prof)
+        groups = _groups()
         torch.distributed.destroy_process_group()
-    return seen
+    return seen, groups
+
+
+def _groups() -> dict[str, tuple[str, list[int]]]:
+    """The default group and those ``deepspeed.utils.groups`` holds (its world clone,
+    data-parallel and hpZ secondary-partition groups): what holds each -> (name, members)."""
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    held = {"default": dist.group.WORLD}
+    held.update({name: getattr(groups, name, None) for name in GROUP_NAMES})
+    return {
+        k: (g.group_name, dist.get_process_group_ranks(g)) for k, g in held.items() if g is not None
+    }
+
+
+GROUP_NAMES = ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP")

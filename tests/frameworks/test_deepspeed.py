@@ -17,7 +17,7 @@ WORLD = 2
 
 @pytest.mark.parametrize("stage", [0, 2, 3])
 def test_zero_ops_land_in_their_step_phase_and_module(tmp_path: Path, stage: int) -> None:
-    seen = run_ranks(job, WORLD, str(tmp_path), stage, timeout=240)
+    seen = [ops for ops, _ in run_ranks(job, WORLD, str(tmp_path), stage, timeout=240)]
     for rank in range(WORLD):  # every op, against torch.profiler's c10d records
         assert recorded_ops(tmp_path, rank) == seen[rank]
     # deepspeed.initialize is set-up; each step holds its post-step all-gathers.
@@ -43,3 +43,18 @@ def test_zero_ops_land_in_their_step_phase_and_module(tmp_path: Path, stage: int
         )
         paths = ["module.blocks.0.fc", "module.blocks.1.fc", "module.head"]
         assert mods == [("backward", p) for p in paths] + [("forward", p) for p in paths]
+
+
+def test_zero_plus_plus_hpz_groups_are_dp(tmp_path: Path) -> None:
+    got = run_ranks(job, WORLD, str(tmp_path), 3, WORLD, timeout=240)
+    events = rows(tmp_path, "select rank, pg_name, pg_ranks, role, op from events")
+    for rank, (seen, groups) in enumerate(got):
+        assert recorded_ops(tmp_path, rank) == seen
+        # Every op on a group DeepSpeed holds (with its members), every one dp.
+        want = {(name, tuple(ranks), "dp") for name, ranks in groups.values()}
+        mine = [e for e in events if e[0] == rank]
+        assert {(g, tuple(r), role) for _, g, r, role, _ in mine} <= want
+        # The secondary partition's own group gathers parameters.
+        secondary, members = groups["_ZERO_PARAM_INTRA_PARALLEL_GROUP"]
+        assert secondary != groups["_WORLD_GROUP"][0] and members == list(range(WORLD))
+        assert {op for _, g, *_, op in mine if g == secondary} == {"all_gather"}

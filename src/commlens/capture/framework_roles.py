@@ -41,8 +41,14 @@ def _suggest(groups: Sequence[Any], role: str) -> None:
         rec.fail(exc)
 
 
-def _before_init(cls: type, role: str, groups: Callable[[dict[str, Any]], Sequence[Any]]) -> None:
-    """Name the role of the groups a constructor call names, before it runs."""
+def _before_init(
+    cls: type,
+    role: str,
+    groups: Callable[[dict[str, Any]], Sequence[Any]],
+    built: Callable[[Any], Sequence[Any]] | None = None,
+) -> None:
+    """Name the role of the groups a constructor call names, before it runs, and
+    of those ``built(self)`` gives once it has run (groups the object made itself)."""
     orig = cls.__init__  # type: ignore[misc]
     signature = inspect.signature(orig)
 
@@ -55,6 +61,8 @@ def _before_init(cls: type, role: str, groups: Callable[[dict[str, Any]], Sequen
             if bound is not None:
                 _suggest(groups(bound), role)
         orig(self, *args, **kwargs)
+        if built is not None and ACTIVE.recorder is not None:
+            _suggest(built(self), role)
 
     patch(cls, "__init__", __init__)
 
@@ -67,11 +75,21 @@ def _fsdp1_groups(a: dict[str, Any]) -> Sequence[Any]:
     if a.get("device_mesh") is not None:
         return _mesh_groups(a["device_mesh"])
     group = a.get("process_group")
-    return list(group) if isinstance(group, tuple) else [group]
+    if isinstance(group, tuple):
+        return list(group)
+    if group is None and "HYBRID" in str(a.get("sharding_strategy")):
+        return []  # it builds its own intra- and inter-node groups: named once built
+    return [group]
+
+
+def _fsdp1_built(fsdp: Any) -> Sequence[Any]:
+    """The groups an FSDP1 module shards and replicates over (HYBRID_SHARD's own too)."""
+    names = ("process_group", "_inter_node_pg")
+    return [g for g in (getattr(fsdp, name, None) for name in names) if g is not None]
 
 
 def _fsdp1(module: ModuleType) -> None:
-    _before_init(module.FullyShardedDataParallel, "dp", _fsdp1_groups)
+    _before_init(module.FullyShardedDataParallel, "dp", _fsdp1_groups, _fsdp1_built)
 
 
 def _fsdp2(module: ModuleType) -> None:

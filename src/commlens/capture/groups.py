@@ -6,10 +6,11 @@ the group's description (``new_group(group_desc="tp")``, DeviceMesh's
 dimension spanning all ranks reuses the default group), and the framework
 that uses it (DDP, FSDP, ZeRO and DeepSpeed: dp; pipeline stages: pp).
 
-One group has one role for the whole run: the frameworks name theirs before
-their first collective, and :meth:`GroupRegistry.roles` gives the final role
-of every group seen, which the rank's metadata keeps (``group_roles``) for
-events written before a role was known.
+One group has one role for the whole run (conventions §9): the frameworks
+name theirs before their first collective, and :meth:`GroupRegistry.roles`
+gives the final role of every group seen, which the rank's metadata keeps
+(``group_roles``); the reader gives it to every event of the group
+(:mod:`commlens.trace.roles`), those written before the role was known too.
 """
 
 from __future__ import annotations

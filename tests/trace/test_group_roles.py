@@ -127,3 +127,15 @@ def test_a_ddp_group_named_after_its_first_ops_is_one_role_row(
     ops = json.loads(capsys.readouterr().out)["ops"]
     keys = [(o["op"], o["pg_name"]) for o in ops]
     assert len(keys) == len(set(keys)) and {o["role"] for o in ops} == {"dp"}
+
+
+def test_names_with_quotes_are_only_names(tmp_path: Path) -> None:
+    name, role = "x'); DROP TABLE t; --", "tp'"
+    events = [ev(r, "all_reduce", 0, 10, pg=name) for r in range(2)]
+    run = write_run(
+        tmp_path / "run", events, world_size=2, rank_meta={0: {"group_roles": {name: role}}}
+    )
+    with open_run(run) as view:
+        assert view.sql("SELECT DISTINCT pg_name, role FROM events").to_pylist() == [
+            {"pg_name": name, "role": role}
+        ]

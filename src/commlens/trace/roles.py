@@ -89,7 +89,7 @@ def _chunk(pg: pa.Array, role: pa.Array, roles: dict[str, str]) -> pa.Array:
     by_group = np.array([index[r] if r else -1 for r in final] + [-1], np.int32)
     new = by_group[_indices(pg_d, len(final))]
     old = _indices(role_d, -1)
-    new = np.where(new >= 0, new, old).astype(np.int32)
+    new = np.where(new >= 0, new, old).astype(np.int32, copy=False)
     null = new < 0  # a null role with no final one stays null
     indices = pa.array(new, mask=null if null.any() else None)
     out = pa.DictionaryArray.from_arrays(indices, pa.array(words, pa.string()))

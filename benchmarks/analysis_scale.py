@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _child import run_child
 
 from commlens.trace.manifest import FORMAT_NAME, rank_meta_path, write_json_atomic
 from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY
@@ -154,20 +154,6 @@ def make_run(out: Path, n_events: int, world: int) -> Path:
     return out
 
 
-def measure(cmd: list[str]) -> tuple[float, float, float, int]:
-    """(wall s, CPU s (user + system), peak RSS GiB, exit code) of ``cmd`` as a child."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        assert proc.stderr is not None
-        sys.stderr.write(proc.stderr.read().decode())
-    cpu = usage.ru_utime + usage.ru_stime
-    return wall, cpu, usage.ru_maxrss / 1024 / 1024, proc.returncode
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -189,14 +175,13 @@ def main() -> int:
             ("report --format json", [*exe, "report", str(run), "--format", "json"]),
             ("compare RUN RUN", [*exe, "compare", str(run), str(run), "--format", "json"]),
         ):
-            wall, cpu, rss, rc = measure(cmd)
-            ok = rc == 0 and wall <= 15 and rss <= 2
+            used = run_child(cmd)
             print(
-                f"{name:22s} wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak RSS {rss:5.2f} GiB  "
-                f"{args.events / wall / 1e6:5.2f} M events/s  "
-                f"{'OK' if ok else 'OVER TARGET' if rc == 0 else f'FAILED rc={rc}'}"
+                f"{name:22s} wall {used.wall_s:6.2f} s  cpu {used.cpu_s:6.2f} s  "
+                f"peak RSS {used.peak_rss_gib:5.2f} GiB  "
+                f"{args.events / used.wall_s / 1e6:5.2f} M events/s  {used.verdict(15, 2)}"
             )
-            results[name] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_GiB": rss, "rc": rc}
+            results[name] = used.to_dict()
         load = os.getloadavg()[0]
         print(
             f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs "

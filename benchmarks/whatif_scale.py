@@ -1,6 +1,6 @@
 """Benchmark: ``commlens whatif`` on a synthetic run of 1 M events.
 
-    .venv/bin/python benchmarks/whatif_scale.py [--events 1000000] [--nets tcp-10g]
+    .venv/bin/python benchmarks/whatif_scale.py [--events 1000000] [--nets tcp-10g] [--keep DIR]
 
 Writes a causally consistent synthetic run straight with Arrow (not timed):
 8 ranks as pp 2 x dp 2 x tp 2; per step, per micro-batch (4), eight blocking
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _child import run_child
 
 from commlens.trace.manifest import FORMAT_NAME, rank_meta_path, write_json_atomic
 from commlens.trace.schema import EVENT_SCHEMA, RANK_KEY
@@ -143,16 +143,6 @@ def make_run(out: Path, n_events: int) -> int:
     return steps
 
 
-def measure(cmd: list[str], out: Path) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS GiB, exit code) of ``cmd`` as a child, its stdout into ``out``."""
-    start = time.perf_counter()
-    with out.open("w") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall, cpu = time.perf_counter() - start, usage.ru_utime + usage.ru_stime
-    return wall, cpu, usage.ru_maxrss / 2**20, os.waitstatus_to_exitcode(status)
-
-
 def stages(run: Path, nets: str) -> list[tuple[str, float]]:
     """CPU seconds of each stage of the study, in this process."""
     from commlens.predict.profiles import get_profile, get_profiles
@@ -183,9 +173,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--nets", default="tcp-10g")
+    parser.add_argument("--keep", help="write the run here and keep it")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
+        run = Path(args.keep) if args.keep else Path(tmp) / "run"
         t = time.perf_counter()
         steps = make_run(run, args.events)
         n = WORLD * steps * len(_rank_pattern(0))
@@ -193,20 +184,18 @@ def main() -> int:
         print(f"generated {n:,} events, {WORLD} ranks, {steps} steps in {took:.1f} s")
         cmd = [sys.executable, "-m", "commlens", "whatif", str(run), "--net", args.nets]
         answer = Path(tmp) / "answer.json"
-        wall, cpu, rss, rc = measure([*cmd, "--format", "json"], answer)
-        ok = rc == 0 and wall <= 10 and rss <= 2
-        check = json.loads(answer.read_text())["self_check"] if rc == 0 else {}
+        used = run_child([*cmd, "--format", "json"], answer)
+        check = json.loads(answer.read_text())["self_check"] if used.rc == 0 else {}
         print(
-            f"commlens whatif --net {args.nets}: wall {wall:.2f} s, CPU {cpu:.2f} s, "
-            f"peak RSS {rss:.2f} GiB, "
-            f"{n / wall / 1e6:.2f} M events/s, self-check max step error "
-            f"{check.get('max_step_error', float('nan')):.2e}  "
-            f"{'OK' if ok else 'OVER TARGET' if rc == 0 else f'FAILED rc={rc}'}"
+            f"commlens whatif --net {args.nets}: wall {used.wall_s:.2f} s, "
+            f"CPU {used.cpu_s:.2f} s, peak RSS {used.peak_rss_gib:.2f} GiB, "
+            f"{n / used.wall_s / 1e6:.2f} M events/s, self-check max step error "
+            f"{check.get('max_step_error', float('nan')):.2e}  {used.verdict(10, 2)}"
         )
         for name, seconds in stages(run, args.nets):
             print(f"  {name:28s} {seconds:6.2f} s")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    return 0 if ok else 1
+    return 0 if used.verdict(10, 2) == "OK" else 1
 
 
 if __name__ == "__main__":

@@ -117,8 +117,16 @@ def _union_by(key: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_keys: int) -> n
     return np.bincount(key, weights=covered, minlength=n_keys)
 
 
+OP_FIELDS = ("calls", "bytes", "time", "service", "wait", "exposed")
+"""What :func:`figures` sums per (op, role), in this order."""
+
+
 def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
-    """The figures of timeline ``tl`` over steps ``keep``."""
+    """The figures of timeline ``tl`` over steps ``keep``.
+
+    Rank by rank (a rank's events are contiguous), so what is made on the way
+    is the size of one rank's events, not the run's.
+    """
     tr = prog.trace
     n_ranks = tr.world_size
     steps = np.array(sorted(keep), dtype=np.int64)
@@ -128,12 +136,18 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
     row_kept = (row_step < n_steps) & (steps[np.minimum(row_step, n_steps - 1)] == tr.step_index)
     step_s = np.zeros(n_steps)
     np.maximum.at(step_s, row_step[row_kept], dur[row_kept])
-    ev_step = np.searchsorted(steps, tr.step)
-    kept = (ev_step < n_steps) & (steps[np.minimum(ev_step, n_steps - 1)] == tr.step)
-    cell = (ev_step * n_ranks + tr.rank)[kept]
-    n_cells = n_steps * n_ranks
-    comm = _union_by(cell, tl.issue[kept], tl.end[kept], n_cells).reshape(n_steps, n_ranks)
-    held = np.bincount(cell, weights=tl.held[kept], minlength=n_cells).reshape(n_steps, n_ranks)
+    comm = np.zeros((n_steps, n_ranks))
+    held = np.zeros((n_steps, n_ranks))
+    ops = np.zeros((len(OP_FIELDS), len(tr.op_names) * len(tr.role_names)))
+    bounds = np.searchsorted(tr.rank, np.arange(n_ranks + 1))
+    for r in range(n_ranks):
+        part = slice(int(bounds[r]), int(bounds[r + 1]))
+        ev_step = np.searchsorted(steps, tr.step[part])
+        kept = (ev_step < n_steps) & (steps[np.minimum(ev_step, n_steps - 1)] == tr.step[part])
+        cell = ev_step[kept]
+        comm[:, r] = _union_by(cell, tl.issue[part][kept], tl.end[part][kept], n_steps)
+        held[:, r] = np.bincount(cell, weights=tl.held[part][kept], minlength=n_steps)
+        ops += _op_totals(prog, tl, part, kept)
     ranks_with_steps = np.zeros(n_ranks, dtype=bool)
     ranks_with_steps[tr.step_rank] = True
     comm_s = float(np.median(comm[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
@@ -149,7 +163,7 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         comm_s=comm_s,
         exposed_s=exposed_s,
         overlapped_s=max(comm_s - exposed_s, 0.0),
-        ops=_op_rows(prog, tl, kept, scale),
+        ops=_op_rows(prog, ops * scale),
         slowest_rank=slowest,
         slowest_held_s=float(per_rank_held[slowest]) / max(n_steps, 1),
         median_held_s=float(np.median(per_rank_held[candidates])) / max(n_steps, 1)
@@ -159,21 +173,30 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
     )
 
 
-def _op_rows(prog: Program, tl: Timeline, kept: np.ndarray, scale: float) -> list[OpRow]:
-    """Per (op, role): calls, bytes and times per step per rank, costliest first."""
+def _op_totals(prog: Program, tl: Timeline, part: slice, kept: np.ndarray) -> np.ndarray:
+    """Per (op, role) code, the :data:`OP_FIELDS` sums of the kept events of ``part``."""
     tr = prog.trace
     n_roles = len(tr.role_names)
-    key = (tr.op.astype(np.int64) * n_roles + tr.role)[kept]
-    start = tl.start[prog.inst][kept]
-    issue, end, held = tl.issue[kept], tl.end[kept], tl.held[kept]
+    key = (tr.op[part].astype(np.int64) * n_roles + tr.role[part])[kept]
+    start = tl.start[prog.inst[part][kept]]
+    issue, end = tl.issue[part][kept], tl.end[part][kept]
     n = len(tr.op_names) * n_roles
+    weights = (
+        None,
+        tr.size_bytes[part][kept].astype(np.float64),
+        end - issue,
+        np.maximum(end - start, 0.0),
+        np.maximum(start - issue, 0.0),
+        tl.held[part][kept],
+    )
+    return np.array([np.bincount(key, weights=w, minlength=n) for w in weights])
 
-    def total(weights: np.ndarray | None) -> np.ndarray:
-        return np.bincount(key, weights=weights, minlength=n) * scale
 
-    calls, size = total(None), total(tr.size_bytes[kept].astype(np.float64))
-    time, service = total(end - issue), total(np.maximum(end - start, 0.0))
-    wait, exposed = total(np.maximum(start - issue, 0.0)), total(held)
+def _op_rows(prog: Program, totals: np.ndarray) -> list[OpRow]:
+    """Per (op, role) with calls, the rows of ``totals`` (per step per rank), costliest first."""
+    tr = prog.trace
+    n_roles = len(tr.role_names)
+    calls, size, time, service, wait, exposed = totals
     rows = [
         OpRow(
             op=tr.op_names[k // n_roles],

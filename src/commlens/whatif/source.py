@@ -35,6 +35,21 @@ COLUMNS = [
     "step",
 ]
 STRINGS = ("op", "pg_name", "role")
+DTYPES: dict[str, type[np.generic]] = {
+    "rank": np.int32,
+    "op": np.int32,
+    "pg_name": np.int32,
+    "role": np.int32,
+    "size_bytes": np.int64,
+    "peer": np.int32,
+    "is_async": np.bool_,
+    "t_issue_ns": np.int64,
+    "t_end_ns": np.int64,
+    "t_wait_ns": np.int64,
+    "step": np.int32,
+}
+"""The array type of each column kept: 57 bytes an event (codes, ranks and steps in
+32 bits, times and sizes in 64)."""
 
 
 @dataclass
@@ -43,7 +58,8 @@ class Trace:
 
     Strings are dictionary codes: ``op[i]`` indexes ``op_names``, ``group[i]``
     indexes ``groups`` (the members of each process group) and ``group_names``.
-    Times are nanoseconds on rank 0's clock.
+    Times are nanoseconds on rank 0's clock. Event arrays have the types of
+    :data:`DTYPES` (step windows are int64).
     """
 
     name: str
@@ -85,14 +101,14 @@ class _Names:
         self._index: dict[str, int] = {}
 
     def codes(self, column: pa.ChunkedArray) -> np.ndarray:
-        """Global codes of a dictionary-encoded column (nulls are '')."""
+        """Global codes (int32) of a dictionary-encoded column (nulls are '')."""
         out = []
         for chunk in column.chunks:
             values = [*chunk.dictionary.to_pylist(), ""]  # the last one stands for null
-            local = np.array([self._code(v) for v in values])
+            local = np.array([self._code(v) for v in values], dtype=np.int32)
             idx = pc.fill_null(chunk.indices, len(chunk.dictionary)).to_numpy()
             out.append(local[idx])
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
 
     def _code(self, value: str | None) -> int:
         key = value or ""
@@ -103,8 +119,24 @@ class _Names:
         return code
 
 
-def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
-    return pc.fill_null(table.column(name), null).to_numpy().astype(np.int64)
+def _ints(table: pa.Table, name: str, null: int, dtype: type[np.generic] = np.int64) -> np.ndarray:
+    return pc.fill_null(table.column(name), null).to_numpy().astype(dtype, copy=False)
+
+
+def _column(table: pa.Table, name: str, names: dict[str, _Names]) -> np.ndarray:
+    """Column ``name`` of one rank's events as a numpy array of its :data:`DTYPES` type."""
+    if name in STRINGS:
+        return names[name].codes(table.column(name))
+    if name == "is_async":
+        return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False)
+    return _ints(table, name, -1, DTYPES[name])
+
+
+def _joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+    """The ranks' arrays of a column as one, each rank's freed once it is copied."""
+    out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    parts.clear()
+    return out
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -114,7 +146,7 @@ def read_trace(path: str | Path) -> Trace:
     where = str(path)
     with open_run(path) as view:
         names = {c: _Names() for c in STRINGS}
-        cols: dict[str, list[np.ndarray]] = {c: [] for c in [*COLUMNS, "rank"]}
+        cols: dict[str, list[np.ndarray]] = {c: [] for c in DTYPES}
         members: dict[int, tuple[int, ...]] = {}
         for rank in view.ranks:
             try:
@@ -122,20 +154,20 @@ def read_trace(path: str | Path) -> Trace:
             except RankDamaged as exc:
                 message = f"{where}: {exc}; a replay needs every rank's events"
                 raise RunFormatError(message) from None
-            order = np.argsort(table.column("seq").to_numpy(), kind="stable")
-            for c in COLUMNS:
-                if c in STRINGS:
-                    values = names[c].codes(table.column(c))
-                elif c == "is_async":
-                    values = pc.fill_null(table.column(c), False).to_numpy(zero_copy_only=False)
-                else:
-                    values = _ints(table, c, -1)
-                cols[c].append(values[order])
-            cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int64))
+            seq = table.column("seq").to_numpy()
+            ordered = bool(np.all(seq[1:] >= seq[:-1]))
+            order = None if ordered else np.argsort(seq, kind="stable")
+            for c in COLUMNS[1:]:  # all but seq
+                values = _column(table, c, names)  # may be a view of the table's buffers
+                own = np.require(values, requirements=["W", "O"]) if order is None else None
+                cols[c].append(values[order] if own is None else own)
+            del table
+            cols["rank"].append(np.full(seq.size, rank, dtype=DTYPES["rank"]))
             group = cols["pg_name"][-1]
             new = [g for g in np.unique(group).tolist() if g not in members]
             if new:
-                rows = [int(order[np.argmax(group == g)]) for g in new]
+                first = [int(np.argmax(group == g)) for g in new]
+                rows = first if order is None else [int(order[i]) for i in first]
                 for g, ranks in zip(new, view.read_values(rank, "pg_ranks", rows), strict=True):
                     members[g] = tuple(int(r) for r in (ranks or ()))
         missing, world = list(view.missing_ranks), view.world_size
@@ -146,7 +178,7 @@ def read_trace(path: str | Path) -> Trace:
             f"{where}: rank(s) {format_ranks(missing)} missing or unreadable; "
             "a replay needs every rank's events (their peers' collectives have no partner)"
         )
-    ev = {c: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for c, v in cols.items()}
+    ev = {c: _joined(v, DTYPES[c]) for c, v in cols.items()}
     if not ev["rank"].size:
         raise RunFormatError(f"{where}: the run holds no communication events to replay")
     if not steps.num_rows:
@@ -168,7 +200,7 @@ def read_trace(path: str | Path) -> Trace:
         role_names=names["role"].values,
         size_bytes=ev["size_bytes"],
         peer=ev["peer"],
-        is_async=ev["is_async"].astype(bool),
+        is_async=ev["is_async"],
         t_issue=ev["t_issue_ns"],
         t_end=ev["t_end_ns"],
         t_wait=ev["t_wait_ns"],

@@ -7,17 +7,20 @@ Needs root (network namespaces). For each scheme (dp, zero3, tp, pp 1f1b, 3d)
 on 4 ranks over 2 emulated nodes it runs ``commlens run --nproc 4 --nodes 2
 --link RATE`` on the capture link and on every other link, then replays the
 capture for all of them with ``whatif`` (default calibration: the run's
-recorded link rate plus per-op CPU terms fitted from the run itself) and
-prints, per (scheme, link), the predicted and measured median step times and
-the error; then the schemes ordered by link sensitivity (slowest link's step
-over the fastest's), predicted and measured. The self-replay row is the
-capture predicted on its own link.
+recorded link rate plus per-op CPU terms fitted from the run itself; the
+unshaped link, whose rate depends on the host's CPU and load, gets the
+profile ``commlens bench --fit`` measures on it just before its first run,
+unless ``--no-fit``) and prints, per (scheme, link), the predicted and
+measured median step times and the error; then the schemes ordered by link
+sensitivity (slowest link's step over the fastest's), predicted and measured.
+The self-replay row is the capture predicted on its own link.
 
 The default links are slow so that gpt-tiny's messages (a 564 KB gradient
-all-reduce for dp) keep the link busy: tbf lets a burst of 500 KB through at
-full speed after the link was idle (the manifest's ``tbf_burst_bytes``), which
-the cost model does not charge, so on a link whose bucket refills between
-steps (gpt-tiny at 1 Gbit/s) the measured step hardly depends on the rate.
+all-reduce for dp) keep the link busy: tbf lets its bucket (4 ms of the rate,
+500 KB at 1 Gbit/s; the manifest's ``tbf_burst_bytes``) through at full speed
+after the link was idle; the replay credits it once per op, but on a link
+whose bucket holds most of an op (gpt-tiny at 1 Gbit/s) the measured step
+hardly depends on the rate and the bucket's state decides it.
 
 ``--quick`` runs 4 steps of each (about 8 minutes on a loaded 2-core host);
 ``--reuse`` keeps runs already in ``--out`` (re-analysis only).
@@ -60,6 +63,24 @@ def capture(out: Path, model: str, scheme: str, link: str, steps: int, reuse: bo
     return run
 
 
+def fit_profile(out: Path, scheme: str, link: str, reuse: bool) -> Path:
+    """``commlens bench --fit`` on 4 ranks over 2 nodes joined by ``link``: the profile
+    of a link whose rate is not known (unshaped veth: CPU-bound, so it depends on the
+    host and its load), measured right before the runs on it."""
+    path = out / f"{scheme}-{link}-fit.toml"
+    if reuse and path.exists():
+        return path
+    cmd = [sys.executable, "-m", "commlens", "bench", "--nproc", "4", "--nodes", "2"]
+    cmd += ["--ops", "all_reduce,all_gather,reduce_scatter,broadcast,sendrecv"]
+    cmd += ["--sizes", "1K:1M:4", "-w", "3", "-n", "10", "--fit", str(path)]
+    cmd += ["--fit-name", link] + ([] if link == UNSHAPED else ["--link", link])
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    print(f"  fitted {path.name} (load average {os.getloadavg()[0]:.1f})", flush=True)
+    return path
+
+
 def measured_step(run: Path) -> float:
     """Median over the steps after the first of the slowest rank's step time, seconds."""
     from commlens.whatif.source import read_trace
@@ -74,11 +95,12 @@ def measured_step(run: Path) -> float:
     return float(np.median(times))
 
 
-def predicted(run: Path, links: list[str], op_times: str) -> dict[str, float]:
-    """Median step time ``whatif`` predicts for ``run`` on each link, seconds."""
+def predicted(run: Path, links: list[str], nets: dict[str, str], op_times: str) -> dict[str, float]:
+    """Median step time ``whatif`` predicts for ``run`` on each link (``--net nets[link]``),
+    seconds."""
     from commlens.whatif.study import run_study
 
-    study = run_study(run, ",".join(links), op_times=op_times)
+    study = run_study(run, ",".join(nets.get(link, link) for link in links), op_times=op_times)
     return {link: a.figures.median_step_s for link, a in zip(links, study.answers, strict=True)}
 
 
@@ -93,6 +115,11 @@ def main() -> int:
     parser.add_argument("--links", default=f"20mbit,{UNSHAPED}")
     parser.add_argument("--schemes", default=",".join(SCHEMES))
     parser.add_argument("--op-times", default="fit,delta", help="whatif --op-times modes")
+    parser.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="predict the unshaped link with the loopback profile, not one bench --fit measured",
+    )
     args = parser.parse_args()
     steps = 4 if args.quick else args.steps
     schemes = [s for s in args.schemes.split(",") if s]
@@ -102,13 +129,16 @@ def main() -> int:
     t0 = time.perf_counter()
     modes = [m for m in args.op_times.split(",") if m]
     found: dict[str, list[tuple[str, str, float, float]]] = {m: [] for m in modes}
+    nets: dict[str, str] = {}
     for scheme in schemes:
-        runs = {
-            link: capture(args.out, args.model, scheme, link, steps, args.reuse) for link in links
-        }
+        runs = {}
+        for link in links:
+            if link == UNSHAPED and not args.no_fit:
+                nets[link] = str(fit_profile(args.out, scheme, link, args.reuse))
+            runs[link] = capture(args.out, args.model, scheme, link, steps, args.reuse)
         real = {link: measured_step(runs[link]) for link in links}
         for mode in modes:
-            guess = predicted(runs[args.capture], links, mode)
+            guess = predicted(runs[args.capture], links, nets, mode)
             found[mode] += [(scheme, link, guess[link], real[link]) for link in links]
     for mode in modes:
         report(found[mode], mode, schemes, links, args, steps)

@@ -8,8 +8,8 @@ import pytest
 from commlens.errors import UsageError
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
-from commlens.whatif.calibrate import fit_cpu_terms
-from commlens.whatif.durations import measured, modelled
+from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
+from commlens.whatif.durations import Steps, measured, modelled, stepped_time
 from commlens.whatif.model import build_program
 from commlens.whatif.study import TBF_EFFICIENCY, kept_steps, network_profile, network_profiles
 from tests.whatif.synthetic import Ev, make_trace
@@ -75,3 +75,56 @@ def test_the_set_up_window_and_the_first_step_are_left_out() -> None:
     ]
     windows = [(r, s, 10 * s, 10 * s + 9) for r in (0, 1) for s in (-1, 0, 1, 2)]
     assert kept_steps(make_trace(events, windows), None) == [1, 2]
+
+
+def test_a_step_lasts_the_longer_of_its_wire_time_and_the_step_latency() -> None:
+    # ring all-reduce of 4 ranks: 6 steps of S/4 bytes each; WIRE moves 1 byte per us
+    def ring(size: float, latency_s: float, burst: float = 0.0) -> float:
+        return stepped_time("all_reduce", size, 4, WIRE, 1, "ring", latency_s, burst)
+
+    assert ring(400, 0.0) == pytest.approx(600e-6)  # 2(n-1)/n x S bytes
+    assert ring(400, 1e-3) == pytest.approx(6e-3)  # latency-bound: 6 steps of 1 ms
+    assert ring(400, 50e-6) == pytest.approx(600e-6)  # wire-bound: the latency is hidden
+    # a tbf bucket of 150 bytes lets the first one and a half steps through at once
+    assert ring(400, 0.0, burst=150) == pytest.approx(450e-6)
+    assert ring(400, 20e-6, burst=150) == pytest.approx(470e-6)  # the empty step pays 20 us
+
+
+def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_return_when_buffered() -> None:
+    events = [Ev(r, "reduce_scatter", 0, 900, size=400) for r in (0, 1)]
+    events += [
+        Ev(0, "send", 1000, 1001, peer=1, size=400, group="p", members=(0, 1)),
+        Ev(1, "recv", 1000, 1500, peer=0, size=400, group="p", members=(0, 1)),
+    ]
+    prog = build_program(make_trace(events, [(0, 0, 0, 2000), (1, 0, 0, 2000)]))
+    fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    steps = Steps(default_latency_s=5e-6)
+    times = dict(
+        zip(
+            prog.trace.op[prog.members].tolist(),
+            modelled(prog, fabric, flat=True, steps=steps)[prog.members],
+            strict=True,
+        )
+    )
+    names = prog.trace.op_names
+    assert times[names.index("reduce_scatter")] == pytest.approx(400e-6)  # 2 x (n-1)/n x S
+    assert times[names.index("send")] == pytest.approx(5e-6)  # the step latency
+    assert times[names.index("recv")] == pytest.approx(400e-6)  # the wire
+    assert modelled(prog, fabric)[0] == pytest.approx(200e-6)  # not gloo: its own formula
+
+
+def test_step_latency_comes_from_the_latency_bound_ops() -> None:
+    # 16-byte all-reduces take 3 ms (2 steps of 1.5 ms, the wire ~16 us); 1000-byte ones
+    # take about their wire time: their latency is hidden and they get the small ones'
+    events, t = [], 0.0
+    for step in range(3):
+        for size, dur in ((16, 3000.0), (1000, 1100.0)):
+            events += [Ev(r, "all_reduce", t, t + dur, size=size, step=step) for r in (0, 1)]
+            t += dur + 10
+    windows = [(r, s, 4120 * s, 4120 * s + 4120) for r in (0, 1) for s in range(3)]
+    prog = build_program(make_trace(events, windows))
+    fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    wire = modelled(prog, fabric, flat=True)
+    fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2], burst_bytes=0.0)
+    assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.5e-3)}  # the 16-byte ones
+    assert fit.default_latency_s == pytest.approx(1.5e-3)

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
 from commlens.whatif.durations import (
-    GLOO_AS,
     OBJECT_AS_TENSOR,
     Steps,
+    host_in_alpha,
     instance_roles,
     op_steps,
 )
@@ -87,8 +88,8 @@ def _fit_line(size: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
 
 
 LATENCY_BOUND = 0.25
-"""A kind is latency-bound on its own link when its ops' wire time is at most this share
-of their measured time: then its step latency is measured time over steps."""
+"""An op is latency-bound on its own link when its wire time is at most this share of
+its measured time: then its measured time over its steps is its step latency."""
 
 
 def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,44 +128,44 @@ def fit_steps(
     """The step latency of each kind of op, from the events of ``steps``.
 
     ``wire_s`` is each event's time on the own link without step latency (a gloo
-    run: its ops are costed as :func:`~commlens.whatif.durations.modelled` does with
-    ``flat``). A kind
-    whose median wire time is at most :data:`LATENCY_BOUND` of its median measured
-    time is latency-bound: its step latency is the median of measured time (less
-    the link's alpha) over steps. The run's step latency, for kinds whose ops the
-    own link keeps wire-bound (their latency hidden under the wire), is the median
-    over the events of the latency-bound kinds; 0 when there are none. Sends are
-    left out: a send returns once its bytes are buffered.
+    run: its ops costed as :func:`~commlens.whatif.durations.modelled` does with
+    ``flat``). A kind with latency-bound ops (:data:`LATENCY_BOUND`) gets the
+    median of their measured time over steps, less the link's alpha; the kinds the own link keeps
+    wire-bound (their latency hidden under the wire) get the median over all
+    latency-bound ops, 0 when there are none. Sends are left out: a send
+    returns once its bytes are buffered.
     """
     tr = prog.trace
     kinds, kind_of, _ = _kinds(prog, fabric)
     k = op_steps(prog, fabric, flat=True)
     kept = np.isin(tr.step, steps)
     sends = np.isin(np.array(tr.op_names, dtype=object), ("send", "send_object"))[tr.op]
-    per_step = (measured_s - _alphas(prog, fabric, k)) / np.maximum(k, 1)
+    per_step = measured_s / np.maximum(k, 1) - _alphas(prog, fabric)
+    bound = (k > 0) & ~sends & (wire_s <= LATENCY_BOUND * measured_s)
     latency: dict[tuple[str, str, int], float] = {}
     pooled = []
     for j, code in enumerate(kinds.tolist()):
-        mine = (kind_of == j) & (k > 0) & ~sends
-        pick = mine & kept if (mine & kept).any() else mine
-        if not pick.any():
-            continue
-        if np.median(wire_s[pick]) <= LATENCY_BOUND * np.median(measured_s[pick]):
-            latency[_kind_name(prog, code)] = max(float(np.median(per_step[pick])), 0.0)
+        mine = kind_of == j
+        pick = mine & kept & bound if (mine & kept).any() else mine & bound
+        if pick.any():
+            latency[_kind_name(prog, code)] = float(np.median(per_step[pick]))
             pooled.append(per_step[pick])
-    default = max(float(np.median(np.concatenate(pooled))), 0.0) if pooled else 0.0
+    default = float(np.median(np.concatenate(pooled))) if pooled else 0.0
     return Steps(latency, default, burst_bytes)
 
 
-def _alphas(prog: Program, fabric: Fabric, k: np.ndarray) -> np.ndarray:
-    """Seconds of each event's ``k`` alpha terms, on the link its group uses."""
+def _alphas(prog: Program, fabric: Fabric) -> np.ndarray:
+    """Alpha of the link each event's op crosses, unless its profile holds the host's
+    latency (:func:`~commlens.whatif.durations.host_in_alpha`): then 0."""
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
     across = spans[prog.inst_group][prog.inst] > 1
-    names = [GLOO_AS.get(o, o) for o in (OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names)]
-    inter = np.array([fabric.inter.alpha(o) for o in names])[tr.op]
-    intra = np.array([fabric.intra.alpha(o) for o in names])[tr.op]
-    return k * np.where(across, inter, intra)
+    names = [OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names]
+
+    def alphas(profile: NetworkProfile) -> np.ndarray:
+        return np.array([0.0 if host_in_alpha(profile) else profile.alpha(o) for o in names])
+
+    return np.where(across, alphas(fabric.inter)[tr.op], alphas(fabric.intra)[tr.op])
 
 
 def fit_cpu_terms(

@@ -131,11 +131,14 @@ class Steps:
 
     An op of ``k`` steps (the cost model's alpha count: 2(n−1) for a ring
     all-reduce, 1 for a send) moves ``1/k`` of its wire bytes per step; a step
-    lasts the longer of its wire time and the backend's *step latency* on the
-    host (waking the thread that handles it, the syscalls, the copy of a small
-    chunk), as the two overlap: ``T = Σ max(λ, w_j) + k·α``. A tbf-shaped link
-    lets its bucket (``burst_bytes``) through at once after an idle spell, so
-    the first ``burst·β`` seconds of an op's wire time are not spent.
+    lasts the longer of its wire time and the backend's *step latency* on the host
+    (waking the thread that handles it, the syscalls, the copy of a small chunk),
+    as the two overlap, plus the link's alpha: ``T = Σ max(λ, w_j) + k·α``. A
+    profile fitted by ``bench --fit`` on a host has that host's latency in its
+    alpha already: there a step lasts ``max(λ, w_j + α)`` (the longer counts,
+    not both). A tbf-shaped link lets its bucket (``burst_bytes``) through at once
+    after an idle spell, so the first ``burst·β`` seconds of an op's wire time
+    are not spent.
     """
 
     latency_s: dict[tuple[str, str, int], float] = field(default_factory=dict)
@@ -173,7 +176,15 @@ def stepped_time(
     credit = burst_bytes * beta
     done = per * np.arange(1, k + 1) - credit
     steps = np.clip(done, 0.0, per)
+    if host_in_alpha(profile):
+        return float(np.maximum(steps + alpha, latency_s).sum())
     return float(np.maximum(steps, latency_s).sum()) + k * alpha
+
+
+def host_in_alpha(profile: NetworkProfile) -> bool:
+    """True for a profile fitted on a host (``bench --fit``: per-op alphas), whose alpha
+    holds that host's step latency as well as the link's."""
+    return any(o.alpha_s is not None for o in profile.ops.values())
 
 
 def _op_names(prog: Program, flat: bool) -> list[str]:

@@ -282,6 +282,15 @@ OP_TIME_ASSUMPTIONS = {
 }
 
 
+def delta_release(prog: Program, times: np.ndarray) -> np.ndarray:
+    """When each instance frees its queue in a replay with ``times`` made of measured
+    times plus changes (``--op-times delta``): as captured, later by the largest change
+    of its members (never before its start)."""
+    change = np.full(prog.instances, -np.inf)
+    np.maximum.at(change, prog.inst, times - measured(prog))
+    return np.maximum(measured_release(prog) + change, 0.0)
+
+
 def link_assumptions(
     own_burst: float, profiles: list[NetworkProfile], step_model: Steps
 ) -> list[str]:
@@ -302,6 +311,8 @@ def link_assumptions(
         out.append(
             "each algorithm step of a gloo op lasts the longer of its wire time and the "
             "backend's step latency on this host (thread wake-up, syscalls, small copies), "
+            "plus the link's alpha (a profile fitted by bench --fit: the longer of the "
+            "step latency and wire time plus alpha, its alpha holding its host's latency), "
             "fitted from the run's latency-bound ops and kept on every network: "
             f"{kinds}; other ops {step_model.default_latency_s * 1e6:,.0f} us (their median)"
         )
@@ -353,7 +364,8 @@ def run_study(
         elif used == "fit":
             calibration = fit_cpu_terms(prog, fabric, measured(prog), own_times, keep, step_model)
             base, terms = calibration.extra_s, calibration.terms
-        timeline = replay(prog, np.maximum(own_times + base, 0.0))
+        times = np.maximum(own_times + base, 0.0)
+        timeline = replay(prog, times, delta_release(prog, times) if used == "delta" else None)
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
     groups, world = prog.cost_groups, trace.world_size
     if dp is not None:
@@ -368,7 +380,10 @@ def run_study(
         )
         on = replace(step_model, burst_bytes=link_burst(profile))
         times = np.maximum(base + modelled(prog, fabric, groups, flat=flat, steps=on), 0.0)
-        answers.append(Answer(profile.name, profile, figures(prog, replay(prog, times), keep)))
+        release = delta_release(prog, times) if used == "delta" else None
+        answers.append(
+            Answer(profile.name, profile, figures(prog, replay(prog, times, release), keep))
+        )
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     ring = [FLAT_RING] if flat else []
     assumptions = [*ASSUMPTIONS[:-1], *ring, *link_assumptions(own_burst, profiles, step_model)]

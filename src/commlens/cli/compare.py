@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and time, and the speedup of each run relative to the first. Given a whatif result "
         "(`commlens whatif RUN --net NET --format json -o PRED.json`) beside a measured run, "
         "shows the predicted against the measured step time, communication share and per-op "
-        "and per-role time, with the prediction's errors.",
+        "and per-role time, with the prediction's errors (--steps picks the measured run's "
+        "steps; the prediction's are those whatif kept).",
     )
     parser.add_argument(
         "runs",

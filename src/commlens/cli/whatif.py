@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
         "for its real size once its last member issued it. Prints, per network, the step "
         "time, communication share, exposed vs overlapped time, per-op and per-role time, the "
         "slowest rank and the speedup over the captured run, with a self-check: the same "
-        "replay fed the measured op times must give back the captured steps.",
+        "replay fed the measured op times must give back the captured steps. "
+        "`--format json -o PRED.json` keeps the answer for `commlens compare PRED.json RUN`: "
+        "the prediction against a run measured on that network.",
     )
     p.add_argument("run", help="run directory (run.json + rank-*.parquet)")
     p.add_argument(

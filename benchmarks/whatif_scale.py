@@ -188,7 +188,8 @@ def main() -> int:
         check = json.loads(answer.read_text())["self_check"] if used.rc == 0 else {}
         print(
             f"commlens whatif --net {args.nets}: wall {used.wall_s:.2f} s, "
-            f"CPU {used.cpu_s:.2f} s, peak RSS {used.peak_rss_gib:.2f} GiB, "
+            f"CPU {used.cpu_s:.2f} s, peak RSS {used.peak_rss_gib:.2f} GiB "
+            f"({used.peak_rss_gib * 2**30 / n:.0f} bytes/event), "
             f"{n / used.wall_s / 1e6:.2f} M events/s, self-check max step error "
             f"{check.get('max_step_error', float('nan')):.2e}  {used.verdict(10, 2)}"
         )

@@ -13,22 +13,28 @@ them alike:
    completion by a callback on gloo's worker thread.
 2. The same for functional collectives (DTensor's path): issue plus wait.
 3. Step time of 2-rank DDP training, untraced, traced, and under
-   ``torch.profiler``, for two jobs: the bundled GPT (``gpt-19m`` as
+   ``torch.profiler``, for three jobs: the bundled GPT (``gpt-19m`` as
    ``commlens run --model gpt-19m --scheme dp`` trains it: 128 tokens x 2
-   sequences per rank, 25 MB buckets), and a small-bucket stress job (6 x
+   sequences per rank, 25 MB buckets); a small transformer of many modules
+   (12 blocks of 10 module calls each at width 32 on 2 x 32 tokens: 125
+   module calls per forward in a step of tens of milliseconds, so the
+   capture's cost per module call weighs the most); and a small-bucket stress job (6 x
    Linear(512, 512) on 64 rows: two buckets in a ~25 ms step, so the fixed
    cost per bucket weighs the most). (a) Paired, in one job: rounds of three
    blocks of steps, one per arm in rotating order, the untraced ones with the
-   originals put back; the median of the per-round ratios of median step
-   time (and of the process's CPU time per step), with a 95% bootstrap
-   interval; (b) for the stress job, whole runs too, each arm a fresh pair of
-   processes, in rotating order; the ratio of median step times. (a)
-   resolves small differences that (b) cannot on a noisy machine.
+   originals put back and torch's global module and optimizer hooks set
+   aside; the median of the per-round ratios of median step time (and of the
+   process's CPU time per step), with a 95% bootstrap interval; (b) for the
+   stress job, whole runs too, each arm a fresh pair of processes, in
+   rotating order; the ratio of median step times. (a) resolves small
+   differences that (b) cannot on a noisy machine.
 
 Targets: <= 5 us added per call (median), traced/untraced <= 1.03.
 
     python benchmarks/capture_overhead.py [--rounds 5] [--steps 30] [--blocks 41]
                                           [--paired-rounds 80] [--gpt-rounds 30]
+                                          [--modules-rounds 60]
+                                          [--only calls|gpt|modules|stress|whole ...]
                                           [--calls-only]
 """
 
@@ -53,6 +59,7 @@ import commlens
 from commlens.launch import free_port, launch_ranks
 
 Block = Callable[[], tuple[float, float]]
+PARTS = ("calls", "gpt", "modules", "stress", "whole")
 
 
 def _timed(calls: int, one: Callable[[], Any]) -> Block:
@@ -135,8 +142,42 @@ def _alternate(block: Block, blocks: int) -> dict[str, float]:
     }
 
 
+def _many_modules(width: int = 32, blocks: int = 12, vocab: int = 256) -> Any:
+    """A small GPT-shaped transformer of many modules (10 module calls per block)."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+            self.act, self.drop = nn.GELU(), nn.Dropout(0.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+            x = x + self.drop(self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+            return x + self.drop(self.out(self.act(self.fc(self.ln2(x)))))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(vocab, width)
+            self.blocks = nn.ModuleList(Block() for _ in range(blocks))
+            self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.tok(ids)
+            for block in self.blocks:
+                h = block(h)
+            return F.cross_entropy(self.head(self.ln_f(h)).flatten(0, 1), ids.flatten())
+
+    return Model()
+
+
 def _ddp_job(job: str) -> Callable[[], None]:
-    """One training step of a 2-rank DDP job: ``gpt`` or ``mlp`` (see the module doc)."""
+    """One training step of a 2-rank DDP job: ``gpt``, ``modules`` or ``mlp`` (the module doc)."""
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -156,6 +197,11 @@ def _ddp_job(job: str) -> Callable[[], None]:
         mine = microbatch(batch, dist.get_rank(), wcfg.micro_batch, torch.device("cpu"))
         model, opt = par.model, par.optimizer
         loss: Callable[[], torch.Tensor] = lambda: model(mine)  # noqa: E731
+    elif job == "modules":
+        model = DDP(_many_modules())
+        ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
+        loss = lambda: model(ids)  # noqa: E731
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     else:
         model = DDP(nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]))
         x = torch.randn(64, 512)
@@ -168,6 +214,29 @@ def _ddp_job(job: str) -> Callable[[], None]:
         opt.zero_grad()
 
     return step
+
+
+@contextmanager
+def _untraced() -> Iterator[None]:
+    """The capture's patches undone and torch's global module and optimizer hooks set aside."""
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    from commlens.capture.patching import suspended
+
+    names = ("_global_forward_pre_hooks", "_global_forward_hooks",
+             "_global_backward_pre_hooks", "_global_backward_hooks")  # fmt: skip
+    hooks = [getattr(module, n) for n in names]
+    hooks += [optimizer._global_optimizer_pre_hooks, optimizer._global_optimizer_post_hooks]
+    saved = [dict(h) for h in hooks]
+    for h in hooks:
+        h.clear()
+    try:
+        with suspended():
+            yield
+    finally:
+        for h, kept in zip(hooks, saved, strict=True):
+            h.update(kept)
 
 
 @contextmanager
@@ -210,8 +279,6 @@ def rank_main(mode: str, steps: int, result: str) -> None:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from commlens.capture.patching import suspended
-
     job = os.environ.get("BENCH_JOB", "mlp")
     out: Any
     if mode == "paired":
@@ -220,13 +287,13 @@ def rank_main(mode: str, steps: int, result: str) -> None:
         with tempfile.TemporaryDirectory() as tmp, commlens.capture(tmp):
             dist.init_process_group("gloo")
             step = _ddp_job(job)
-            _median_step(step, 10 if job == "mlp" else 3)  # warm-up (the bucket rebuild), traced
+            _median_step(step, 3 if job == "gpt" else 10)  # warm-up (the bucket rebuild), traced
             for i in range(int(os.environ.get("PAIRED_ROUNDS", "60"))):
                 for arm in order[i % 3 :] + order[: i % 3]:
                     if arm == "traced":
                         arms[arm].append(_block(step, steps))
                         continue
-                    with suspended():
+                    with _untraced():
                         if arm == "profiler":
                             with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]):
                                 arms[arm].append(_block(step, steps))
@@ -292,13 +359,14 @@ def median_ratio(
 
 
 def step_ratios(rounds: int, steps: int) -> dict[str, list[float]]:
-    """Median step time of whole runs, each arm a fresh pair of processes, rotating."""
+    """Median step time of whole runs of the stress job, each arm fresh processes, rotating."""
     arms: dict[str, list[float]] = {"untraced": [], "traced": [], "profiler": []}
     order = list(arms)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for mode in order[r % 3 :] + order[: r % 3]:  # rotate who goes first
-                arms[mode].append(float(_launch(mode, steps, os.path.join(tmp, "r.json"))))
+                result = _launch(mode, steps, os.path.join(tmp, "r.json"), {"BENCH_JOB": "mlp"})
+                arms[mode].append(float(result))
     return arms
 
 
@@ -317,6 +385,14 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=41)
     parser.add_argument("--paired-rounds", type=int, default=80)
     parser.add_argument("--gpt-rounds", type=int, default=30)
+    parser.add_argument("--modules-rounds", type=int, default=60)
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help="run only this part (repeatable): the per-call figures, one job's paired "
+        "steps, or the stress job's whole runs",
+    )
     parser.add_argument(
         "--calls-only", action="store_true", help="measure the added time per call only"
     )
@@ -326,20 +402,42 @@ def main() -> None:
         mode, steps, result = args.rank_main
         rank_main(mode, int(steps), result)
         return
-    # gloo's calls jitter by tens of microseconds: more pairs for a steady median.
-    gloo = per_call_overhead("gloo", 2 * args.blocks + 1, 400)
-    _report_calls("all_reduce, gloo, 1 rank", gloo, 400, 2 * args.blocks + 1)
-    gloo_async = per_call_overhead("gloo", 2 * args.blocks + 1, 400, async_op=True)
-    _report_calls("async all_reduce + wait, gloo, 1 rank", gloo_async, 400, 2 * args.blocks + 1)
-    fake = per_call_overhead("fake", args.blocks, 2000)
-    _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
-    func = functional_overhead(args.blocks, 200)
-    _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
-    if args.calls_only:
-        return
-    gpt = _paired_report("gpt", args.gpt_rounds, 1, "bundled GPT (gpt-19m), 1-step blocks")
-    mlp = _paired_report("mlp", args.paired_rounds, 5, "small-bucket stress job, 5-step blocks")
-    arms = step_ratios(args.rounds, args.steps)
+    parts = ["calls"] if args.calls_only else args.only or list(PARTS)
+    summary = []
+    if "calls" in parts:
+        # gloo's calls jitter by tens of microseconds: more pairs for a steady median.
+        gloo = per_call_overhead("gloo", 2 * args.blocks + 1, 400)
+        _report_calls("all_reduce, gloo, 1 rank", gloo, 400, 2 * args.blocks + 1)
+        gloo_async = per_call_overhead("gloo", 2 * args.blocks + 1, 400, async_op=True)
+        _report_calls("async all_reduce + wait, gloo, 1 rank", gloo_async, 400, 2 * args.blocks + 1)
+        fake = per_call_overhead("fake", args.blocks, 2000)
+        _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
+        func = functional_overhead(args.blocks, 200)
+        _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
+        summary.append(
+            f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on "
+            "the fake backend (target <= 5 us)"
+        )
+    paired = {
+        "gpt": ("gpt", args.gpt_rounds, 1, "bundled GPT (gpt-19m), 1-step blocks"),
+        "modules": ("modules", args.modules_rounds, 3, "many-module transformer, 3-step blocks"),
+        "stress": ("mlp", args.paired_rounds, 5, "small-bucket stress job, 5-step blocks"),
+    }
+    for part, (job, rounds, steps, label) in paired.items():
+        if part in parts:
+            r = _paired_report(job, rounds, steps, label)
+            summary.append(
+                f"{part} step traced/untraced {r['traced'][0]:.3f} paired (target <= 1.03), "
+                f"profiler/untraced {r['profiler'][0]:.3f}"
+            )
+    if "whole" in parts:
+        summary.append(_whole_runs(args.rounds, args.steps))
+    print("; ".join(summary))
+
+
+def _whole_runs(rounds: int, steps: int) -> str:
+    """Run and print the stress job's whole runs; the summary of their ratios."""
+    arms = step_ratios(rounds, steps)
     base = statistics.median(arms["untraced"])
     for mode, values in arms.items():
         med = statistics.median(values)
@@ -347,13 +445,9 @@ def main() -> None:
             f"step, stress job, whole runs, {mode:9s}: median {med * 1e3:7.2f} ms  "
             f"ratio {med / base:.3f}  (rounds: {', '.join(f'{v * 1e3:.2f}' for v in values)} ms)"
         )
-    print(
-        f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on the "
-        f"fake backend (target <= 5 us); step traced/untraced (target <= 1.03): GPT "
-        f"{gpt['traced'][0]:.3f} paired, stress job {mlp['traced'][0]:.3f} paired, "
-        f"{statistics.median(arms['traced']) / base:.3f} whole runs; profiler/untraced: GPT "
-        f"{gpt['profiler'][0]:.3f}, stress job {mlp['profiler'][0]:.3f} paired, "
-        f"{statistics.median(arms['profiler']) / base:.3f} whole runs"
+    return (
+        f"stress job whole runs traced/untraced {statistics.median(arms['traced']) / base:.3f}, "
+        f"profiler/untraced {statistics.median(arms['profiler']) / base:.3f}"
     )
 
 

@@ -31,11 +31,7 @@ from types import FrameType
 from typing import Any
 
 import torch
-from torch.nn.modules.module import (
-    Module,
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
+from torch.nn.modules.module import Module
 
 from commlens.optable import PHASES
 
@@ -100,8 +96,12 @@ class StepTracker:
         self.setup_ops = False  # ops were issued in set-up: it gets a window
         self.forwarded = False  # a forward ran in this step, before its optimizer step
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
-        # (module, its first input's grad_fn before its own pre-hooks) in forward, outermost first
-        self._stack: list[tuple[Module, Any]] = []
+        # [module, its first input's grad_fn before its own pre-hooks, the args they made or
+        # None] of each module in forward, outermost first
+        self._stack: list[list[Any]] = []
+        self._live = False  # installed: module calls go through self._call
+        self._call_orig: Any = None  # Module.__call__ before install
+        self._call: Any = None
         self._t_start = clock()
         self._t_stepped = 0
         self._handles: list[Any] = []
@@ -109,6 +109,8 @@ class StepTracker:
         self.on_first_forward: Callable[[], None] | None = None
 
     def install(self) -> None:
+        if self._live:
+            return
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -117,15 +119,33 @@ class StepTracker:
         self._handles = [
             register_optimizer_step_pre_hook(self._pre),
             register_optimizer_step_post_hook(self._post),
-            register_module_forward_pre_hook(self._forward_pre),
-            register_module_forward_hook(self._forward_post, always_call=True),
         ]
+        self._live = True
+        self._call_orig = Module.__dict__["__call__"]
+        self._call = self._make_module_call(self._call_orig)
+        # Not global module hooks: those take every module call off torch's hook-free path.
+        self.wrap_calls()
 
     def uninstall(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._live = False
+        self.unwrap_calls()
         self.finish()
+
+    def wrap_calls(self) -> None:
+        """Module calls go through the tracker (while installed); undone by :meth:`unwrap_calls`."""
+        if self._live:
+            Module.__call__ = self._call  # type: ignore[method-assign]
+            _ARGS_SEEN.tracker = self
+
+    def unwrap_calls(self) -> None:
+        """Module calls go straight to torch again (the tracker stays installed otherwise)."""
+        if self._call is not None and Module.__dict__["__call__"] is self._call:
+            Module.__call__ = self._call_orig  # type: ignore[method-assign]
+        if _ARGS_SEEN.tracker is self:
+            _ARGS_SEEN.tracker = None
 
     def _pre(self, *_: Any) -> None:
         self.optimizer_depth += 1
@@ -145,32 +165,54 @@ class StepTracker:
         else:
             self.advance()
 
-    def _forward_pre(self, module: Module, _args: Any) -> None:
-        if not self._stack:
-            self.roots.add(module)
-            self.forwarded = True
-            BACKWARD.module = None  # no backward since this forward yet
-            if not self.forward_seen:
-                self.forward_seen = True
-                if self.on_first_forward is not None:
-                    self.on_first_forward()
-            if self.step == SETUP_STEP:
-                self.begin()
-            elif self.stepped and not self.explicit:
-                self.advance()
-        self._stack.append((module, _first_grad_fn(_args) if _grad_enabled() else None))
+    def _make_module_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """``Module.__call__`` while installed: ``orig``, between the marks of a module's forward.
 
-    def _forward_post(self, module: Module, args: Any, output: Any) -> None:
+        The module's own hooks run inside: its output is marked as the last of
+        them returned it (a parallel style's output redistribution is the
+        module's), its inputs as its pre-hooks made them (:func:`_args_seen`).
+        """
         stack = self._stack
-        before = stack.pop()[1] if stack else None
-        if not _grad_enabled():
-            return
-        mark_node(_first_grad_fn(output), module)
-        node = _first_grad_fn(args)
-        if node is not None and node is not before:  # made by its own pre-hooks (TP's inputs)
-            mark_node(node, module)
-        elif stack:  # past this module's inputs, backward is back in its parent
-            mark_node(node, stack[-1][0])
+        root_forward = self._root_forward
+
+        def call(module: Module, *args: Any, **kwargs: Any) -> Any:
+            if not stack:
+                root_forward(module)
+            if module._forward_pre_hooks:
+                _keep_args_seen_last(module)
+            stack.append([module, _first_grad_fn(args) if _grad_enabled() else None, None])
+            try:
+                output = orig(module, *args, **kwargs)
+            finally:
+                entry = stack.pop()
+            if not _grad_enabled():
+                return output
+            mark_node(_first_grad_fn(output), module)
+            before = entry[1]
+            node = before if entry[2] is None else _first_grad_fn(entry[2])
+            if node is not None and node is not before:  # made by its pre-hooks (TP's inputs)
+                mark_node(node, module)
+            elif stack:  # past this module's inputs, backward is back in its parent
+                mark_node(node, stack[-1][0])
+            return output
+
+        call.__name__ = call.__qualname__ = "__call__"
+        call.__wrapped__ = orig  # type: ignore[attr-defined]
+        return call
+
+    def _root_forward(self, module: Module) -> None:
+        """An outermost module's forward begins: the first forward, or the next step's."""
+        self.roots.add(module)
+        self.forwarded = True
+        BACKWARD.module = None  # no backward since this forward yet
+        if not self.forward_seen:
+            self.forward_seen = True
+            if self.on_first_forward is not None:
+                self.on_first_forward()
+        if self.step == SETUP_STEP:
+            self.begin()
+        elif self.stepped and not self.explicit:
+            self.advance()
 
     def p2p_after_step(self) -> None:
         """A point-to-point op after the optimizer step: the next step has begun.
@@ -249,6 +291,40 @@ class BackwardModule:
 
 
 BACKWARD = BackwardModule()
+
+
+class ArgsSeen:
+    """The tracker whose module calls :func:`_args_seen` reports to (the installed one)."""
+
+    __slots__ = ("tracker",)
+
+    def __init__(self) -> None:
+        self.tracker: StepTracker | None = None
+
+
+_ARGS_SEEN = ArgsSeen()
+
+
+def _args_seen(module: Module, args: Any) -> None:
+    """A forward pre-hook kept last on modules with pre-hooks of their own: the args they made.
+
+    A module-level function, so a module holding it still copies and pickles.
+    """
+    tracker = _ARGS_SEEN.tracker
+    if tracker is not None:
+        stack = tracker._stack
+        if stack and stack[-1][0] is module:
+            stack[-1][2] = args
+
+
+def _keep_args_seen_last(module: Module) -> None:
+    """Make :func:`_args_seen` the last of ``module``'s forward pre-hooks."""
+    hooks = module._forward_pre_hooks
+    if hooks[next(reversed(hooks))] is _args_seen:
+        return
+    for key in [k for k, hook in hooks.items() if hook is _args_seen]:
+        del hooks[key]
+    module.register_forward_pre_hook(_args_seen)
 
 
 def _first_grad_fn(output: Any) -> Any:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from commlens.capture import ddp, frameworks, functional, mesh, python
 from commlens.capture.clock import all_ready, clock_record, measure_offset
 from commlens.capture.intercept import ACTIVE
-from commlens.capture.patching import restore_all
+from commlens.capture.patching import change, restore_all
 from commlens.capture.recorder import Recorder
 from commlens.errors import UsageError
 from commlens.trace.jobid import launch_facts
@@ -76,6 +76,8 @@ class Capture:
             mesh.install()
             functional.install()
             self.recorder.steps.install()
+            # Undone with the patches (and while a measurement suspends them).
+            change(self.recorder.steps.wrap_calls, self.recorder.steps.unwrap_calls)
             frameworks.install(self.recorder.steps)
             self.recorder.steps.on_first_forward = self._late_hooks
         except Exception:

@@ -1,0 +1,98 @@
+"""The module of an op issued by a module's own hooks: a parallel style's input and
+output redistributions belong to the module they wrap, in forward and in backward."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import commlens
+from tests.distributed import event_rows, run_ranks
+
+STEPS = 2
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(16, 32)
+        self.w2 = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(torch.relu(self.w1(x)))
+
+
+class _Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.mlp = _Mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_Layer(), _Layer()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _tp_sp(rank: int, world: int, out: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    warnings.simplefilter("ignore")
+    with commlens.capture(out, align_clocks=False):
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+        torch.manual_seed(0)
+        model = _Model()
+        plan = {
+            "norm": SequenceParallel(),
+            "mlp.w1": ColwiseParallel(input_layouts=Shard(1)),
+            "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+        }
+        for layer in model.layers:
+            parallelize_module(layer, mesh, plan)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(rank)
+        for _ in range(STEPS):
+            model(torch.randn(2, 4, 16)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        dist.destroy_process_group()
+
+
+def test_parallel_styles_redistributions_name_their_module(tmp_path: Path) -> None:
+    run_ranks(_tp_sp, 2, str(tmp_path), timeout=240)
+    got = event_rows(
+        tmp_path,
+        "select rank, step, phase, op, module, count(*) from events "
+        "where api = 'functional' and phase in ('forward', 'backward') group by all order by all",
+    )
+    for rank in range(2):
+        for step in range(STEPS):
+            mine = {(p, op, m): n for r, s, p, op, m, n in got if (r, s) == (rank, step)}
+            want = {}
+            for i in range(2):
+                w1, w2 = f"layers.{i}.mlp.w1", f"layers.{i}.mlp.w2"
+                want[("forward", "all_gather", w1)] = 1  # w1's input hook
+                want[("backward", "reduce_scatter", w1)] = 1  # ... its transpose
+                want[("forward", "reduce_scatter", w2)] = 1  # w2's output hook
+                want[("backward", "all_gather", w2)] = 1  # ... its transpose
+            assert mine == want, (rank, step, mine)

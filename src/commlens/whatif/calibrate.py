@@ -132,16 +132,18 @@ def fit_steps(
     ``flat``). A kind with latency-bound ops (:data:`LATENCY_BOUND`) gets the
     median of their measured time over steps, less the link's alpha; the kinds the own link keeps
     wire-bound (their latency hidden under the wire) get the median over all
-    latency-bound ops, 0 when there are none. Sends are left out: a send
-    returns once its bytes are buffered.
+    latency-bound ops, 0 when there are none. Point-to-point ops are left out
+    (they get that median): a send returns once its bytes are buffered, and a
+    receive's measured time runs from its send's start, so it holds how late the
+    receiver came.
     """
     tr = prog.trace
     kinds, kind_of, _ = _kinds(prog, fabric)
     k = op_steps(prog, fabric, flat=True)
     kept = np.isin(tr.step, steps)
-    sends = np.isin(np.array(tr.op_names, dtype=object), ("send", "send_object"))[tr.op]
+    p2p = (prog.send_of >= 0)[prog.inst]
     per_step = measured_s / np.maximum(k, 1) - _alphas(prog, fabric)
-    bound = (k > 0) & ~sends & (wire_s <= LATENCY_BOUND * measured_s)
+    bound = (k > 0) & ~p2p & (wire_s <= LATENCY_BOUND * measured_s)
     latency: dict[tuple[str, str, int], float] = {}
     pooled = []
     for j, code in enumerate(kinds.tolist()):

@@ -261,7 +261,10 @@ ASSUMPTIONS = (
 FLAT_RING = (
     "gloo: a collective whose group spans nodes runs one flat ring over its members in rank "
     "order at the inter-node rate (gloo has no hierarchical algorithm); the ring's edges that "
-    "leave a node share its link"
+    "leave a node share its link; a reduce-scatter costs an all-reduce (gloo has no native "
+    "one); a send returns once its bytes are buffered (its step latency), its receive ends "
+    "when the link has carried them, and the channel carries one message at a time (a send "
+    "that finds the socket buffer full and waits for the wire is not modelled)"
 )
 
 OP_TIMES = ("fit", "model", "delta")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from commlens.analysis import matched_events, op_table, open_run, skew_table, step_table
+from commlens.analysis import breakdown, matched_events, op_table, open_run, skew_table, step_table
 from commlens.analysis.coverage import headline_coverage
 from commlens.analysis.rankpass import rank_pass
 from commlens.report.build import build_report
@@ -23,13 +23,14 @@ DATA = Path(__file__).parent.parent / "data"
 
 
 def _queued_run(tmp_path: Path) -> Path:
-    """Three async all-gathers issued 1 µs apart, each served 100 µs, one after another."""
+    """Three async all-gathers issued 1 µs apart, each served 100 µs, one after another
+    (one server per group: an NCCL run)."""
     events = [
         ev(r, "all_gather", i, 100 * (i + 1), is_async=True, wait_us=0)
         for r in (0, 1)
         for i in range(3)
     ]
-    return write_run(tmp_path / "run", events, world_size=2)
+    return write_run(tmp_path / "run", events, world_size=2, extra={"backend": "nccl"})
 
 
 def test_service_times_of_queued_ops_add_up_to_the_union(tmp_path: Path) -> None:
@@ -43,6 +44,33 @@ def test_service_times_of_queued_ops_add_up_to_the_union(tmp_path: Path) -> None
     assert row["transfer_s"] == pytest.approx(row["service_s"])  # both ranks ready together
     # bandwidth over transfer time, the first call left out: 4096 B per 100 µs
     assert row["algbw_GBps"] == pytest.approx(4096 / 100e-6 / 1e9)
+
+
+def test_gloo_serves_two_ops_of_a_group_at_once_and_they_share_the_time(
+    tmp_path: Path,
+) -> None:
+    # two async all-reduces issued together end together at 200 µs (each alone: 100 µs),
+    # a third queued behind them runs alone from 200 to 300 µs
+    events = [
+        e
+        for r in (0, 1)
+        for e in (
+            ev(r, "all_reduce", 0, 200, is_async=True, wait_us=0, module="a"),
+            ev(r, "all_reduce", 1, 200, is_async=True, wait_us=0, module="b"),
+            ev(r, "all_reduce", 2, 300, is_async=True, wait_us=0, module="c"),
+        )
+    ]
+    run = write_run(tmp_path / "run", events, world_size=2)  # backend gloo
+    rows = {r["module"]: r for r in breakdown.module_table(run).to_pylist()}
+    assert rows["a"]["service_s"] == pytest.approx(2 * (1 + 199 / 2) * 1e-6)
+    assert rows["b"]["service_s"] == pytest.approx(2 * 199 / 2 * 1e-6)
+    assert rows["c"]["service_s"] == pytest.approx(2 * 100e-6)  # waited for a server
+    assert sum(r["service_s"] for r in rows.values()) == pytest.approx(2 * 300e-6)  # union
+    for r in matched_events(run).to_pylist():
+        assert r["queue_s"] + r["wait_last_s"] + r["transfer_s"] == pytest.approx(r["duration_s"])
+    nccl = write_run(tmp_path / "nccl", events, world_size=2, extra={"backend": "nccl"})
+    one = {r["module"]: r["service_s"] for r in breakdown.module_table(nccl).to_pylist()}
+    assert one == pytest.approx({"a": 400e-6, "b": 0.0, "c": 200e-6})  # one server
 
 
 def test_wait_and_transfer_never_negative_under_clock_skew(tmp_path: Path) -> None:

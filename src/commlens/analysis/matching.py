@@ -43,6 +43,7 @@ class MatchPart:
     t_start: np.ndarray  # service start on the group's queue (see rankpass)
     t_end: np.ndarray
     nbytes: np.ndarray  # size_bytes of each call
+    service: np.ndarray | None = None  # service time where it is not t_end − t_start
 
 
 @dataclass
@@ -116,10 +117,10 @@ def split(part: MatchPart, inst: Instances) -> Split:
     ids = inst.ids(part)
     ok = inst.complete[ids]
     ids, issue, start, end = ids[ok], part.t_issue[ok], part.t_start[ok], part.t_end[ok]
-    service = np.maximum(end - start, 0)
+    service = np.maximum(end - start if part.service is None else part.service[ok], 0)
     raw = inst.ready[ids] - start
     wait = np.clip(raw, 0, service)
-    return Split(ids, ok, start - issue, wait, service - wait, raw > service)
+    return Split(ids, ok, end - issue - service, wait, service - wait, raw > service)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 Each rank's events are read once (only the needed columns, strings
 dictionary-encoded, straight from its Parquet file) and give:
 
-- each op's service start on its group's queue: ``max(issue, latest end of
-  the group's earlier ops on that rank)`` (async ops queued on one group wait
-  behind each other; their service times add up to the union);
+- each op's service time on its group's queue (async ops queued on one group
+  wait for a free server: one on a CUDA stream, gloo's two worker threads on a
+  gloo-only run; ops served at once share the time; the service times of a
+  group's ops add up to the union of their intervals, see
+  :func:`commlens.analysis.timeline.queue_service`);
 - per step: the union of the op intervals ``[t_issue, t_end]`` (overlapping
   async ops count once) and of the blocked intervals ``[t_end − t_wait,
   t_end]``, op count, bytes, summed durations, first issue and last end
@@ -50,7 +52,7 @@ from commlens.analysis.rankagg import (
     rank_aggregate,
     split_aggregate,
 )
-from commlens.analysis.timeline import queue_starts, segments, spread, step_rows
+from commlens.analysis.timeline import GLOO_WORKERS, queue_service, segments, spread, step_rows
 from commlens.netem.nic import read_nic
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
@@ -213,6 +215,7 @@ def _run_pass(
     ops, groups, triples = names["op"], names["pg_name"], Codes()
     info = RunGroups()
     excluded = _groups_touching(run)
+    workers = GLOO_WORKERS if run.manifest.get("backend") == "gloo" else 1
     step_parts: list[dict[str, np.ndarray]] = []
     util_parts: list[tuple[int, np.ndarray]] = []
     agg_parts: list[pa.Table] = []
@@ -236,12 +239,10 @@ def _run_pass(
         e = t.column("t_end_ns").to_numpy()
         wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
         duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
-        start = queue_starts(pg, s, e)
+        start, service = queue_service(pg, s, e, workers)
         learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
         inside = _in_steps(step, headline) if headline is not None else None
-        agg_parts.append(
-            rank_aggregate(rank, names, codes, size, duration, wait, e - start, inside)
-        )
+        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, service, inside))
         step_parts.append(step_rows(rank, step, s, e, wait, size))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
@@ -263,6 +264,7 @@ def _run_pass(
                     size=gsize[keep].astype(np.int32),
                     t_issue=s[keep],
                     t_start=start[keep],
+                    service=service[keep] if workers > 1 else None,
                     t_end=e[keep],
                     nbytes=size[keep],
                 )

@@ -6,14 +6,12 @@ rank, in sequence order. For each instance, with arrivals ``t_issue`` on
 rank 0's clock:
 
 - skew = last arrival − first arrival;
-- a rank's queued time = its service start − own arrival, where the service
-  start is ``max(issue, end of the group's previous op on that rank)``
-  (:func:`commlens.analysis.timeline.queue_starts`): async ops queued on one
-  group wait behind each other;
+- a rank's queued time = its latency − its service time on the group's queue
+  (:func:`commlens.analysis.timeline.queue_service`): async ops queued on one
+  group wait for a free server, and ops served at once share it;
 - its wait for peers = the latest service start over the group's members −
   own service start, clamped to ``[0, own service time]``;
-- its transfer = the rest of its service time (own ``t_end`` − service start
-  − wait);
+- its transfer = the rest of its service time;
 
 so queued + wait + transfer = the rank's latency ``t_end − t_issue``, exactly,
 and none is negative. Where the clocks' skew exceeds the measurement (peers

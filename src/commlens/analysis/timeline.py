@@ -68,10 +68,23 @@ def step_rows(
     }
 
 
-def queue_starts(group: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """When each op's service on its group's queue began: ``max(issue, latest end of
-    the group's earlier ops)``, rows in issue (seq) order. ``end − start`` summed
-    over a group's ops is the union of their intervals, never more."""
+GLOO_WORKERS = 2
+"""Ops ProcessGroupGloo runs at once on one group (its worker threads, 2 by default)."""
+
+
+def queue_service(
+    group: np.ndarray, s: np.ndarray, e: np.ndarray, workers: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's service start and service time on its group's queue (ns).
+
+    Rows in issue (seq) order. A group serves its ops first in, first out on
+    ``workers`` servers: an op starts at ``max(issue, the time a server frees)``
+    (one server: the latest end of the group's earlier ops, as on a CUDA stream;
+    two: the second latest, as gloo's worker threads). Ops served at once share
+    the time equally: an op's service time is its share of ``[start, end]``, so
+    the service times of a group's ops add up to the union of their intervals,
+    never more (with one server it is ``end − start``).
+    """
     start = s.copy()
     small = group.size and 0 <= group.min() and group.max() < 2**15
     key = group.astype(np.int16) if small else group  # 16-bit keys: numpy's radix sort
@@ -79,9 +92,44 @@ def queue_starts(group: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     bounds = np.append(segments(key[order]), order.size)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         idx = order[a:b]
-        ends = np.maximum.accumulate(e[idx])
-        start[idx[1:]] = np.maximum(s[idx[1:]], ends[:-1])
-    return np.minimum(start, np.maximum(e, s))
+        free = _server_free(e[idx], workers)
+        start[idx[1:]] = np.maximum(s[idx[1:]], free[:-1])
+    start = np.minimum(start, np.maximum(e, s))
+    if workers == 1:
+        return start, e - start
+    service = np.empty_like(start)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        idx = order[a:b]
+        service[idx] = _shares(start[idx], e[idx])
+    return start, service
+
+
+def _server_free(ends: np.ndarray, workers: int) -> np.ndarray:
+    """After each op is taken, when the first of ``workers`` FIFO servers frees: the
+    ``workers``-th latest end so far (1 or 2 servers)."""
+    latest = np.maximum.accumulate(ends)
+    if workers == 1 or ends.size < 2:
+        return latest if workers == 1 else np.full(ends.size, np.iinfo(np.int64).min)
+    # second latest of ends[:i+1] = running max of min(latest of ends[:j], ends[j])
+    second = np.empty_like(ends)
+    second[0] = np.iinfo(np.int64).min
+    second[1:] = np.maximum.accumulate(np.minimum(latest[:-1], ends[1:]))
+    return second
+
+
+def _shares(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each interval's share of the time, the time split equally among the intervals
+    open at each moment (ns, rounded): ``F(end) − F(start)``, F the integral of 1/n."""
+    points = np.concatenate([start, end])
+    steps = np.concatenate([np.ones(start.size, np.int64), -np.ones(end.size, np.int64)])
+    order = np.lexsort((-steps, points))  # at one time, starts before ends
+    t, open_after = points[order], np.cumsum(steps[order])
+    dt = np.diff(t).astype(np.float64)
+    share = np.where(open_after[:-1] > 0, dt / np.maximum(open_after[:-1], 1), 0.0)
+    f = np.concatenate([[0.0], np.cumsum(share)])
+    at = np.empty(points.size, np.float64)
+    at[order] = f
+    return np.rint(at[start.size :] - at[: start.size]).astype(np.int64)
 
 
 def spread(

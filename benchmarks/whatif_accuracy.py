@@ -70,8 +70,9 @@ def capture(out: Path, model: str, scheme: str, link: str, steps: int, reuse: bo
 def fit_profile(out: Path, scheme: str, link: str, reuse: bool) -> str:
     """``commlens bench --fit`` on 4 ranks over 2 nodes joined by ``link``: the profile
     of a link whose rate is not known (unshaped veth: CPU-bound, so it depends on the
-    host and its load), measured right before the runs on it. Its path, or ``link``
-    itself (the built-in model of it) when the fit fails (noise on a loaded host)."""
+    host and its load), measured right before the runs on it (sizes from 64 KB when
+    all sizes give no line). Its path, or ``link`` itself (the built-in model of it)
+    when the fit fails (noise on a loaded host)."""
     path = out / f"{scheme}-{link}-fit.toml"
     if reuse and path.exists():
         return str(path)
@@ -80,6 +81,9 @@ def fit_profile(out: Path, scheme: str, link: str, reuse: bool) -> str:
     cmd += ["-w", "3", "-n", "20", "--fit", str(path), "--fit-name", link]
     cmd += [] if link == UNSHAPED else ["--link", link]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:  # small sizes too noisy for a line: fit the larger ones
+        cmd += ["--fit-min-size", "64K"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     load = os.getloadavg()[0]
     if proc.returncode:
         why = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"

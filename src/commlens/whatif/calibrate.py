@@ -125,7 +125,8 @@ def fit_steps(
     steps: list[int],
     burst_bytes: float,
 ) -> Steps:
-    """The step latency of each kind of op, from the events of ``steps``.
+    """The step latency of each kind of op, from the events of ``steps`` only (the
+    set-up window's first calls pay for connections and are no guide).
 
     ``wire_s`` is each event's time on the own link without step latency (a gloo
     run: its ops costed as :func:`~commlens.whatif.durations.modelled` does with
@@ -147,8 +148,7 @@ def fit_steps(
     latency: dict[tuple[str, str, int], float] = {}
     pooled = []
     for j, code in enumerate(kinds.tolist()):
-        mine = kind_of == j
-        pick = mine & kept & bound if (mine & kept).any() else mine & bound
+        pick = (kind_of == j) & kept & bound
         if pick.any():
             latency[_kind_name(prog, code)] = float(np.median(per_step[pick]))
             pooled.append(per_step[pick])

@@ -120,15 +120,29 @@ def _server_free(ends: np.ndarray, workers: int) -> np.ndarray:
 def _shares(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Each interval's share of the time, the time split equally among the intervals
     open at each moment (ns, rounded): ``F(end) − F(start)``, F the integral of 1/n."""
+    alone = end - start
+    if start.size < 2:
+        return alone
+    if np.all(start[1:] >= start[:-1]):  # first in, first out: only overlapping runs share
+        overlaps = start[1:] < np.maximum.accumulate(end)[:-1]
+        if not overlaps.any():
+            return alone  # one at a time: each holds its whole interval
+        run = np.concatenate([[0], np.cumsum(~overlaps)])
+        shared = np.bincount(run)[run] > 1
+        alone[shared] = _shared(start[shared], end[shared])
+        return alone
+    return _shared(start, end)
+
+
+def _shared(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     points = np.concatenate([start, end])
-    steps = np.concatenate([np.ones(start.size, np.int64), -np.ones(end.size, np.int64)])
-    order = np.lexsort((-steps, points))  # at one time, starts before ends
-    t, open_after = points[order], np.cumsum(steps[order])
-    dt = np.diff(t).astype(np.float64)
-    share = np.where(open_after[:-1] > 0, dt / np.maximum(open_after[:-1], 1), 0.0)
-    f = np.concatenate([[0.0], np.cumsum(share)])
+    delta = np.repeat(np.array([1, -1], np.int64), start.size)
+    order = np.lexsort((-delta, points))  # by time; at one time, starts before ends
+    running = np.cumsum(delta[order])[:-1]
+    gap = np.diff(points[order]).astype(np.float64)
+    share = np.where(running > 0, gap / np.maximum(running, 1), 0.0)
     at = np.empty(points.size, np.float64)
-    at[order] = f
+    at[order] = np.concatenate([[0.0], np.cumsum(share)])
     return np.rint(at[start.size :] - at[: start.size]).astype(np.int64)
 
 

@@ -29,6 +29,7 @@ from commlens.predict.topology import Fabric
 from commlens.whatif.durations import (
     OBJECT_AS_TENSOR,
     Steps,
+    dense_unique,
     host_in_alpha,
     instance_roles,
     op_steps,
@@ -101,7 +102,7 @@ def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.nd
     nodes = spans[prog.inst_group][prog.inst]
     op = tr.op.astype(np.int64)
     key = (nodes * len(tr.role_names) + roles) * len(tr.op_names) + op
-    kinds, kind_of = np.unique(key, return_inverse=True)
+    kinds, kind_of = dense_unique(key)
     return kinds, kind_of, nodes
 
 

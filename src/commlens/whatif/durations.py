@@ -215,24 +215,39 @@ def _per_kind(
     receive differ; its instance's size, group and role), evaluated once per
     distinct combination."""
     roles = instance_roles(prog)
-    n_groups, n_roles = len(groups), len(prog.trace.role_names)
+    n_roles = len(prog.trace.role_names)
     sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
     inst_key = (prog.inst_group * n_roles + roles) * sizes.size + size_of.ravel()
-    key = prog.trace.op.astype(np.int64) * (n_groups * n_roles * sizes.size) + inst_key[prog.inst]
-    unique, which = np.unique(key, return_inverse=True)
+    inst_kinds, inst_kind = np.unique(inst_key, return_inverse=True)
+    key = prog.trace.op.astype(np.int64) * inst_kinds.size + inst_kind.ravel()[prog.inst]
+    unique, which = dense_unique(key)
     times = np.array(
         [
             cost(
-                k // (sizes.size * n_roles * n_groups),
-                float(sizes[k % sizes.size]),
-                groups[k // (sizes.size * n_roles) % n_groups],
-                k // sizes.size % n_roles,
+                k // inst_kinds.size,
+                float(sizes[ik % sizes.size]),
+                groups[ik // (sizes.size * n_roles)],
+                ik // sizes.size % n_roles,
             )
-            for k in unique.tolist()
+            for k, ik in zip(
+                unique.tolist(), inst_kinds[unique % inst_kinds.size].tolist(), strict=True
+            )
         ],
         dtype=float,
     )
-    return times[which.ravel()]
+    return times[which]
+
+
+def dense_unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, index of each element's) of non-negative ``key``, in linear
+    time by counting when the values are few next to the elements, else by sorting."""
+    if key.size and int(key.max()) < 4 * key.size + 1024:
+        present = np.flatnonzero(np.bincount(key))
+        index = np.zeros(present[-1] + 1, dtype=np.int64)
+        index[present] = np.arange(present.size)
+        return present, index[key]
+    unique, which = np.unique(key, return_inverse=True)
+    return unique, which.ravel()
 
 
 def _groups_of_roles(

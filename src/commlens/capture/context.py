@@ -346,22 +346,39 @@ def _first_grad_fn(output: Any) -> Any:
 def mark_node(node: Any, module: Module) -> None:
     """When backward reaches ``node``, ``module`` becomes the backward module.
 
-    One pre-hook per node: the innermost module returning it (whose forward
-    hook runs first) names it.
+    One pre-hook per node: the innermost module returning it (whose call
+    returns first) names it. The hook is the module's own, made once: a
+    forward makes no objects per node beyond what registering it takes, so
+    it adds little for the garbage collector to walk.
     """
     if node is None:
         return
     meta = node.metadata
     if _HOOK_KEY in meta:
         return
+    meta[_HOOK_KEY] = True
+    node.register_prehook(_reached_hook(module))
+
+
+# id(module) -> (module ref, its backward pre-hook)
+_REACHED: dict[int, tuple[weakref.ref[Module], Callable[[Any], None]]] = {}
+
+
+def _reached_hook(module: Module) -> Callable[[Any], None]:
+    """The pre-hook that names ``module`` the backward module when autograd reaches it."""
+    hit = _REACHED.get(id(module))
+    if hit is not None and hit[0]() is module:
+        return hit[1]
     ref = weakref.ref(module)
-    meta[_HOOK_KEY] = ref
 
     def reached(_grads: Any) -> None:
         BACKWARD.module = ref
         BACKWARD.task = _graph_task_id()
 
-    node.register_prehook(reached)
+    if len(_REACHED) > 100_000:  # modules made and dropped in a loop
+        _REACHED.clear()
+    _REACHED[id(module)] = (ref, reached)
+    return reached
 
 
 class ModuleNames:

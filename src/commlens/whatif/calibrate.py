@@ -93,17 +93,17 @@ LATENCY_BOUND = 0.25
 its measured time: then its measured time over its steps is its step latency."""
 
 
-def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(kind codes, kind of each event, nodes its group spans) of the run's events:
-    a kind is (nodes, role, op)."""
+def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """(kind codes, kind of each event) of the run's events: a kind is (nodes its
+    group spans, role, op)."""
     tr = prog.trace
-    roles = instance_roles(prog)[prog.inst]
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
-    nodes = spans[prog.inst_group][prog.inst]
-    op = tr.op.astype(np.int64)
-    key = (nodes * len(tr.role_names) + roles) * len(tr.op_names) + op
-    kinds, kind_of = dense_unique(key)
-    return kinds, kind_of, nodes
+    per_inst = spans[prog.inst_group] * len(tr.role_names) + instance_roles(prog)
+    key = per_inst[prog.inst]
+    del per_inst
+    key *= len(tr.op_names)
+    key += tr.op
+    return dense_unique(key)
 
 
 def _kind_name(prog: Program, code: int) -> tuple[str, str, int]:
@@ -140,7 +140,7 @@ def fit_steps(
     receiver came.
     """
     tr = prog.trace
-    kinds, kind_of, _ = _kinds(prog, fabric)
+    kinds, kind_of = _kinds(prog, fabric)
     k = op_steps(prog, fabric, flat=True)
     kept = np.isin(tr.step, steps)
     p2p = (prog.send_of >= 0)[prog.inst]
@@ -187,7 +187,7 @@ def fit_cpu_terms(
     fitted on all its events.
     """
     tr = prog.trace
-    kinds, kind_of, _ = _kinds(prog, fabric)
+    kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
     size = prog.inst_size[prog.inst]
     resid = measured_s - own_s
@@ -209,18 +209,26 @@ def fit_cpu_terms(
                 step_latency_s=step_model.latency(op, role, nodes) if step_model else 0.0,
             )
         )
-    extra = alpha[kind_of] + beta[kind_of] * size
-    return Calibration(
-        extra + _rank_offsets(kind_of * tr.world_size + tr.rank, resid - extra, kept), terms
-    )
+    extra = beta[kind_of]
+    extra *= size
+    del size
+    extra += alpha[kind_of]
+    rest = resid
+    rest -= extra
+    key = kind_of
+    key *= tr.world_size
+    key += tr.rank
+    del kind_of
+    extra += _rank_offsets(key, rest, kept)
+    return Calibration(extra, terms)
 
 
 def _rank_offsets(key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.ndarray:
     """Mean of ``rest`` per ``key`` (kind and rank) over the kept events (all where none is
     kept), per event: the members of one collective end apart (a ring's last hop, a rank's
     completion path), and each rank keeps its own lag."""
-    keys, which = np.unique(key, return_inverse=True)
-    kept_n = np.bincount(which, weights=kept, minlength=keys.size)
+    keys, which = dense_unique(key)
+    kept_n = np.bincount(which[kept], minlength=keys.size)
     all_n = np.bincount(which, minlength=keys.size)
     kept_sum = np.bincount(which, weights=np.where(kept, rest, 0.0), minlength=keys.size)
     all_sum = np.bincount(which, weights=rest, minlength=keys.size)

@@ -29,7 +29,6 @@ on before the burst completed, at the op's own completion instead.
 
 from __future__ import annotations
 
-import functools
 from array import array
 from dataclasses import dataclass
 
@@ -50,11 +49,15 @@ class Program:
 
     trace: Trace
     kinds: list[array[int]]
-    """Per rank, the kind of each mark."""
+    """Per rank, the kind of each mark (``array('b')``)."""
     args: list[array[int]]
-    """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark."""
+    """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (``array('i')``)."""
     gaps: list[array[float]]
     """Per rank, seconds of compute before each mark."""
+    as_lists: dict[str, array[int]]
+    """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and ``recv_of``
+    as flat arrays (quick to index from Python; 4 bytes an entry, 1 for the flags), made
+    once for every replay of the program: the numpy fields below are views of them."""
     inst: np.ndarray
     """Instance of each event."""
     members: np.ndarray
@@ -81,18 +84,25 @@ class Program:
     def instances(self) -> int:
         return int(self.first_of_queue.size)
 
-    @functools.cached_property
-    def as_lists(self) -> dict[str, array[int]]:
-        """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and
-        ``recv_of`` as flat arrays (8 bytes an entry, quick to index from Python),
-        made once for every replay of the program."""
-        names = ("inst", "members", "offsets", "first_of_queue", "send_of", "recv_of")
-        return {name: ints(getattr(self, name)) for name in names}
+
+INDEX_TYPES = {"b": np.bool_, "i": np.int32}
+"""Numpy types of the ``array`` type codes of :attr:`Program.as_lists`."""
+INDEX_FIELDS = {
+    "inst": "i",
+    "members": "i",
+    "offsets": "i",
+    "first_of_queue": "b",
+    "send_of": "i",
+    "recv_of": "i",
+}
+"""The fields of :attr:`Program.as_lists` and their ``array`` type codes."""
 
 
-def ints(values: np.ndarray) -> array[int]:
-    """``values`` as a flat ``array('q')``."""
-    return array("q", np.ascontiguousarray(values, dtype=np.int64).tobytes())
+def compact(values: np.ndarray, code: str) -> tuple[array[int], np.ndarray]:
+    """``values`` as a flat ``array(code)`` (``'i'``: int32, ``'b'``: flags) and a numpy
+    view of it."""
+    flat = array(code, np.ascontiguousarray(values, dtype=INDEX_TYPES[code]).tobytes())
+    return flat, np.frombuffer(flat, dtype=INDEX_TYPES[code])
 
 
 def floats(values: np.ndarray) -> array[float]:
@@ -273,18 +283,24 @@ def build_program(tr: Trace) -> Program:
     shifts = causal_shifts(tr, inst, send_of, recv_of)
     if shifts.any():
         tr = shifted(tr, shifts)
+    lists, views = {}, {}
+    columns = (inst, order, offsets, first, send_of, recv_of)
+    for (name, code), values in zip(INDEX_FIELDS.items(), columns, strict=True):
+        lists[name], views[name] = compact(values, code)
+    del inst, order, offsets, first, send_of, recv_of, columns, values  # the int64 copies
     kinds, args, gaps, t0 = _marks(tr)
     return Program(
         trace=tr,
         kinds=kinds,
         args=args,
         gaps=gaps,
-        inst=inst,
-        members=order,
-        offsets=offsets,
-        first_of_queue=first,
-        send_of=send_of,
-        recv_of=recv_of,
+        as_lists=lists,
+        inst=views["inst"],
+        members=views["members"],
+        offsets=views["offsets"],
+        first_of_queue=views["first_of_queue"],
+        send_of=views["send_of"],
+        recv_of=views["recv_of"],
         inst_op=inst_op,
         inst_size=inst_size,
         inst_group=inst_group,
@@ -327,7 +343,7 @@ def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[array[fl
         order = np.lexsort((tie, prio, time))
         time, free = time[order], np.maximum.accumulate(free[order])
         before = np.r_[t0, free[:-1]]
-        kinds.append(ints(kind[order]))
-        args.append(ints(arg[order]))
+        kinds.append(array("b", kind[order].astype(np.int8).tobytes()))
+        args.append(array("i", arg[order].astype(np.int32).tobytes()))
         gaps.append(floats(np.maximum(time - before, 0) / 1e9))
     return kinds, args, gaps, t0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.model import Program, floats, ints
+from commlens.whatif.model import Program
 
 
 @dataclass
@@ -43,6 +43,12 @@ class Timeline:
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
 
+def seconds(values: np.ndarray) -> memoryview:
+    """``values`` as float64 items quick to index from Python, without a copy where
+    they are float64 already."""
+    return np.ascontiguousarray(values, dtype=np.float64).data
+
+
 def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) -> Timeline:
     """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
 
@@ -53,22 +59,22 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
     if release is None:
         release = np.zeros(prog.instances)
         np.maximum.at(release, prog.inst, dur)
-    free_after = floats(release)
+    free_after = seconds(release)
     n_ev, n_inst = prog.inst.size, prog.instances
     lists = prog.as_lists
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
-    d = floats(dur)
+    d = seconds(dur)
     nan = array("d", [float("nan")])
     issue = nan * n_ev
     end = nan * n_ev
     held = array("d", [0.0]) * n_ev
-    missing = ints(np.diff(prog.offsets))
+    missing = array("i", np.diff(prog.offsets).astype(np.int32).tobytes())
     ready = array("d", [0.0]) * n_inst
     start = nan * n_inst
     qend = nan * n_inst
     arrival = nan * n_inst
-    by = array("q", [-1]) * n_inst
+    by = array("i", [-1]) * n_inst
     queued = array("b", [0]) * n_inst
     steps = nan * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
@@ -181,7 +187,7 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         end=np.frombuffer(end, dtype=np.float64),
         held=np.frombuffer(held, dtype=np.float64),
         start=np.frombuffer(start, dtype=np.float64),
-        by=np.frombuffer(by, dtype=np.int64),
+        by=np.frombuffer(by, dtype=np.int32),
         queued=np.frombuffer(queued, dtype=np.int8).astype(bool),
         step_marks=np.frombuffer(steps, dtype=np.float64),
     )

@@ -233,10 +233,13 @@ def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | Non
     return None
 
 
-def self_check(prog: Program, steps: list[int]) -> tuple[SelfCheck, Answer]:
-    """Replay with measured op times; how far it lands from the capture."""
+def self_check(
+    prog: Program, steps: list[int], times: np.ndarray | None = None
+) -> tuple[SelfCheck, Answer]:
+    """Replay with measured op times (``times``: :func:`measured`'s, when already
+    found); how far it lands from the capture."""
     tr = prog.trace
-    tl = replay(prog, measured(prog), measured_release(prog))
+    tl = replay(prog, measured(prog) if times is None else times, measured_release(prog))
     cap = (tr.step_end - tr.step_start) / 1e9
     rep = tl.step_marks[1::2] - tl.step_marks[0::2]
     kept = np.isin(tr.step_index, steps)
@@ -285,12 +288,12 @@ OP_TIME_ASSUMPTIONS = {
 }
 
 
-def delta_release(prog: Program, times: np.ndarray) -> np.ndarray:
-    """When each instance frees its queue in a replay with ``times`` made of measured
-    times plus changes (``--op-times delta``): as captured, later by the largest change
-    of its members (never before its start)."""
+def delta_release(prog: Program, times: np.ndarray, measured_s: np.ndarray) -> np.ndarray:
+    """When each instance frees its queue in a replay with ``times`` made of the
+    measured times ``measured_s`` plus changes (``--op-times delta``): as captured,
+    later by the largest change of its members (never before its start)."""
     change = np.full(prog.instances, -np.inf)
-    np.maximum.at(change, prog.inst, times - measured(prog))
+    np.maximum.at(change, prog.inst, times - measured_s)
     return np.maximum(measured_release(prog) + change, 0.0)
 
 
@@ -349,7 +352,8 @@ def run_study(
     used = op_times if own is not None else "model"
     prog = build_program(trace)
     flat = trace.manifest.get("backend") == "gloo"
-    check, captured = self_check(prog, keep)
+    took = measured(prog)
+    check, captured = self_check(prog, keep, took)
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
     own_burst = recorded_burst(trace)
     step_model = Steps(burst_bytes=own_burst)
@@ -357,19 +361,27 @@ def run_study(
         fabric = Fabric(
             inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
         )
-        step_model = Steps(burst_bytes=own_burst)
         if flat and used != "model":
             wire = modelled(prog, fabric, flat=flat, steps=step_model)
-            step_model = fit_steps(prog, fabric, measured(prog), wire, keep, own_burst)
+            step_model = fit_steps(prog, fabric, took, wire, keep, own_burst)
+            del wire
         own_times = modelled(prog, fabric, flat=flat, steps=step_model)
         if used == "delta":
-            base = measured(prog) - own_times
+            base = took - own_times
         elif used == "fit":
-            calibration = fit_cpu_terms(prog, fabric, measured(prog), own_times, keep, step_model)
+            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model)
             base, terms = calibration.extra_s, calibration.terms
-        times = np.maximum(own_times + base, 0.0)
-        timeline = replay(prog, times, delta_release(prog, times) if used == "delta" else None)
+            del calibration
+        own_times += base
+        times = np.maximum(own_times, 0.0, out=own_times)
+        del own_times
+        release = delta_release(prog, times, took) if used == "delta" else None
+        timeline = replay(prog, times, release)
+        del times, release
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
+        del timeline
+    if used != "delta":
+        del took  # only delta's releases need the measured times again
     groups, world = prog.cost_groups, trace.world_size
     if dp is not None:
         groups, world = scaled_groups(prog, dp)
@@ -382,11 +394,14 @@ def run_study(
             algorithm=algorithm,
         )
         on = replace(step_model, burst_bytes=link_burst(profile))
-        times = np.maximum(base + modelled(prog, fabric, groups, flat=flat, steps=on), 0.0)
-        release = delta_release(prog, times) if used == "delta" else None
-        answers.append(
-            Answer(profile.name, profile, figures(prog, replay(prog, times, release), keep))
-        )
+        times = modelled(prog, fabric, groups, flat=flat, steps=on)
+        times += base
+        np.maximum(times, 0.0, out=times)
+        release = delta_release(prog, times, took) if used == "delta" else None
+        timeline = replay(prog, times, release)
+        del times, release
+        answers.append(Answer(profile.name, profile, figures(prog, timeline, keep)))
+        del timeline
     shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
     ring = [FLAT_RING] if flat else []
     assumptions = [*ASSUMPTIONS[:-1], *ring, *link_assumptions(own_burst, profiles, step_model)]

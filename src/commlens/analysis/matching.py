@@ -29,7 +29,12 @@ Triple = tuple[str, str, str]
 
 @dataclass(frozen=True)
 class MatchPart:
-    """One rank's collective calls that can be matched across ranks."""
+    """One rank's collective calls that can be matched across ranks.
+
+    Times after the issue are kept as offsets from it, and counts, in 32 bits
+    where they fit (:func:`compact`): these arrays hold a number or so per
+    collective call of the run until the matching is summed.
+    """
 
     rank: int
     pairs: np.ndarray  # the distinct global (group, op) codes of this rank's calls
@@ -40,10 +45,24 @@ class MatchPart:
     step: np.ndarray
     size: np.ndarray  # group size
     t_issue: np.ndarray
-    t_start: np.ndarray  # service start on the group's queue (see rankpass)
-    t_end: np.ndarray
+    queued: np.ndarray  # service start on the group's queue − issue (see rankpass)
+    latency: np.ndarray  # t_end − t_issue
     nbytes: np.ndarray  # size_bytes of each call
     service: np.ndarray | None = None  # service time where it is not t_end − t_start
+
+    @property
+    def t_start(self) -> np.ndarray:
+        return self.t_issue + self.queued
+
+    @property
+    def t_end(self) -> np.ndarray:
+        return self.t_issue + self.latency
+
+
+def compact(values: np.ndarray) -> np.ndarray:
+    """``values`` as 32-bit integers where they all fit, else as they are."""
+    small = values.size == 0 or (values.min() >= -(2**31) and values.max() < 2**31)
+    return values.astype(np.int32) if small else values
 
 
 @dataclass
@@ -79,15 +98,15 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
     first = np.full(total, np.iinfo(np.int64).max, np.int64)
     last = np.full(total, np.iinfo(np.int64).min, np.int64)
     ready = np.full(total, np.iinfo(np.int64).min, np.int64)
-    seen = np.zeros(total, np.int64)
-    size = np.zeros(total, np.int64)
+    seen = np.zeros(total, np.int32)
+    size = np.zeros(total, np.int32)
     triple = np.zeros(total, np.int32)
     inst = Instances(offset, first, last, ready, seen, triple)
     for part in parts:  # ids are unique within a rank: plain fancy indexing is safe
         ids = inst.ids(part)
         first[ids] = np.minimum(first[ids], part.t_issue)
         last[ids] = np.maximum(last[ids], part.t_issue)
-        ready[ids] = np.maximum(ready[ids], part.t_start)
+        ready[ids] = np.maximum(ready[ids], part.t_issue + part.queued)
         seen[ids] += 1
         size[ids] = part.size
         triple[ids] = part.triple
@@ -116,11 +135,13 @@ def split(part: MatchPart, inst: Instances) -> Split:
     """The latency split of ``part``'s calls in complete instances."""
     ids = inst.ids(part)
     ok = inst.complete[ids]
-    ids, issue, start, end = ids[ok], part.t_issue[ok], part.t_start[ok], part.t_end[ok]
-    service = np.maximum(end - start if part.service is None else part.service[ok], 0)
-    raw = inst.ready[ids] - start
+    ids, issue = ids[ok], part.t_issue[ok]
+    queued, latency = part.queued[ok].astype(np.int64), part.latency[ok].astype(np.int64)
+    own = latency - queued if part.service is None else part.service[ok].astype(np.int64)
+    service = np.maximum(own, 0)
+    raw = inst.ready[ids] - (issue + queued)
     wait = np.clip(raw, 0, service)
-    return Split(ids, ok, end - issue - service, wait, service - wait, raw > service)
+    return Split(ids, ok, latency - service, wait, service - wait, raw > service)
 
 
 @dataclass(frozen=True)
@@ -227,7 +248,7 @@ def _calls(part: MatchPart, inst: Instances) -> _Calls:
         triple=part.triple[ok],
         step=part.step[ok],
         issue=part.t_issue[ok],
-        end=part.t_end[ok],
+        end=part.t_issue[ok] + part.latency[ok],
         first=inst.first[sp.ids],
         last=inst.last[sp.ids],
         queue=sp.queue,

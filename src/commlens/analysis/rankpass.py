@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
-from commlens.analysis.matching import Matched, MatchPart, match_calls
+from commlens.analysis.matching import Matched, MatchPart, compact, match_calls
 from commlens.analysis.rankagg import (
     BUCKET_SQL,
     RunGroups,
@@ -259,14 +259,14 @@ def _run_pass(
                     pair=pair.astype(np.int32),
                     k=_kth(pair, pairs.size),
                     triple=_triple_codes(triples, pairs, pair, role[keep]),
-                    seq=seq[keep],
+                    seq=compact(seq[keep]),
                     step=step[keep].astype(np.int32),
                     size=gsize[keep].astype(np.int32),
                     t_issue=s[keep],
-                    t_start=start[keep],
-                    service=service[keep] if workers > 1 else None,
-                    t_end=e[keep],
-                    nbytes=size[keep],
+                    queued=compact(start[keep] - s[keep]),
+                    latency=compact(e[keep] - s[keep]),
+                    nbytes=compact(size[keep]),
+                    service=compact(service[keep]) if workers > 1 else None,
                 )
             )
     split = [tuple(v.split("\x00")) for v in triples.values]

@@ -142,14 +142,17 @@ def fit_steps(
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
     k = op_steps(prog, fabric, flat=True)
-    kept = np.isin(tr.step, steps)
     p2p = (prog.send_of >= 0)[prog.inst]
-    per_step = measured_s / np.maximum(k, 1) - _alphas(prog, fabric)
     bound = (k > 0) & ~p2p & (wire_s <= LATENCY_BOUND * measured_s)
+    picked = np.flatnonzero(bound & np.isin(tr.step, steps))
+    del bound, p2p
+    per_step = measured_s[picked] / np.maximum(k[picked], 1) - _alphas(prog, fabric, picked)
+    kind_picked = kind_of[picked]
+    del k, kind_of
     latency: dict[tuple[str, str, int], float] = {}
     pooled = []
     for j, code in enumerate(kinds.tolist()):
-        pick = (kind_of == j) & kept & bound
+        pick = kind_picked == j
         if pick.any():
             latency[_kind_name(prog, code)] = float(np.median(per_step[pick]))
             pooled.append(per_step[pick])
@@ -157,18 +160,19 @@ def fit_steps(
     return Steps(latency, default, burst_bytes)
 
 
-def _alphas(prog: Program, fabric: Fabric) -> np.ndarray:
-    """Alpha of the link each event's op crosses, unless its profile holds the host's
-    latency (:func:`~commlens.whatif.durations.host_in_alpha`): then 0."""
+def _alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
+    """Alpha of the link each of ``events``' ops crosses, unless its profile holds the
+    host's latency (:func:`~commlens.whatif.durations.host_in_alpha`): then 0."""
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
-    across = spans[prog.inst_group][prog.inst] > 1
+    across = (spans[prog.inst_group] > 1)[prog.inst[events]]
     names = [OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names]
 
-    def alphas(profile: NetworkProfile) -> np.ndarray:
-        return np.array([0.0 if host_in_alpha(profile) else profile.alpha(o) for o in names])
+    def alphas(profile: NetworkProfile) -> list[float]:
+        return [0.0 if host_in_alpha(profile) else profile.alpha(o) for o in names]
 
-    return np.where(across, alphas(fabric.inter)[tr.op], alphas(fabric.intra)[tr.op])
+    table = np.array([alphas(fabric.intra), alphas(fabric.inter)])
+    return table[across.astype(np.intp), tr.op[events]]
 
 
 def fit_cpu_terms(

@@ -69,7 +69,6 @@ class Program:
     """The send event of a p2p instance, -1 for a collective."""
     recv_of: np.ndarray
     """The receive event of a p2p instance, -1 for a collective."""
-    inst_op: np.ndarray
     inst_size: np.ndarray
     inst_group: np.ndarray
     """Cost group of each instance: an index into ``cost_groups``."""
@@ -276,8 +275,6 @@ def build_program(tr: Trace) -> Program:
     total = first.size
     order = np.argsort(inst, kind="stable")
     offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
-    inst_op = np.zeros(total, dtype=np.int64)
-    inst_op[inst] = tr.op
     inst_size = np.zeros(total, dtype=np.int64)
     np.maximum.at(inst_size, inst, tr.size_bytes)
     shifts = causal_shifts(tr, inst, send_of, recv_of)
@@ -301,7 +298,6 @@ def build_program(tr: Trace) -> Program:
         first_of_queue=views["first_of_queue"],
         send_of=views["send_of"],
         recv_of=views["recv_of"],
-        inst_op=inst_op,
         inst_size=inst_size,
         inst_group=inst_group,
         cost_groups=cost_groups,

@@ -188,20 +188,25 @@ def match_calls(
     n_rank = max((p.rank for p in parts), default=-1) + 1
     n_step = max((int(p.step.max()) + 1 for p in parts if p.step.size), default=0)
     sums = _Sums.zeros(len(triples), n_rank, n_step)
-    head = _Sums.zeros(len(triples), n_rank, n_step) if inside is not None else None
+    outside = _Sums.zeros(len(triples), n_rank, n_step) if inside is not None else None
     for part in parts:
         calls = _calls(part, inst)
         sums.add(part.rank, calls)
-        if head is not None and inside is not None:
-            head.add(part.rank, calls.where(inside[calls.ids]), per_step=False)
+        if outside is not None and inside is not None:  # usually few: set-up, warm-up, tail
+            out = ~inside[calls.ids]
+            if out.any():
+                outside.add(part.rank, calls.where(out), per_step=False)
     whole = Matched(parts, inst, triples, sums.per_triple, sums.per_rank, sums.per_step)
-    if head is None or inside is None or steps is None:
+    if outside is None or inside is None or steps is None:
         return whole, None
     inner = replace(inst, complete=inst.complete & inside)
     step = np.arange(n_step)  # per step: the whole run's rows of the steps inside
     keep = (step >= (steps[0] or 0)) & (step < (steps[1] if steps[1] is not None else n_step))
     per_step = {k: np.where(keep, v, 0.0) for k, v in sums.per_step.items()}
-    return whole, Matched(parts, inner, triples, head.per_triple, head.per_rank, per_step)
+    # every sum is of non-negative terms: the difference is clipped at 0 against rounding
+    per_triple = {k: np.maximum(v - outside.per_triple[k], 0.0) for k, v in sums.per_triple.items()}
+    per_rank = {k: np.maximum(v - outside.per_rank[k], 0.0) for k, v in sums.per_rank.items()}
+    return whole, Matched(parts, inner, triples, per_triple, per_rank, per_step)
 
 
 def _inside(parts: tuple[MatchPart, ...], inst: Instances, steps: StepRange) -> np.ndarray:

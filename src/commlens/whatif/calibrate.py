@@ -193,13 +193,12 @@ def fit_cpu_terms(
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
-    size = prog.inst_size[prog.inst]
     resid = measured_s - own_s
     terms, alpha, beta = [], np.zeros(kinds.size), np.zeros(kinds.size)
     for k, code in enumerate(kinds.tolist()):
         mine = kind_of == k
         pick = mine & kept if (mine & kept).any() else mine
-        alpha[k], beta[k] = _fit_line(size[pick], resid[pick])
+        alpha[k], beta[k] = _fit_line(prog.inst_size[prog.inst[pick]], resid[pick])
         op, role, nodes = _kind_name(prog, code)
         terms.append(
             OpTerm(
@@ -214,8 +213,7 @@ def fit_cpu_terms(
             )
         )
     extra = beta[kind_of]
-    extra *= size
-    del size
+    extra *= prog.inst_size[prog.inst]
     extra += alpha[kind_of]
     rest = resid
     rest -= extra

@@ -219,8 +219,13 @@ def _per_kind(
     sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
     inst_key = (prog.inst_group * n_roles + roles) * sizes.size + size_of.ravel()
     inst_kinds, inst_kind = np.unique(inst_key, return_inverse=True)
-    key = prog.trace.op.astype(np.int64) * inst_kinds.size + inst_kind.ravel()[prog.inst]
+    del roles, size_of, inst_key
+    key = prog.trace.op.astype(np.int64)
+    key *= inst_kinds.size
+    key += inst_kind.ravel()[prog.inst]
+    del inst_kind
     unique, which = dense_unique(key)
+    del key
     times = np.array(
         [
             cost(

@@ -373,15 +373,15 @@ def run_study(
             base, terms = calibration.extra_s, calibration.terms
             del calibration
         own_times += base
-        times = np.maximum(own_times, 0.0, out=own_times)
-        del own_times
-        release = delta_release(prog, times, took) if used == "delta" else None
-        timeline = replay(prog, times, release)
-        del times, release
-        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
-        del timeline
+        np.maximum(own_times, 0.0, out=own_times)
     if used != "delta":
         del took  # only delta's releases need the measured times again
+    if own is not None:
+        release = delta_release(prog, own_times, took) if used == "delta" else None
+        timeline = replay(prog, own_times, release)
+        del own_times, release
+        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
+        del timeline
     groups, world = prog.cost_groups, trace.world_size
     if dp is not None:
         groups, world = scaled_groups(prog, dp)

@@ -28,15 +28,20 @@ MAX_PAIRS_GROUP = 64
 MAX_WORLD = 4096
 """Beyond this many ranks clocks are taken as read."""
 NONE = np.iinfo(np.int64).max
+PAIRS_AT_ONCE = 1 << 16
+"""Member pairs of a group's instances handled in one pass (their arrays' length)."""
 
 
-def _bounds(tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray) -> np.ndarray:
-    """W[a, b]: the least ``end_b − issue_a`` over the pairs that must be ordered (ns)."""
+def _bounds(
+    tr: Trace, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+) -> np.ndarray:
+    """W[a, b]: the least ``end_b − issue_a`` over the pairs that must be ordered (ns);
+    ``members``: the events in the order of their instances."""
     w = tr.world_size
     bound = np.full((w, w), NONE, dtype=np.int64)
     strict = np.isin(np.array(tr.op_names, dtype=object), STRICT)[tr.op]
-    events = np.flatnonzero(strict)
-    order = events[np.argsort(inst[events], kind="stable")]
+    order = members[strict[members]]
+    del strict
     inst_sorted = inst[order]
     cuts = np.flatnonzero(np.r_[True, inst_sorted[1:] != inst_sorted[:-1], True])
     sizes = np.diff(cuts)
@@ -44,15 +49,17 @@ def _bounds(tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarra
         if n < 2:
             continue
         starts = cuts[:-1][sizes == n]
-        members = order[starts[:, None] + np.arange(n)]  # instances x members
         if n <= MAX_PAIRS_GROUP:
             a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
             a, b = a[a != b], b[a != b]
         else:
             a, b = np.arange(n), np.roll(np.arange(n), -1)
             a, b = np.r_[a, b], np.r_[b, a]
-        ea, eb = members[:, a].ravel(), members[:, b].ravel()
-        np.minimum.at(bound, (tr.rank[ea], tr.rank[eb]), tr.t_end[eb] - tr.t_issue[ea])
+        rows = max(1, PAIRS_AT_ONCE // a.size)  # instances a pass: its pairs' arrays stay small
+        for lo in range(0, starts.size, rows):
+            members = order[starts[lo : lo + rows, None] + np.arange(n)]  # instances x members
+            ea, eb = members[:, a].ravel(), members[:, b].ravel()
+            np.minimum.at(bound, (tr.rank[ea], tr.rank[eb]), tr.t_end[eb] - tr.t_issue[ea])
     pairs = send_of >= 0
     s, r = send_of[pairs], recv_of[pairs]
     np.minimum.at(bound, (tr.rank[s], tr.rank[r]), tr.t_end[r] - tr.t_issue[s])
@@ -60,14 +67,15 @@ def _bounds(tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarra
 
 
 def causal_shifts(
-    tr: Trace, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+    tr: Trace, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
 ) -> np.ndarray:
-    """Nanoseconds to add to each rank's times (all 0 when the clocks respect causality)."""
+    """Nanoseconds to add to each rank's times (all 0 when the clocks respect causality);
+    ``members``: the events in the order of their instances (stable)."""
     w = tr.world_size
     shifts = np.zeros(w, dtype=np.int64)
     if w < 2 or w > MAX_WORLD:
         return shifts
-    bound = _bounds(tr, inst, send_of, recv_of)
+    bound = _bounds(tr, inst, members, send_of, recv_of)
     if not (bound < 0).any():
         return shifts
     a, b = np.nonzero(np.triu((bound < NONE) & (bound.T < NONE), 1))

@@ -277,7 +277,7 @@ def build_program(tr: Trace) -> Program:
     offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
     inst_size = np.zeros(total, dtype=np.int64)
     np.maximum.at(inst_size, inst, tr.size_bytes)
-    shifts = causal_shifts(tr, inst, send_of, recv_of)
+    shifts = causal_shifts(tr, inst, order, send_of, recv_of)
     if shifts.any():
         tr = shifted(tr, shifts)
     lists, views = {}, {}

@@ -67,10 +67,12 @@ class Calibration:
     terms: list[OpTerm]
 
 
-def _fit_line(size: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
+def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
     """``alpha, beta >= 0`` of ``resid ≈ alpha + beta·size``, by least squares on the
-    mean residual per size weighted by its calls."""
-    sizes, which, counts = np.unique(size, return_inverse=True, return_counts=True)
+    mean residual per size weighted by its calls; the calls' sizes are
+    ``sizes[size_of]`` (``sizes`` sorted and distinct)."""
+    present, which = dense_unique(size_of)
+    sizes, counts = sizes[present], np.bincount(which)
     mean = np.bincount(which, weights=resid) / counts
     w = counts.astype(float)
     if sizes.size > 1:
@@ -194,11 +196,14 @@ def fit_cpu_terms(
     kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
     resid = measured_s - own_s
+    sizes, inst_size_of = np.unique(prog.inst_size, return_inverse=True)
+    size_of = inst_size_of.ravel().astype(np.int32)[prog.inst]
+    del inst_size_of
     terms, alpha, beta = [], np.zeros(kinds.size), np.zeros(kinds.size)
     for k, code in enumerate(kinds.tolist()):
         mine = kind_of == k
         pick = mine & kept if (mine & kept).any() else mine
-        alpha[k], beta[k] = _fit_line(prog.inst_size[prog.inst[pick]], resid[pick])
+        alpha[k], beta[k] = _fit_line(sizes, size_of[pick], resid[pick])
         op, role, nodes = _kind_name(prog, code)
         terms.append(
             OpTerm(
@@ -212,6 +217,7 @@ def fit_cpu_terms(
                 step_latency_s=step_model.latency(op, role, nodes) if step_model else 0.0,
             )
         )
+    del size_of
     extra = beta[kind_of]
     extra *= prog.inst_size[prog.inst]
     extra += alpha[kind_of]

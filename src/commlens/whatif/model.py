@@ -109,22 +109,24 @@ def floats(values: np.ndarray) -> array[float]:
     return array("d", np.ascontiguousarray(values, dtype=np.float64).tobytes())
 
 
-def _ordinal(keys: np.ndarray) -> np.ndarray:
-    """Position of each element among the earlier ones with the same key (stable)."""
+def _ordinal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position of each element among the earlier ones with the same key, the
+    elements' stable order by key)."""
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    del sorted_keys
     run_start = np.repeat(starts, np.diff(np.r_[starts, keys.size]))
     out = np.empty(keys.size, dtype=np.int64)
     out[order] = np.arange(keys.size) - run_start
-    return out
+    return out, order
 
 
 def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(instance, first-of-queue flags) of the collective events ``idx``."""
     n_ranks = int(tr.rank.max()) + 1
     group, rank = tr.group[idx].astype(np.int64), tr.rank[idx]
-    pos = _ordinal(group * n_ranks + rank)
+    pos, order = _ordinal(group * n_ranks + rank)  # order: by group, rank, then position
     counts = np.zeros((len(tr.groups), n_ranks), dtype=np.int64)
     np.add.at(counts, (group, rank), 1)
     base = np.zeros(len(tr.groups) + 1, dtype=np.int64)
@@ -168,7 +170,6 @@ def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarr
     first[base[:-1][np.diff(base) > 0]] = True
     # An op that ended on some rank before the op before it on its group (gloo runs
     # a group's async ops on several threads) did not queue: it has no predecessor.
-    order = np.lexsort((pos, rank, group))
     ev = idx[order]
     same = (group[order][1:] == group[order][:-1]) & (rank[order][1:] == rank[order][:-1])
     early = same & (tr.t_end[ev[1:]] < tr.t_end[ev[:-1]])
@@ -185,7 +186,7 @@ def _match_p2p(
     recv_key = (tr.group[recvs].astype(np.int64) * w + tr.peer[recvs]) * w + tr.rank[recvs]
     if (tr.peer[sends] < 0).any() or (tr.peer[recvs] < 0).any():
         raise RunFormatError(f"{tr.name}: a send or recv without a peer rank cannot be replayed")
-    s_pos, r_pos = _ordinal(send_key), _ordinal(recv_key)
+    (s_pos, _), (r_pos, _) = _ordinal(send_key), _ordinal(recv_key)
     channels, s_chan = np.unique(send_key, return_inverse=True)
     r_chan = np.searchsorted(channels, recv_key)
     r_known = (r_chan < channels.size) & (

@@ -173,6 +173,7 @@ def read_trace(path: str | Path) -> Trace:
         missing, world = list(view.missing_ranks), view.world_size
         steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
         manifest, warnings = view.manifest, list(view.warnings)
+    pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
     if missing:
         raise RunFormatError(
             f"{where}: rank(s) {format_ranks(missing)} missing or unreadable; "

@@ -1,10 +1,11 @@
 """DDP's exposed time: how long its buckets hold ``backward()``.
 
 Probe: rank 1 reaches each backward pass late, so rank 0's ``backward()``
-blocks on the last buckets' all-reduces; rank 0 times its ``backward()`` with
-the buckets synced and, for the same computation without communication,
-under ``no_sync()``. The difference is what its buckets' ``t_wait_ns`` must
-add up to.
+blocks on the last buckets' all-reduces; rank 0 stamps when its backward
+computed its last gradient (a hook on the first layer's weight) and when
+``backward()`` returned. The time between is what its buckets' ``t_wait_ns``
+must add up to; its backward without communication (``no_sync()``) shows
+that the probe does hold it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import commlens
 from tests.distributed import event_rows, run_ranks
 
 _STEPS = 4
-_LATE_S = 0.15
+_LATE_S = 0.3  # long beside the scheduling noise of a loaded 2-core machine
 
 
 def _job(rank: int, world: int, out: str) -> dict[str, Any]:
@@ -33,6 +34,9 @@ def _job(rank: int, world: int, out: str) -> dict[str, Any]:
     x = torch.randn(32, 256)
     synced: list[int] = []
     local: list[int] = []
+    held: list[int] = []
+    last_grad: list[int] = []  # when backward computed its last gradient (the first layer's)
+    model[0].weight.register_hook(lambda g: last_grad.append(time.perf_counter_ns()))
     with commlens.capture(out):
         dist.init_process_group("gloo")
         ddp = DDP(model, bucket_cap_mb=0.25)
@@ -48,11 +52,13 @@ def _job(rank: int, world: int, out: str) -> dict[str, Any]:
                 time.sleep(_LATE_S)
             t0 = time.perf_counter_ns()
             loss.backward()
-            synced.append(time.perf_counter_ns() - t0)
+            t1 = time.perf_counter_ns()
+            synced.append(t1 - t0)
+            held.append(t1 - last_grad[-1])  # from the last gradient to backward's return
             opt.step()
             opt.zero_grad()
         dist.destroy_process_group()
-    return {"synced": synced, "local": local}
+    return {"synced": synced, "local": local, "held": held}
 
 
 def test_ddp_buckets_wait_is_the_time_backward_is_held(tmp_path: Path) -> None:
@@ -67,11 +73,16 @@ def test_ddp_buckets_wait_is_the_time_backward_is_held(tmp_path: Path) -> None:
     local = statistics.median(res[0]["local"][1:])
     # Step 0 is left out: its first synced backward computes for longer (DDP's
     # first iteration), and the late rank may arrive meanwhile.
-    for (step, waited, within), synced in list(zip(rows, res[0]["synced"], strict=True))[1:]:
-        held = synced - local
-        assert held > 0.8 * _LATE_S * 1e9, (step, held)
-        # What the buckets held backward() for, to within its computation's noise.
-        assert abs(waited - held) < 0.25 * held, (step, waited, held)
+    steps = zip(rows, res[0]["synced"], res[0]["held"], strict=True)
+    for (step, waited, within), synced, held in list(steps)[1:]:
+        assert synced - local > 0.5 * _LATE_S * 1e9, (step, synced)  # the probe holds rank 0
+        # The buckets' wait is how long backward() was held after its last gradient
+        # (the last bucket's all-reduce and the wait for the late peer), measured in
+        # the same backward: it read 0 before DDP's hold was measured
+        # (never longer; shorter by what the rank spent before DDP's end-of-backward
+        # callback, its hooks and the last bucket's launch: tens of ms when the rank
+        # is preempted on a loaded machine)
+        assert 0.75 * held - 40e6 < waited <= held + 5e6, (step, waited, held)
         assert within, step  # a bucket waits at most as long as it runs
     # The late rank is hardly held.
     late = event_rows(

@@ -36,6 +36,7 @@ def test_tp_sequence_parallel_and_loss_metric(tmp_path: Path) -> None:
             back = {op for (p, op, m) in mine if p == "backward" and m}
             assert back == {"all_gather", "reduce_scatter"}
             assert mine[("backward", "reduce_scatter", "w1")] == 1  # from w1's input hook
+            assert mine[("backward", "all_gather", "w2")] == 1  # w2's output reduce-scatter's
             # ... and the loss metric all-reduced after the optimizer step stays in its step.
             assert mine[("other", "all_reduce", "")] == 1
 

@@ -5,7 +5,9 @@ start-up; on a loaded host one round trip can be off by milliseconds, and
 then a rank's ops end before their peers issued them. A collective whose
 every member contributes data (all-reduce, all-gather, reduce-scatter,
 all-to-all, barrier) cannot end on any member before every member issued
-it, and a receive cannot end before its send was issued: with ``δ`` the
+it, a receive cannot end before its send was issued, a broadcast's or
+scatter's member before its root issued it, a reduce's or gather's root
+before every member issued it: with ``δ`` the
 correction of each rank's clock, ``δ_a − δ_b ≤ end_b − issue_a`` for every
 such pair. When the offsets as read break one of these bounds, ranks are
 corrected along a spanning tree of the tightest pairs (from the lowest
@@ -23,6 +25,10 @@ import numpy as np
 from commlens.whatif.source import Trace
 
 STRICT = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+FROM_ROOT = ("broadcast", "scatter", "broadcast_object", "scatter_object")
+"""Rooted ops whose members receive the root's data."""
+TO_ROOT = ("reduce", "gather", "gather_object")
+"""Rooted ops whose root receives every member's data."""
 MAX_PAIRS_GROUP = 64
 """Groups larger than this contribute only neighbouring pairs (a ring)."""
 MAX_WORLD = 4096
@@ -60,10 +66,32 @@ def _bounds(
             members = order[starts[lo : lo + rows, None] + np.arange(n)]  # instances x members
             ea, eb = members[:, a].ravel(), members[:, b].ravel()
             np.minimum.at(bound, (tr.rank[ea], tr.rank[eb]), tr.t_end[eb] - tr.t_issue[ea])
+    _rooted_bounds(tr, inst, bound)
     pairs = send_of >= 0
     s, r = send_of[pairs], recv_of[pairs]
     np.minimum.at(bound, (tr.rank[s], tr.rank[r]), tr.t_end[r] - tr.t_issue[s])
     return bound
+
+
+def _rooted_bounds(tr: Trace, inst: np.ndarray, bound: np.ndarray) -> None:
+    """Lower ``bound`` by the rooted ops' pairs: a member of a broadcast or scatter
+    cannot end before its root issued it, the root of a reduce or gather cannot end
+    before every member issued it (``peer``: the root)."""
+    names = np.array(tr.op_names, dtype=object)
+    out, into = np.isin(names, FROM_ROOT)[tr.op], np.isin(names, TO_ROOT)[tr.op]
+    rooted = (out | into) & (tr.peer >= 0)
+    is_root = rooted & (tr.peer == tr.rank)
+    if not is_root.any():
+        return
+    root_of = np.full(int(inst.max()) + 1, -1, dtype=np.int64)
+    root_of[inst[is_root]] = np.flatnonzero(is_root)
+    other = np.flatnonzero(rooted & ~is_root)
+    other = other[root_of[inst[other]] >= 0]
+    root = root_of[inst[other]]
+    o, ro = other[out[other]], root[out[other]]
+    np.minimum.at(bound, (tr.rank[ro], tr.rank[o]), tr.t_end[o] - tr.t_issue[ro])
+    i, ri = other[into[other]], root[into[other]]
+    np.minimum.at(bound, (tr.rank[i], tr.rank[ri]), tr.t_end[ri] - tr.t_issue[i])
 
 
 def causal_shifts(

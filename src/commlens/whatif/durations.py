@@ -3,8 +3,9 @@
 *Measured*: an instance starts, in the capture, when its last member issued
 it (a p2p pair: when its send was issued) and its queue's previous instance
 had ended; member ``e`` lasts from there to its own recorded end (never
-less than 0). Fed to
-the replay, these reproduce the captured timeline: the self-check.
+less than 0). Fed to the replay as elapsed (a root that returned before a
+late member issued keeps its end before the start), these reproduce the
+captured timeline: the self-check.
 
 *Modelled*: every member lasts the cost model's time
 (:meth:`commlens.predict.topology.Fabric.time`) for the op's real message
@@ -85,10 +86,18 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     return start, release
 
 
-def measured(prog: Program) -> np.ndarray:
-    """Seconds each event's op lasted in the capture, from its instance's start."""
+def elapsed(prog: Program) -> np.ndarray:
+    """Seconds from each event's instance start to its recorded end, as captured: below 0
+    for a member that ended before its instance started (a broadcast's root, whose data
+    was buffered before a late member issued)."""
     start, _ = _captured_starts(prog)
-    return np.maximum(prog.trace.t_end - start[prog.inst], 0) / 1e9
+    return (prog.trace.t_end - start[prog.inst]) / 1e9
+
+
+def measured(prog: Program) -> np.ndarray:
+    """Seconds each event's op lasted in the capture, from its instance's start (never
+    below 0)."""
+    return np.maximum(elapsed(prog), 0.0)
 
 
 def measured_release(prog: Program) -> np.ndarray:

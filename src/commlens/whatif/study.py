@@ -14,7 +14,7 @@ from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import OpTerm, fit_cpu_terms, fit_steps
 from commlens.whatif.durations import (
     Steps,
-    measured,
+    elapsed,
     measured_release,
     modelled,
     scaled_groups,
@@ -236,10 +236,11 @@ def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | Non
 def self_check(
     prog: Program, steps: list[int], times: np.ndarray | None = None
 ) -> tuple[SelfCheck, Answer]:
-    """Replay with measured op times (``times``: :func:`measured`'s, when already
-    found); how far it lands from the capture."""
+    """Replay with the captured op times (``times``: :func:`elapsed`'s, when already
+    found; a member that ended before its instance started ends there too); how far it
+    lands from the capture."""
     tr = prog.trace
-    tl = replay(prog, measured(prog) if times is None else times, measured_release(prog))
+    tl = replay(prog, elapsed(prog) if times is None else times, measured_release(prog))
     cap = (tr.step_end - tr.step_start) / 1e9
     rep = tl.step_marks[1::2] - tl.step_marks[0::2]
     kept = np.isin(tr.step_index, steps)
@@ -352,8 +353,9 @@ def run_study(
     used = op_times if own is not None else "model"
     prog = build_program(trace)
     flat = trace.manifest.get("backend") == "gloo"
-    took = measured(prog)
+    took = elapsed(prog)
     check, captured = self_check(prog, keep, took)
+    np.maximum(took, 0.0, out=took)  # measured: never below 0
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
     own_burst = recorded_burst(trace)
     step_model = Steps(burst_bytes=own_burst)

@@ -29,10 +29,9 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def main() -> int:
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-    torch.manual_seed(0)
-    config = GPT2Config(
+def model_config() -> GPT2Config:
+    """A 4-layer GPT-2 small enough for CPU ranks."""
+    return GPT2Config(
         n_layer=4,
         n_embd=256,
         n_head=4,
@@ -41,6 +40,12 @@ def main() -> int:
         bos_token_id=0,
         eos_token_id=0,
     )
+
+
+def main() -> int:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    torch.manual_seed(0)
+    config = model_config()
     with tempfile.TemporaryDirectory() as work:
         args = TrainingArguments(
             output_dir=work,

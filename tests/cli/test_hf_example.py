@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sysconfig
 from pathlib import Path
@@ -43,16 +44,9 @@ def test_trainer_example_traces_with_steps_roles_and_backward_buckets(tmp_path: 
 
 
 def _parameters() -> tuple[int, int]:
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """Parameters (elements, tensors) of the example's own model."""
+    from transformers import GPT2LMHeadModel
 
-    config = GPT2Config(
-        n_layer=4,
-        n_embd=256,
-        n_head=4,
-        vocab_size=4096,
-        n_positions=128,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
+    config = runpy.run_path(str(EXAMPLE))["model_config"]()
     params = list(GPT2LMHeadModel(config).parameters())
     return sum(p.numel() for p in params), len(params)

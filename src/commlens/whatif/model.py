@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.clocks import causal_shifts, shifted
+from commlens.whatif.clocks import causal_shifts, shift_clocks
 from commlens.whatif.source import Trace
 
 ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
@@ -71,7 +71,7 @@ class Program:
     """The receive event of a p2p instance, -1 for a collective."""
     inst_size: np.ndarray
     inst_group: np.ndarray
-    """Cost group of each instance: an index into ``cost_groups``."""
+    """Cost group of each instance: an index into ``cost_groups`` (int32)."""
     cost_groups: list[tuple[int, ...]]
     """Members of a collective's group, or (source, destination) of a p2p channel."""
     t0_ns: int
@@ -84,6 +84,9 @@ class Program:
         return int(self.first_of_queue.size)
 
 
+BUILD_ONLY = ("group", "peer", "is_async", "t_wait")
+"""The trace's columns that only :func:`build_program` reads (matching, clock check,
+wait points): the program holds what they say."""
 INDEX_TYPES = {"b": np.bool_, "i": np.int32}
 """Numpy types of the ``array`` type codes of :attr:`Program.as_lists`."""
 INDEX_FIELDS = {
@@ -246,47 +249,57 @@ def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.nda
 def build_program(tr: Trace) -> Program:
     """Match the run's ops into instances, check the clocks against them (a rank
     whose ops end before their peers issued them is corrected) and lay out every
-    rank's marks."""
+    rank's marks.
+
+    The program takes ``tr`` over (it is the program's trace): a clock correction
+    moves its times, and its build-only columns (:data:`BUILD_ONLY`), whose
+    content the program now holds, are emptied to free their memory."""
     names = np.array(tr.op_names, dtype=object)
     is_send = np.isin(names, SENDS)[tr.op]
     is_recv = np.isin(names, RECVS)[tr.op]
     coll = np.flatnonzero(~(is_send | is_recv))
     sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
-    inst = np.empty(tr.events, dtype=np.int64)
+    del is_send, is_recv
+    inst = np.empty(tr.events, dtype=np.int32)
     c_inst, c_first = _match_collectives(tr, coll)
     inst[coll] = c_inst
     n_coll = c_first.size
     cost_groups = list(tr.groups)
-    inst_group = np.zeros(n_coll, dtype=np.int64)
+    inst_group = np.zeros(n_coll, dtype=np.int32)
     inst_group[c_inst] = tr.group[coll]
     first = c_first
-    send_of = np.full(n_coll, -1, dtype=np.int64)
-    recv_of = np.full(n_coll, -1, dtype=np.int64)
+    send_of = np.full(n_coll, -1, dtype=np.int32)
+    recv_of = np.full(n_coll, -1, dtype=np.int32)
     if sends.size or recvs.size:
         s_inst, r_inst, p_first, chan = _match_p2p(tr, sends, recvs)
         inst[sends], inst[recvs] = s_inst + n_coll, r_inst + n_coll
         w = int(max(tr.rank.max(), tr.peer.max())) + 1
         pairs, pair_of = np.unique(chan % (w * w), return_inverse=True)
-        inst_group = np.r_[inst_group, len(cost_groups) + pair_of]
+        inst_group = np.r_[inst_group, (len(cost_groups) + pair_of).astype(np.int32)]
         cost_groups += [(int(p // w), int(p % w)) for p in pairs]
         first = np.r_[first, p_first]
-        send_of = np.r_[send_of, np.zeros(p_first.size, dtype=np.int64)]
-        recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int64)]
+        send_of = np.r_[send_of, np.zeros(p_first.size, dtype=np.int32)]
+        recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int32)]
         send_of[s_inst + n_coll], recv_of[r_inst + n_coll] = sends, recvs
+    del coll, sends, recvs
     total = first.size
-    order = np.argsort(inst, kind="stable")
-    offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
     inst_size = np.zeros(total, dtype=np.int64)
     np.maximum.at(inst_size, inst, tr.size_bytes)
-    shifts = causal_shifts(tr, inst, order, send_of, recv_of)
-    if shifts.any():
-        tr = shifted(tr, shifts)
     lists, views = {}, {}
-    columns = (inst, order, offsets, first, send_of, recv_of)
-    for (name, code), values in zip(INDEX_FIELDS.items(), columns, strict=True):
-        lists[name], views[name] = compact(values, code)
-    del inst, order, offsets, first, send_of, recv_of, columns, values  # the int64 copies
+    offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
+    for name, values in (("offsets", offsets), ("first_of_queue", first)):
+        lists[name], views[name] = compact(values, INDEX_FIELDS[name])
+    del offsets, first, values
+    lists["members"], views["members"] = compact(np.argsort(inst, kind="stable"), "i")
+    for name, values in (("inst", inst), ("send_of", send_of), ("recv_of", recv_of)):
+        lists[name], views[name] = compact(values, INDEX_FIELDS[name])
+    del inst, send_of, recv_of, values  # the wider copies
+    shifts = causal_shifts(tr, views["inst"], views["members"], views["send_of"], views["recv_of"])
+    if shifts.any():
+        shift_clocks(tr, shifts)
     kinds, args, gaps, t0 = _marks(tr)
+    for name in BUILD_ONLY:
+        setattr(tr, name, getattr(tr, name)[:0].copy())
     return Program(
         trace=tr,
         kinds=kinds,

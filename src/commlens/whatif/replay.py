@@ -70,12 +70,13 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
     end = nan * n_ev
     held = array("d", [0.0]) * n_ev
     missing = array("i", np.diff(prog.offsets).astype(np.int32).tobytes())
-    ready = array("d", [0.0]) * n_inst
-    start = nan * n_inst
-    qend = nan * n_inst
-    arrival = nan * n_inst
+    # Per instance: the latest issue so far until it starts, then its start; its
+    # state 0 (not started), 1 (started) or 2 (started late, behind its queue's
+    # previous one, which frees the queue at start[i - 1] + free_after[i - 1]).
+    start = array("d", [0.0]) * n_inst
+    state = array("b", [0]) * n_inst
     by = array("i", [-1]) * n_inst
-    queued = array("b", [0]) * n_inst
+    arrival: dict[int, float] = {}  # pairs whose data is on its way, receive not issued
     steps = nan * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
     n_ranks = len(prog.kinds)
@@ -96,40 +97,41 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
     def begin(i: int) -> None:
         """Start collective ``i`` and any that waited behind it on its group."""
         while True:
-            t = ready[i]
-            if not first[i] and qend[i - 1] > t:
-                t = qend[i - 1]
-                queued[i] = 1
-            start[i] = t
+            t, how = start[i], 1
+            if not first[i]:
+                free = start[i - 1] + free_after[i - 1]
+                if free > t:
+                    t, how = free, 2
+            start[i], state[i] = t, how
             for e in members[offsets[i] : offsets[i + 1]]:
                 end[e] = t + d[e]
                 if parked:
                     waiting = parked.pop(e, None)
                     if waiting:
                         todo.extend(waiting)
-            qend[i] = t + free_after[i]
             i += 1
-            if i >= n_inst or first[i] or missing[i] or start[i] == start[i]:
+            if i >= n_inst or first[i] or missing[i] or state[i]:
                 return
 
     def send(i: int) -> None:
         """Start the send of pair ``i`` and any that waited behind it on its channel."""
         while True:
             s, r = send_of[i], recv_of[i]
-            t = ready[i]
-            if not first[i] and qend[i - 1] > t:
-                t = qend[i - 1]
-                queued[i] = 1
-            start[i] = t
-            qend[i] = t + free_after[i]
+            t, how = start[i], 1
+            if not first[i]:
+                free = start[i - 1] + free_after[i - 1]
+                if free > t:
+                    t, how = free, 2
+            start[i], state[i] = t, how
             ended(s, t + d[s])
-            arrival[i] = t + d[r]
             if issue[r] == issue[r]:
-                ended(r, max(issue[r], arrival[i]))
+                ended(r, max(issue[r], t + d[r]))
+            else:
+                arrival[i] = t + d[r]
             i += 1
             if i >= n_inst or first[i] or issue[send_of[i]] != issue[send_of[i]]:
                 return
-            if start[i] == start[i]:
+            if state[i]:
                 return
 
     while todo:
@@ -148,19 +150,19 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
                 issue[a] = t
                 j = inst_of[a]
                 if send_of[j] < 0:  # a collective
-                    if t >= ready[j]:
-                        ready[j] = t
+                    if t >= start[j]:
+                        start[j] = t
                         by[j] = a
                     missing[j] -= 1
-                    if not missing[j] and (first[j] or qend[j - 1] == qend[j - 1]):
+                    if not missing[j] and (first[j] or state[j - 1]):
                         begin(j)
                 elif a == send_of[j]:
-                    ready[j] = t
+                    start[j] = t
                     by[j] = a
-                    if first[j] or qend[j - 1] == qend[j - 1]:
+                    if first[j] or state[j - 1]:
                         send(j)
-                elif arrival[j] == arrival[j]:  # a receive whose data is on its way
-                    ended(a, max(t, arrival[j]))
+                elif j in arrival:  # a receive whose data is on its way
+                    ended(a, max(t, arrival.pop(j)))
                 if kind == 0:
                     continue
             elif kind == 3:
@@ -188,6 +190,6 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         held=np.frombuffer(held, dtype=np.float64),
         start=np.frombuffer(start, dtype=np.float64),
         by=np.frombuffer(by, dtype=np.int32),
-        queued=np.frombuffer(queued, dtype=np.int8).astype(bool),
+        queued=np.frombuffer(state, dtype=np.int8) == 2,
         step_marks=np.frombuffer(steps, dtype=np.float64),
     )

@@ -48,8 +48,11 @@ DTYPES: dict[str, type[np.generic]] = {
     "t_wait_ns": np.int64,
     "step": np.int32,
 }
-"""The array type of each column kept: 57 bytes an event (codes, ranks and steps in
-32 bits, times and sizes in 64)."""
+"""The widest array type of each column kept (codes, ranks and steps in 32 bits, times
+and sizes in 64)."""
+NARROWED = ("rank", "op", "pg_name", "role", "size_bytes", "peer", "t_wait_ns", "step")
+"""Columns kept in the narrowest of int16, int32 and int64 that holds every value (all
+but the clock times, which need 64 bits): 35 to 57 bytes an event."""
 
 
 @dataclass
@@ -59,7 +62,10 @@ class Trace:
     Strings are dictionary codes: ``op[i]`` indexes ``op_names``, ``group[i]``
     indexes ``groups`` (the members of each process group) and ``group_names``.
     Times are nanoseconds on rank 0's clock. Event arrays have the types of
-    :data:`DTYPES` (step windows are int64).
+    :data:`DTYPES`, or narrower ones (:data:`NARROWED`: widen before arithmetic
+    that could overflow them); step windows are int64. The columns of
+    :data:`commlens.whatif.model.BUILD_ONLY` are emptied once a program is built
+    from the trace.
     """
 
     name: str
@@ -132,9 +138,24 @@ def _column(table: pa.Table, name: str, names: dict[str, _Names]) -> np.ndarray:
     return _ints(table, name, -1, DTYPES[name])
 
 
-def _joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
-    """The ranks' arrays of a column as one, each rank's freed once it is copied."""
-    out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+def _narrowest(parts: list[np.ndarray], widest: type[np.generic]) -> type[np.generic]:
+    """The narrowest of int16, int32 and ``widest`` that holds every value of ``parts``."""
+    filled = [p for p in parts if p.size]
+    if not filled:
+        return widest
+    lo, hi = min(int(p.min()) for p in filled), max(int(p.max()) for p in filled)
+    for dtype in (np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max and info.bits < 8 * np.dtype(widest).itemsize:
+            return dtype
+    return widest
+
+
+def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
+    """The ranks' arrays of column ``name`` as one (narrowed: :data:`NARROWED`), each
+    rank's freed once it is copied."""
+    dtype = _narrowest(parts, DTYPES[name]) if name in NARROWED else DTYPES[name]
+    out = np.concatenate(parts, dtype=dtype) if parts else np.zeros(0, dtype=dtype)
     parts.clear()
     return out
 
@@ -179,7 +200,7 @@ def read_trace(path: str | Path) -> Trace:
             f"{where}: rank(s) {format_ranks(missing)} missing or unreadable; "
             "a replay needs every rank's events (their peers' collectives have no partner)"
         )
-    ev = {c: _joined(v, DTYPES[c]) for c, v in cols.items()}
+    ev = {c: _joined(v, c) for c, v in cols.items()}
     if not ev["rank"].size:
         raise RunFormatError(f"{where}: the run holds no communication events to replay")
     if not steps.num_rows:

@@ -96,3 +96,64 @@ def test_parallel_styles_redistributions_name_their_module(tmp_path: Path) -> No
                 want[("forward", "reduce_scatter", w2)] = 1  # w2's output hook
                 want[("backward", "all_gather", w2)] = 1  # ... its transpose
             assert mine == want, (rank, step, mine)
+
+
+def _ddp_buckets(rank: int, world: int, out: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with commlens.capture(out, align_clocks=False):
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = DDP(_Model(), bucket_cap_mb=0.001)  # about one parameter a bucket
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(STEPS):
+            model(torch.randn(2, 4, 16)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        dist.destroy_process_group()
+
+
+def test_ddp_buckets_name_the_module_holding_their_last_gradient(tmp_path: Path) -> None:
+    """DDP's bucket all-reduces run on a parameter's gradient accumulator: its module."""
+    run_ranks(_ddp_buckets, 2, str(tmp_path))
+    got = event_rows(
+        tmp_path,
+        "select step, module, count(*) from events "
+        "where rank = 0 and op = 'all_reduce' and phase = 'backward' group by all order by all",
+    )
+    holders = {
+        f"module.{name}" for name, m in _Model().named_modules() if list(m.parameters(False))
+    }
+    for step in range(STEPS):
+        named = {m: n for s, m, n in got if s == step}
+        assert named, (step, got)
+        assert set(named) <= holders, (step, named)  # never "" or a module holding none
+    last = {m for s, m, _ in got if s == STEPS - 1}
+    assert len(last) >= 4  # the rebuilt buckets: one for each of several modules
+
+
+def test_a_compiled_model_keeps_its_graph_and_its_modules() -> None:
+    """Under torch.compile the module wrapper traces away: no graph break, and backward
+    still names the compiled model."""
+    import torch._dynamo
+
+    from commlens.capture.context import StepTracker
+    from commlens.capture.spans import current_node
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = _Model()
+    compiled = torch.compile(model, backend="aot_eager")
+    seen: list[object] = []
+    tracker = StepTracker()
+    tracker.install()
+    try:
+        x = torch.randn(2, 4, 16, requires_grad=True)
+        y = compiled(x)
+        y.register_hook(lambda g: seen.append(tracker.spans.module_of(current_node())))
+        y.sum().backward()
+    finally:
+        tracker.uninstall()
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch.allclose(y, model(x))
+    assert seen == [compiled]  # the compiled graph's backward is the module that ran it

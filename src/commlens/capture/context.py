@@ -13,10 +13,9 @@ graph task; an op outside modules after a step's forward and before its
 backward (the loss: loss-parallel reductions) is forward. The module: in
 forward the innermost ``nn.Module`` call on the Python stack; in backward
 the module a framework hook names on the stack (FSDP2's parameter group,
-ZeRO-3's ``sub_module``), else the module whose output gradient autograd
-reached last (a pre-hook on each module output's grad_fn, set by a global
-forward hook; one on an input its own pre-hooks made names that module).
-Names are ``named_modules`` paths, ``(root)`` for the outermost module.
+ZeRO-3's ``sub_module``), else the module whose forward made the autograd
+node being run (:mod:`commlens.capture.spans`). Names are ``named_modules``
+paths, ``(root)`` for the outermost module.
 """
 
 from __future__ import annotations
@@ -33,18 +32,19 @@ from typing import Any
 import torch
 from torch.nn.modules.module import Module
 
+from commlens.capture.spans import ForwardSpans, ParameterOwners, current_node
 from commlens.optable import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
 _graph_task_id = torch._C._current_graph_task_id
+_next_seq = torch._C._autograd._get_sequence_nr
+_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
-_grad_enabled = torch.is_grad_enabled
 
 SETUP_STEP = -1
 """The step of ops issued before the first step (set-up)."""
 ROOT_NAME = "(root)"
 """The module path written for the outermost module itself."""
-_HOOK_KEY = "commlens_module"  # in a grad_fn's metadata: its marking pre-hook is in
 
 
 class ThreadState:
@@ -96,9 +96,9 @@ class StepTracker:
         self.setup_ops = False  # ops were issued in set-up: it gets a window
         self.forwarded = False  # a forward ran in this step, before its optimizer step
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
-        # [module, its first input's grad_fn before its own pre-hooks, the args they made or
-        # None] of each module in forward, outermost first
-        self._stack: list[list[Any]] = []
+        self.spans = ForwardSpans()  # which module call made each autograd node
+        self.backward_began = False  # autograd reached the last root forward's output
+        self._depth = [0]  # module calls in progress on the model's thread
         self._live = False  # installed: module calls go through self._call
         self._call_orig: Any = None  # Module.__call__ before install
         self._call: Any = None
@@ -138,14 +138,11 @@ class StepTracker:
         """Module calls go through the tracker (while installed); undone by :meth:`unwrap_calls`."""
         if self._live:
             Module.__call__ = self._call  # type: ignore[method-assign]
-            _ARGS_SEEN.tracker = self
 
     def unwrap_calls(self) -> None:
         """Module calls go straight to torch again (the tracker stays installed otherwise)."""
         if self._call is not None and Module.__dict__["__call__"] is self._call:
             Module.__call__ = self._call_orig  # type: ignore[method-assign]
-        if _ARGS_SEEN.tracker is self:
-            _ARGS_SEEN.tracker = None
 
     def _pre(self, *_: Any) -> None:
         self.optimizer_depth += 1
@@ -166,45 +163,57 @@ class StepTracker:
             self.advance()
 
     def _make_module_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        """``Module.__call__`` while installed: ``orig``, between the marks of a module's forward.
+        """``Module.__call__`` while installed: ``orig``, its autograd nodes' span recorded.
 
-        The module's own hooks run inside: its output is marked as the last of
-        them returned it (a parallel style's output redistribution is the
-        module's), its inputs as its pre-hooks made them (:func:`_args_seen`).
+        The span covers the module's own hooks: a parallel style's input and
+        output redistributions are the module's in backward too.
         """
-        stack = self._stack
+        depth = self._depth
+        spans = self.spans
+        ends, starts = spans.ends, spans.spans
         root_forward = self._root_forward
+        root_output = self._root_output
 
         def call(module: Module, *args: Any, **kwargs: Any) -> Any:
-            if not stack:
+            if _compiling():  # traced by torch.compile: no graph break, no span
+                return orig(module, *args, **kwargs)
+            if not depth[0]:
                 root_forward(module)
-            if module._forward_pre_hooks:
-                _keep_args_seen_last(module)
-            stack.append([module, _first_grad_fn(args) if _grad_enabled() else None, None])
+            elif spans.thread != get_ident():  # another thread's modules: not the model's
+                return orig(module, *args, **kwargs)
+            start = _next_seq()
+            depth[0] += 1
             try:
                 output = orig(module, *args, **kwargs)
             finally:
-                entry = stack.pop()
-            if not _grad_enabled():
-                return output
-            mark_node(_first_grad_fn(output), module)
-            before = entry[1]
-            node = before if entry[2] is None else _first_grad_fn(entry[2])
-            if node is not None and node is not before:  # made by its pre-hooks (TP's inputs)
-                mark_node(node, module)
-            elif stack:  # past this module's inputs, backward is back in its parent
-                mark_node(node, stack[-1][0])
+                depth[0] -= 1
+            end = _next_seq()
+            if end != start:
+                ends.append(end)
+                starts.append((start, module))
+                if not depth[0]:
+                    root_output(output)
             return output
 
         call.__name__ = call.__qualname__ = "__call__"
         call.__wrapped__ = orig  # type: ignore[attr-defined]
         return call
 
+    def _root_output(self, output: Any) -> None:
+        """Note when backward first reaches a root forward's output (its loss is forward)."""
+        node = _first_grad_fn(output)
+        if node is not None:
+            node.register_prehook(self._reached)
+
+    def _reached(self, _grads: Any) -> None:
+        self.backward_began = True
+
     def _root_forward(self, module: Module) -> None:
         """An outermost module's forward begins: the first forward, or the next step's."""
         self.roots.add(module)
+        self.spans.claim()
         self.forwarded = True
-        BACKWARD.module = None  # no backward since this forward yet
+        self.backward_began = False
         if not self.forward_seen:
             self.forward_seen = True
             if self.on_first_forward is not None:
@@ -255,6 +264,7 @@ class StepTracker:
         self._t_start = now
         self.step += 1
         self.stepped = self.forwarded = False
+        self.spans.next_step()
         if self.on_advance is not None:
             self.on_advance()
 
@@ -280,53 +290,6 @@ class StepTracker:
         self._t_start = self.clock()
 
 
-class BackwardModule:
-    """The module whose output gradient autograd reached last (set from backward)."""
-
-    __slots__ = ("module", "task")
-
-    def __init__(self) -> None:
-        self.module: weakref.ref[Module] | None = None
-        self.task = -1  # the graph task that reached it: a stale mark is not used
-
-
-BACKWARD = BackwardModule()
-
-
-class ArgsSeen:
-    """The tracker whose module calls :func:`_args_seen` reports to (the installed one)."""
-
-    __slots__ = ("tracker",)
-
-    def __init__(self) -> None:
-        self.tracker: StepTracker | None = None
-
-
-_ARGS_SEEN = ArgsSeen()
-
-
-def _args_seen(module: Module, args: Any) -> None:
-    """A forward pre-hook kept last on modules with pre-hooks of their own: the args they made.
-
-    A module-level function, so a module holding it still copies and pickles.
-    """
-    tracker = _ARGS_SEEN.tracker
-    if tracker is not None:
-        stack = tracker._stack
-        if stack and stack[-1][0] is module:
-            stack[-1][2] = args
-
-
-def _keep_args_seen_last(module: Module) -> None:
-    """Make :func:`_args_seen` the last of ``module``'s forward pre-hooks."""
-    hooks = module._forward_pre_hooks
-    if hooks[next(reversed(hooks))] is _args_seen:
-        return
-    for key in [k for k, hook in hooks.items() if hook is _args_seen]:
-        del hooks[key]
-    module.register_forward_pre_hook(_args_seen)
-
-
 def _first_grad_fn(output: Any) -> Any:
     """The grad_fn of a module output's first tensor (tensor, sequence or mapping)."""
     if isinstance(output, _Tensor):
@@ -341,44 +304,6 @@ def _first_grad_fn(output: Any) -> Any:
             if isinstance(item, _Tensor):
                 return item.grad_fn
     return None
-
-
-def mark_node(node: Any, module: Module) -> None:
-    """When backward reaches ``node``, ``module`` becomes the backward module.
-
-    One pre-hook per node: the innermost module returning it (whose call
-    returns first) names it. The hook is the module's own, made once: a
-    forward makes no objects per node beyond what registering it takes, so
-    it adds little for the garbage collector to walk.
-    """
-    if node is None:
-        return
-    meta = node.metadata
-    if _HOOK_KEY in meta:
-        return
-    meta[_HOOK_KEY] = True
-    node.register_prehook(_reached_hook(module))
-
-
-# id(module) -> (module ref, its backward pre-hook)
-_REACHED: dict[int, tuple[weakref.ref[Module], Callable[[Any], None]]] = {}
-
-
-def _reached_hook(module: Module) -> Callable[[Any], None]:
-    """The pre-hook that names ``module`` the backward module when autograd reaches it."""
-    hit = _REACHED.get(id(module))
-    if hit is not None and hit[0]() is module:
-        return hit[1]
-    ref = weakref.ref(module)
-
-    def reached(_grads: Any) -> None:
-        BACKWARD.module = ref
-        BACKWARD.task = _graph_task_id()
-
-    if len(_REACHED) > 100_000:  # modules made and dropped in a loop
-        _REACHED.clear()
-    _REACHED[id(module)] = (ref, reached)
-    return reached
 
 
 class ModuleNames:
@@ -418,6 +343,7 @@ class ModuleNames:
 
 
 MODULE_NAMES = ModuleNames()
+PARAMETER_OWNERS = ParameterOwners()
 _HOOK_LOCALS = ("sub_module", "module")  # ZeRO-3's and other frameworks' backward hooks
 
 
@@ -435,10 +361,14 @@ def backward_module(steps: StepTracker, start: FrameType | None) -> str:
             if isinstance(mod, Module):
                 return MODULE_NAMES.find(steps.roots, mod)
         frame = frame.f_back
-    ref = BACKWARD.module
-    if ref is None or BACKWARD.task != _graph_task_id():
+    node = current_node()
+    if node is None:
         return ""
-    mod = ref()
+    param = getattr(node, "variable", None)  # a gradient accumulator: its parameter's module
+    if isinstance(param, _Tensor):
+        path = PARAMETER_OWNERS.path(steps.roots, param)
+        return "" if path is None else path or ROOT_NAME
+    mod = steps.spans.module_of(node)
     return "" if mod is None else MODULE_NAMES.find(steps.roots, mod)
 
 
@@ -472,8 +402,9 @@ def current_phase_and_module(
         phase = "optimizer"
     elif in_backward:
         phase = "backward"
+        steps.backward_began = True
     elif inner is None:
-        if not (steps.forwarded and BACKWARD.module is None):
+        if not steps.forwarded or steps.backward_began:
             return _OTHER
         phase = "forward"  # after the model's forward, before its backward: the loss
     else:

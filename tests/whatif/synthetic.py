@@ -71,3 +71,20 @@ def make_trace(events: list[Ev], steps: list[tuple[int, int, float, float]]) -> 
         step_start=ns([s[2] for s in steps]),
         step_end=ns([s[3] for s in steps]),
     )
+
+
+def repeated_ops(
+    op: str, size: int, service_us: float, steps: int, lag_us: float = 1.0
+) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
+    """One blocking ``op`` of ``size`` bytes per step on 2 ranks, lasting ``service_us``
+    (rank 1 ending ``lag_us`` later), 10 µs apart: its events and step windows."""
+    events, windows, t = [], [], 0.0
+    for step in range(steps):
+        events += [
+            Ev(0, op, t, t + service_us, size=size, step=step),
+            Ev(1, op, t, t + service_us + lag_us, size=size, step=step),
+        ]
+        end = t + service_us + lag_us
+        windows += [(r, step, t, end) for r in (0, 1)]
+        t = end + 10
+    return events, windows

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from commlens.errors import UsageError
-from commlens.predict.profiles import NetworkProfile
+from commlens.predict.profiles import NetworkProfile, OpOverride
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
 from commlens.whatif.durations import Steps, measured, modelled, stepped_time
-from commlens.whatif.model import build_program
+from commlens.whatif.model import Program, build_program
 from commlens.whatif.study import TBF_EFFICIENCY, kept_steps, network_profile, network_profiles
-from tests.whatif.synthetic import Ev, make_trace
+from tests.whatif.synthetic import Ev, make_trace, repeated_ops
 
 WIRE = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
 """1 MB/s: an all-reduce of S bytes between two ranks on two nodes lasts S us."""
@@ -77,17 +79,49 @@ def test_the_set_up_window_and_the_first_step_are_left_out() -> None:
     assert kept_steps(make_trace(events, windows), None) == [1, 2]
 
 
-def test_a_step_lasts_the_longer_of_its_wire_time_and_the_step_latency() -> None:
+def test_a_step_lasts_its_wire_time_plus_the_step_latency() -> None:
     # ring all-reduce of 4 ranks: 6 steps of S/4 bytes each; WIRE moves 1 byte per us
-    def ring(size: float, latency_s: float, burst: float = 0.0) -> float:
-        return stepped_time("all_reduce", size, 4, WIRE, 1, "ring", latency_s, burst)
+    def ring(size: float, latency: float, burst: float = 0.0, link: NetworkProfile = WIRE) -> float:
+        return stepped_time("all_reduce", size, 4, link, 1, "ring", latency, burst)
 
     assert ring(400, 0.0) == pytest.approx(600e-6)  # 2(n-1)/n x S bytes
-    assert ring(400, 1e-3) == pytest.approx(6e-3)  # latency-bound: 6 steps of 1 ms
-    assert ring(400, 50e-6) == pytest.approx(600e-6)  # wire-bound: the latency is hidden
+    assert ring(400, 1e-3) == pytest.approx(6.6e-3)  # 6 steps of 1 ms and the wire
+    assert ring(400, 50e-6) == pytest.approx(900e-6)  # the latency is not hidden under the wire
     # a tbf bucket of 150 bytes lets the first one and a half steps through at once
     assert ring(400, 0.0, burst=150) == pytest.approx(450e-6)
-    assert ring(400, 20e-6, burst=150) == pytest.approx(470e-6)  # the empty step pays 20 us
+    assert ring(400, 20e-6, burst=150) == pytest.approx(570e-6)  # every step pays 20 us
+    # a profile fitted on a host (its alpha holds the host's latency): the longer one counts
+    fitted = replace(WIRE, ops={"all_reduce": OpOverride(alpha_s=30e-6)})
+    assert ring(400, 20e-6, link=fitted) == pytest.approx(780e-6)  # 600 + 6 x 30
+    assert ring(400, 50e-6, link=fitted) == pytest.approx(900e-6)  # 600 + 6 x 50
+
+
+def replayed_on(prog: Program, own: Fabric, other: Fabric) -> np.ndarray:
+    """Each event's op time on ``other`` as ``whatif --op-times fit`` finds it for a gloo run
+    captured on ``own``: the step latency, then the CPU terms, fitted against ``own``."""
+    keep = sorted(set(prog.trace.step.tolist()))[1:]
+    took = measured(prog)
+    wire = modelled(prog, own, flat=True)
+    steps = fit_steps(prog, own, took, wire, keep, burst_bytes=0.0)
+    cal = fit_cpu_terms(prog, own, took, modelled(prog, own, flat=True, steps=steps), keep, steps)
+    return modelled(prog, other, flat=True, steps=steps) + cal.extra_s
+
+
+@pytest.mark.parametrize("captured_on", [1.0, 10.0])
+def test_a_host_bound_op_moves_with_the_link_by_its_whole_wire_time(captured_on: float) -> None:
+    # 2 ranks on 2 nodes, 500-byte all-reduces: 2 steps, each 1 ms on the host and 250 us
+    # on WIRE in series (host-bound: the wire is a fifth of the op); captured on WIRE or on
+    # a link 10x faster, then replayed on WIRE, 10x slower and 10x faster: every op lasts
+    # 2 ms of host plus that link's wire time, none of the wire taken for the host's
+    def link(times_wire: float) -> Fabric:
+        profile = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * times_wire)
+        return Fabric(inter=profile, intra=profile, gpus_per_node=1)
+
+    events, windows = repeated_ops("all_reduce", 500, 2000 + 500 / captured_on, steps=4, lag_us=0)
+    prog = build_program(make_trace(events, windows))
+    for times_wire in (1.0, 0.1, 10.0):
+        got = replayed_on(prog, link(captured_on), link(times_wire))
+        assert got == pytest.approx(2e-3 + 500e-6 / times_wire, rel=1e-6)
 
 
 def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_return_when_buffered() -> None:
@@ -107,14 +141,15 @@ def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_return_when_buffered(
         )
     )
     names = prog.trace.op_names
-    assert times[names.index("reduce_scatter")] == pytest.approx(400e-6)  # 2 x (n-1)/n x S
+    # 2 x (n-1)/n x S on the wire, and 2 steps of 5 us
+    assert times[names.index("reduce_scatter")] == pytest.approx(410e-6)
     assert times[names.index("send")] == pytest.approx(5e-6)  # the step latency
-    assert times[names.index("recv")] == pytest.approx(400e-6)  # the wire
+    assert times[names.index("recv")] == pytest.approx(405e-6)  # the wire, then 5 us
     assert modelled(prog, fabric)[0] == pytest.approx(200e-6)  # not gloo: its own formula
 
 
 def test_step_latency_comes_from_the_latency_bound_ops() -> None:
-    # 16-byte all-reduces take 3 ms (2 steps of 1.5 ms, the wire ~16 us); 1000-byte ones
+    # 16-byte all-reduces take 3 ms (2 steps, 16 us of them on the wire); 1000-byte ones
     # take about their wire time: their latency is hidden and they get the small ones'
     events, t = [], 0.0
     for step in range(3):
@@ -126,5 +161,6 @@ def test_step_latency_comes_from_the_latency_bound_ops() -> None:
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     wire = modelled(prog, fabric, flat=True)
     fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2], burst_bytes=0.0)
-    assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.5e-3)}  # the 16-byte ones
-    assert fit.default_latency_s == pytest.approx(1.5e-3)
+    # the 16-byte ones, less their 16 us on the wire: 2 steps of 1.492 ms
+    assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.492e-3)}
+    assert fit.default_latency_s == pytest.approx(1.492e-3)

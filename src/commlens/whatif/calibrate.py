@@ -92,7 +92,8 @@ def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tupl
 
 LATENCY_BOUND = 0.25
 """An op is latency-bound on its own link when its wire time is at most this share of
-its measured time: then its measured time over its steps is its step latency."""
+its measured time: then what its steps took beyond the wire is the host's, with
+little of the wire model's error in it."""
 
 
 def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
@@ -133,13 +134,15 @@ def fit_steps(
 
     ``wire_s`` is each event's time on the own link without step latency (a gloo
     run: its ops costed as :func:`~commlens.whatif.durations.modelled` does with
-    ``flat``). A kind with latency-bound ops (:data:`LATENCY_BOUND`) gets the
-    median of their measured time over steps, less the link's alpha; the kinds the own link keeps
-    wire-bound (their latency hidden under the wire) get the median over all
-    latency-bound ops, 0 when there are none. Point-to-point ops are left out
-    (they get that median): a send returns once its bytes are buffered, and a
-    receive's measured time runs from its send's start, so it holds how late the
-    receiver came.
+    ``flat``). A step's host latency is what is left of its op's measured time
+    after the wire time of the own link (the composition is a sum, see
+    :class:`~commlens.whatif.durations.Steps`), so a slow own link is not taken
+    for a slow host. A kind with latency-bound ops (:data:`LATENCY_BOUND`) gets
+    the median of their measured time less their wire time, over their steps;
+    the kinds the own link keeps wire-bound get the median over all latency-bound
+    ops, 0 when there are none. Point-to-point ops are left out (they get that
+    median): a send returns once its bytes are buffered, and a receive's measured
+    time runs from its send's start, so it holds how late the receiver came.
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -148,9 +151,10 @@ def fit_steps(
     bound = (k > 0) & ~p2p & (wire_s <= LATENCY_BOUND * measured_s)
     picked = np.flatnonzero(bound & np.isin(tr.step, steps))
     del bound, p2p
-    per_step = measured_s[picked] / np.maximum(k[picked], 1) - _alphas(prog, fabric, picked)
+    left = (measured_s[picked] - wire_s[picked]) / k[picked]
+    per_step = np.maximum(left + _host_alphas(prog, fabric, picked), 0.0)
     kind_picked = kind_of[picked]
-    del k, kind_of
+    del k, kind_of, left
     latency: dict[tuple[str, str, int], float] = {}
     pooled = []
     for j, code in enumerate(kinds.tolist()):
@@ -162,16 +166,17 @@ def fit_steps(
     return Steps(latency, default, burst_bytes)
 
 
-def _alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
-    """Alpha of the link each of ``events``' ops crosses, unless its profile holds the
-    host's latency (:func:`~commlens.whatif.durations.host_in_alpha`): then 0."""
+def _host_alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
+    """Alpha of the link each of ``events``' ops crosses where its profile holds the
+    host's latency (:func:`~commlens.whatif.durations.host_in_alpha`: the step latency
+    is then the longer of the two, not added to it), else 0."""
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
     across = (spans[prog.inst_group] > 1)[prog.inst[events]]
     names = [OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names]
 
     def alphas(profile: NetworkProfile) -> list[float]:
-        return [0.0 if host_in_alpha(profile) else profile.alpha(o) for o in names]
+        return [profile.alpha(o) if host_in_alpha(profile) else 0.0 for o in names]
 
     table = np.array([alphas(fabric.intra), alphas(fabric.inter)])
     return table[across.astype(np.intp), tr.op[events]]

@@ -140,14 +140,16 @@ class Steps:
 
     An op of ``k`` steps (the cost model's alpha count: 2(n−1) for a ring
     all-reduce, 1 for a send) moves ``1/k`` of its wire bytes per step; a step
-    lasts the longer of its wire time and the backend's *step latency* on the host
-    (waking the thread that handles it, the syscalls, the copy of a small chunk),
-    as the two overlap, plus the link's alpha: ``T = Σ max(λ, w_j) + k·α``. A
-    profile fitted by ``bench --fit`` on a host has that host's latency in its
-    alpha already: there a step lasts ``max(λ, w_j + α)`` (the longer counts,
-    not both). A tbf-shaped link lets its bucket (``burst_bytes``) through at once
-    after an idle spell, so the first ``burst·β`` seconds of an op's wire time
-    are not spent.
+    lasts its wire time *plus* the backend's *step latency* on the host (waking
+    the thread that handles it, the syscalls, the copy and reduction of its
+    chunk) plus the link's alpha: ``T = Σ w_j + k·(λ + α)``. The two are in
+    series: a ring passes on the chunk it has just received and reduced, so the
+    host's work on a step waits for that step's bytes, and the next step's bytes
+    wait for it. A profile fitted by ``bench --fit`` on a host has that host's
+    latency in its alpha already: there a step lasts ``w_j + max(λ, α)`` (the
+    longer of the two latencies counts, not both). A tbf-shaped link lets its
+    bucket (``burst_bytes``) through at once after an idle spell, so the first
+    ``burst·β`` seconds of an op's wire time are not spent.
     """
 
     latency_s: dict[tuple[str, str, int], float] = field(default_factory=dict)
@@ -175,25 +177,27 @@ def stepped_time(
     burst_bytes: float,
 ) -> float:
     """Seconds of one ``op`` on ``n`` ranks of one link type (``share`` flows on it), each of
-    its steps the longer of its wire time and ``latency_s`` (see :class:`Steps`)."""
-    alpha, beta = profile.alpha(op), profile.beta(op)
+    its steps its wire time plus ``latency_s`` (see :class:`Steps`)."""
+    beta = profile.beta(op)
     k = round(flat_time(op, 0.0, n, 1.0, 0.0, algorithm))
     wire = flat_time(op, size, n, 0.0, beta * share, algorithm)
     if k <= 0:
         return wire
-    per = wire / k
-    credit = burst_bytes * beta
-    done = per * np.arange(1, k + 1) - credit
-    steps = np.clip(done, 0.0, per)
-    if host_in_alpha(profile):
-        return float(np.maximum(steps + alpha, latency_s).sum())
-    return float(np.maximum(steps, latency_s).sum()) + k * alpha
+    return max(wire - burst_bytes * beta, 0.0) + k * step_host(op, profile, latency_s)
 
 
 def host_in_alpha(profile: NetworkProfile) -> bool:
     """True for a profile fitted on a host (``bench --fit``: per-op alphas), whose alpha
     holds that host's step latency as well as the link's."""
     return any(o.alpha_s is not None for o in profile.ops.values())
+
+
+def step_host(op: str, profile: NetworkProfile, latency_s: float) -> float:
+    """Seconds a step of ``op`` pays on ``profile`` beyond its wire time: the link's alpha
+    plus the step latency, or the longer of the two where the alpha holds the host's
+    latency already (:func:`host_in_alpha`)."""
+    alpha = profile.alpha(op)
+    return max(alpha, latency_s) if host_in_alpha(profile) else alpha + latency_s
 
 
 def _op_names(prog: Program, flat: bool) -> list[str]:
@@ -321,8 +325,7 @@ def modelled(
         share = max(1, -(-(p2p if is_p2p else rings).get(role, 1) // fabric.nics_per_node))
         latency = steps.latency(op, tr.role_names[role], nodes)
         if op == "send":  # buffered: the sender goes on, the link carries it (its recv)
-            profile = fabric.inter if across else fabric.intra
-            return latency + profile.alpha(op)
+            return step_host(op, fabric.inter if across else fabric.intra, latency)
         return stepped_time(
             op,
             size,

@@ -316,11 +316,12 @@ def link_assumptions(
             for (op, role, nodes), lat in sorted(step_model.latency_s.items())
         )
         out.append(
-            "each algorithm step of a gloo op lasts the longer of its wire time and the "
-            "backend's step latency on this host (thread wake-up, syscalls, small copies), "
-            "plus the link's alpha (a profile fitted by bench --fit: the longer of the "
-            "step latency and wire time plus alpha, its alpha holding its host's latency), "
-            "fitted from the run's latency-bound ops and kept on every network: "
+            "each algorithm step of a gloo op lasts its wire time plus the backend's step "
+            "latency on this host (thread wake-up, syscalls, copies and reductions) plus the "
+            "link's alpha (a profile fitted by bench --fit: its wire time plus the longer of "
+            "the step latency and alpha, its alpha holding its host's latency); the latency "
+            "is fitted from the run's latency-bound ops, less their wire time on the run's "
+            "own link, and kept on every network: "
             f"{kinds}; other ops {step_model.default_latency_s * 1e6:,.0f} us (their median)"
         )
     return out

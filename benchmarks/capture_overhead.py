@@ -11,7 +11,10 @@ them alike:
    return at once, so what remains is the capture's own cost.
    The same for an async ``all_reduce`` and its ``wait()`` on gloo: timed to
    completion by a callback on gloo's worker thread.
-2. The same for functional collectives (DTensor's path): issue plus wait.
+2. The same for functional collectives (DTensor's path): issue plus wait;
+   and the added CPU time per module call, in forward and in backward, on a
+   chain of 200 ``Linear(4, 4)`` with the step tracker's module wrapper on
+   and off.
 3. Step time of 2-rank DDP training, untraced, traced, and under
    ``torch.profiler``, for three jobs: the bundled GPT (``gpt-19m`` as
    ``commlens run --model gpt-19m --scheme dp`` trains it: 128 tokens x 2
@@ -139,6 +142,51 @@ def _alternate(block: Block, blocks: int) -> dict[str, float]:
         "added_us": statistics.median(d[0] for d in diffs) * 1e6,
         "added_cpu_us": statistics.median(d[1] for d in diffs) * 1e6,
         "events": events,
+    }
+
+
+def module_call_overhead(blocks: int, chain: int = 200, reps: int = 10) -> dict[str, float]:
+    """Added CPU time per module call, in forward and in backward: a chain of small Linears.
+
+    What a module call costs the capture is its ``Module.__call__`` wrapper
+    (the step tracker's); in backward, whatever that wrapper leaves on the graph.
+    """
+    from commlens.capture.context import StepTracker
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(chain)])
+    x = torch.randn(2, 4, requires_grad=True)
+    calls = chain + 1  # the Sequential's own call too
+
+    def block() -> tuple[float, float]:
+        forward = backward = 0.0
+        for _ in range(reps):
+            c0 = time.thread_time()
+            y = model(x)
+            c1 = time.thread_time()
+            y.sum().backward()
+            forward += c1 - c0
+            backward += time.thread_time() - c1
+        return forward / reps / calls, backward / reps / calls
+
+    tracker = StepTracker()
+    for _ in range(3):
+        block()
+    diffs = []
+    for i in range(blocks):
+        pair = []
+        for traced in (False, True) if i % 2 == 0 else (True, False):
+            if traced:
+                tracker.install()
+            try:
+                pair.append((traced, block()))
+            finally:
+                if traced:
+                    tracker.uninstall()
+        (_, plain), (_, with_tracker) = sorted(pair)
+        diffs.append((with_tracker[0] - plain[0], with_tracker[1] - plain[1]))
+    return {
+        "forward_us": statistics.median(d[0] for d in diffs) * 1e6,
+        "backward_us": statistics.median(d[1] for d in diffs) * 1e6,
     }
 
 
@@ -414,6 +462,11 @@ def main() -> None:
         _report_calls("all_reduce, fake backend", fake, 2000, args.blocks)
         func = functional_overhead(args.blocks, 200)
         _report_calls("functional all_reduce + wait, gloo", func, 200, args.blocks)
+        mods = module_call_overhead(args.blocks)
+        print(
+            f"module call, chain of 200 Linear(4, 4), CPU time, {args.blocks} ABBA block pairs: "
+            f"+{mods['forward_us']:.2f} us forward, +{mods['backward_us']:.2f} us backward"
+        )
         summary.append(
             f"added per call {gloo['added_us']:.2f} us on gloo, {fake['added_us']:.2f} us on "
             "the fake backend (target <= 5 us)"

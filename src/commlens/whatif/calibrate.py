@@ -141,8 +141,9 @@ def fit_steps(
     the median of their measured time less their wire time, over their steps;
     the kinds the own link keeps wire-bound get the median over all latency-bound
     ops, 0 when there are none. Point-to-point ops are left out (they get that
-    median): a send returns once its bytes are buffered, and a receive's measured
-    time runs from its send's start, so it holds how late the receiver came.
+    median): a send's measured time holds its wait for the messages before it on
+    its channel, and a receive's runs from its send's start, so it holds how late
+    the receiver came.
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)

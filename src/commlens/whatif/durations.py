@@ -178,26 +178,19 @@ def stepped_time(
 ) -> float:
     """Seconds of one ``op`` on ``n`` ranks of one link type (``share`` flows on it), each of
     its steps its wire time plus ``latency_s`` (see :class:`Steps`)."""
-    beta = profile.beta(op)
+    alpha, beta = profile.alpha(op), profile.beta(op)
     k = round(flat_time(op, 0.0, n, 1.0, 0.0, algorithm))
     wire = flat_time(op, size, n, 0.0, beta * share, algorithm)
     if k <= 0:
         return wire
-    return max(wire - burst_bytes * beta, 0.0) + k * step_host(op, profile, latency_s)
+    host = max(alpha, latency_s) if host_in_alpha(profile) else alpha + latency_s
+    return max(wire - burst_bytes * beta, 0.0) + k * host
 
 
 def host_in_alpha(profile: NetworkProfile) -> bool:
     """True for a profile fitted on a host (``bench --fit``: per-op alphas), whose alpha
     holds that host's step latency as well as the link's."""
     return any(o.alpha_s is not None for o in profile.ops.values())
-
-
-def step_host(op: str, profile: NetworkProfile, latency_s: float) -> float:
-    """Seconds a step of ``op`` pays on ``profile`` beyond its wire time: the link's alpha
-    plus the step latency, or the longer of the two where the alpha holds the host's
-    latency already (:func:`host_in_alpha`)."""
-    alpha = profile.alpha(op)
-    return max(alpha, latency_s) if host_in_alpha(profile) else alpha + latency_s
 
 
 def _op_names(prog: Program, flat: bool) -> list[str]:
@@ -298,11 +291,12 @@ def modelled(
     members in rank order, at the inter-node rate, its edges that leave a node
     sharing that node's link (:func:`ring_flows`), not the hierarchical
     intra/inter split of :meth:`Fabric.time`. Sends share a node's link with the
-    other sends of their role out of that node (:func:`send_flows`); a flat send
-    returns once its bytes are buffered (its step latency), its receive ends when
-    the link has carried them. Each step of
-    a flat op pays ``steps``' latency and the link's burst (:class:`Steps`), and a
-    reduce-scatter costs an all-reduce (:data:`GLOO_AS`).
+    other sends of their role out of that node (:func:`send_flows`); a flat send,
+    like its receive, lasts until the link has carried its bytes (on average a
+    send finds the socket buffer still holding the message before it and waits
+    for the wire). Each step of a flat op pays ``steps``' latency and the link's
+    burst (:class:`Steps`), and a reduce-scatter costs an all-reduce
+    (:data:`GLOO_AS`).
     """
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
@@ -324,8 +318,6 @@ def modelled(
         across = nodes > 1
         share = max(1, -(-(p2p if is_p2p else rings).get(role, 1) // fabric.nics_per_node))
         latency = steps.latency(op, tr.role_names[role], nodes)
-        if op == "send":  # buffered: the sender goes on, the link carries it (its recv)
-            return step_host(op, fabric.inter if across else fabric.intra, latency)
         return stepped_time(
             op,
             size,

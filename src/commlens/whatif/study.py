@@ -266,9 +266,9 @@ FLAT_RING = (
     "gloo: a collective whose group spans nodes runs one flat ring over its members in rank "
     "order at the inter-node rate (gloo has no hierarchical algorithm); the ring's edges that "
     "leave a node share its link; a reduce-scatter costs an all-reduce (gloo has no native "
-    "one); a send returns once its bytes are buffered (its step latency), its receive ends "
-    "when the link has carried them, and the channel carries one message at a time (a send "
-    "that finds the socket buffer full and waits for the wire is not modelled)"
+    "one); a send, like its receive, lasts until the link has carried its bytes (on average "
+    "a send finds the socket buffer still holding the message before it and waits for the "
+    "wire), and the channel carries one message at a time"
 )
 
 OP_TIMES = ("fit", "model", "delta")

@@ -8,7 +8,7 @@ import pytest
 from commlens.errors import RunFormatError
 from commlens.whatif.critical import critical_path
 from commlens.whatif.durations import measured, measured_release
-from commlens.whatif.model import BLOCK, HOLD, Program, build_program
+from commlens.whatif.model import BLOCK, BUILD_ONLY, HOLD, Program, build_program
 from commlens.whatif.replay import Timeline, replay
 from commlens.whatif.results import figures
 from tests.whatif.synthetic import Ev, make_trace
@@ -176,6 +176,18 @@ def test_a_clock_that_breaks_causality_is_corrected() -> None:
         make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     )
     assert not consistent.clock_shifts.any()
+
+
+def test_the_program_takes_its_trace_over_instead_of_copying_it() -> None:
+    # a corrected clock moves the trace's own times; what only the build reads is freed
+    trace = make_trace(
+        [Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 70, 80)], [(0, 0, 0, 40), (1, 0, 50, 90)]
+    )
+    prog = build_program(trace)
+    assert prog.trace is trace
+    assert trace.t_issue.tolist() == [10_000, 15_000] and trace.step_start.tolist() == [0, -5_000]
+    assert all(getattr(trace, name).size == 0 for name in BUILD_ONLY)
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
 
 
 def test_critical_path_crosses_to_the_last_arrival() -> None:

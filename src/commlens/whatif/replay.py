@@ -94,15 +94,20 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         if waiting:
             todo.extend(waiting)
 
+    def started(i: int) -> float:
+        """Start instance ``i`` (issued by all its members) once its queue is free; when."""
+        t, how = start[i], 1
+        if not first[i]:
+            free = start[i - 1] + free_after[i - 1]
+            if free > t:
+                t, how = free, 2
+        start[i], state[i] = t, how
+        return t
+
     def begin(i: int) -> None:
         """Start collective ``i`` and any that waited behind it on its group."""
         while True:
-            t, how = start[i], 1
-            if not first[i]:
-                free = start[i - 1] + free_after[i - 1]
-                if free > t:
-                    t, how = free, 2
-            start[i], state[i] = t, how
+            t = started(i)
             for e in members[offsets[i] : offsets[i + 1]]:
                 end[e] = t + d[e]
                 if parked:
@@ -117,12 +122,7 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
         """Start the send of pair ``i`` and any that waited behind it on its channel."""
         while True:
             s, r = send_of[i], recv_of[i]
-            t, how = start[i], 1
-            if not first[i]:
-                free = start[i - 1] + free_after[i - 1]
-                if free > t:
-                    t, how = free, 2
-            start[i], state[i] = t, how
+            t = started(i)
             ended(s, t + d[s])
             if issue[r] == issue[r]:
                 ended(r, max(issue[r], t + d[r]))

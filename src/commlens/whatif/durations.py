@@ -143,12 +143,14 @@ class Steps:
     lasts its wire time *plus* the backend's *step latency* on the host (waking
     the thread that handles it, the syscalls, the copy and reduction of its
     chunk) plus the link's alpha: ``T = Σ w_j + k·(λ + α)``. The two are in
-    series: a ring passes on the chunk it has just received and reduced, so the
-    host's work on a step waits for that step's bytes, and the next step's bytes
-    wait for it. A profile fitted by ``bench --fit`` on a host has that host's
-    latency in its alpha already: there a step lasts ``w_j + max(λ, α)`` (the
-    longer of the two latencies counts, not both). A tbf-shaped link lets its
-    bucket (``burst_bytes``) through at once after an idle spell, so the first
+    series: gloo's ring sends on the segment it has just received and reduced,
+    so the host's work on a step waits for that step's bytes and the next send
+    waits for the host (measured in docs/whatif.md: a host-bound all-reduce
+    takes as long beyond its wire time on a slow link as on a fast one). A
+    profile fitted by ``bench --fit`` on a host has that host's latency in its
+    alpha already: there a step lasts ``w_j + max(λ, α)`` (the longer of the
+    two latencies counts, not both). A tbf-shaped link lets its bucket
+    (``burst_bytes``) through at once after an idle spell, so the first
     ``burst·β`` seconds of an op's wire time are not spent.
     """
 

@@ -65,7 +65,11 @@ class ForwardSpans:
 
 
 class ParameterOwners:
-    """The path of the module holding a parameter directly, under the first root holding it."""
+    """The path of the module holding a parameter directly, under the first root holding it.
+
+    A parameter two modules share (a tied embedding) is its first holder's, as
+    ``named_parameters`` names it.
+    """
 
     def __init__(self) -> None:
         self._by_root: weakref.WeakKeyDictionary[Module, dict[int, str]] = (
@@ -80,12 +84,11 @@ class ParameterOwners:
         for root in list(roots):
             owners = self._by_root.get(root)
             if owners is None or id(param) not in owners:
-                owners = {
-                    id(p): name
-                    for name, m in root.named_modules(remove_duplicate=False)
-                    for p in m._parameters.values()
-                    if p is not None
-                }
+                owners = {}
+                for name, m in root.named_modules(remove_duplicate=False):
+                    for p in m._parameters.values():
+                        if p is not None:  # a tied weight: its first holder, as torch names it
+                            owners.setdefault(id(p), name)
                 self._by_root[root] = owners
             if id(param) in owners:
                 return owners[id(param)]

@@ -38,7 +38,7 @@ from commlens.optable import PHASES
 _CALL_IMPL_CODE = Module._call_impl.__code__
 _graph_task_id = torch._C._current_graph_task_id
 _next_seq = torch._C._autograd._get_sequence_nr
-_compiling = torch.compiler.is_compiling
+_compiling = torch.compiler.is_dynamo_compiling
 _Tensor = torch.Tensor
 
 SETUP_STEP = -1

@@ -16,9 +16,12 @@ the same (group, source, destination) at the same position. Instances of
 one group (of one p2p channel) form a queue: one starts when all its members
 issued it and the one before it on the queue has ended, unless the capture
 shows it ending before that one on some rank (gloo runs a group's async ops
-on several threads): then it does not queue. A send is eager: it
-starts once issued (and the send before it on its channel has ended), and
-its receive ends when the data has arrived, or at its own issue if later.
+on several threads): then it does not queue. A pair is a rendezvous (gloo
+moves a message once its receive is posted): it starts when both its send
+and its receive were issued (and the pair before it on its channel has
+ended), unless the capture shows the send ending before its receive was
+issued; such a send is eager and starts once issued. A receive ends when
+the data has arrived, or at its own issue if later.
 
 Where the trace does not say when an async op was waited for (``t_wait = 0``:
 DDP's buckets are waited from C++), the wait is put at the last issue of its
@@ -69,6 +72,10 @@ class Program:
     """The send event of a p2p instance, -1 for a collective."""
     recv_of: np.ndarray
     """The receive event of a p2p instance, -1 for a collective."""
+    rendezvous: np.ndarray
+    """True where a p2p pair starts only once its receive was issued too (False for an
+    eager send, which ended in the capture before its receive was issued, and for a
+    collective)."""
     inst_size: np.ndarray
     inst_group: np.ndarray
     """Cost group of each instance: an index into ``cost_groups`` (int32)."""
@@ -96,6 +103,7 @@ INDEX_FIELDS = {
     "first_of_queue": "b",
     "send_of": "i",
     "recv_of": "i",
+    "rendezvous": "b",
 }
 """The fields of :attr:`Program.as_lists` and their ``array`` type codes."""
 
@@ -297,6 +305,13 @@ def build_program(tr: Trace) -> Program:
     shifts = causal_shifts(tr, views["inst"], views["members"], views["send_of"], views["recv_of"])
     if shifts.any():
         shift_clocks(tr, shifts)
+    pairs = np.flatnonzero(views["send_of"] >= 0)
+    meets = np.zeros(total, dtype=bool)
+    s, r = views["send_of"][pairs], views["recv_of"][pairs]
+    meets[pairs] = tr.t_end[s] >= tr.t_issue[r]
+    del pairs, s, r
+    lists["rendezvous"], views["rendezvous"] = compact(meets, "b")
+    del meets
     kinds, args, gaps, t0 = _marks(tr)
     for name in BUILD_ONLY:
         setattr(tr, name, getattr(tr, name)[:0].copy())

@@ -3,10 +3,10 @@
 Each rank runs through its marks, spending each compute gap as measured. A
 collective starts when its last member issued it and the instance before it
 on its group has released the queue; member ``e`` ends ``dur[e]`` seconds
-later. A send
-starts when issued and the send before it on its channel has ended, and ends
-``dur[send]`` later; its receive ends ``dur[recv]`` after the send started,
-or when it is issued if that is later. A rank at a ``HOLD`` waits until that
+later. A p2p pair starts when its send was issued (a rendezvous: and its
+receive) and the pair before it on its channel has ended; its send ends
+``dur[send]`` later, its receive ``dur[recv]`` after the start, or when it is
+issued if that is later. A rank at a ``HOLD`` waits until that
 end; one that reaches an op whose end is not known yet is parked and resumed
 when it is. Ranks advance as far as they can before another is taken, so
 every mark is handled once: the replay is linear in the number of marks.
@@ -15,6 +15,7 @@ every mark is handled once: the replay is linear in the number of marks.
 from __future__ import annotations
 
 from array import array
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +35,9 @@ class Timeline:
     held: np.ndarray
     """How long the rank was held at the event's HOLD mark."""
     start: np.ndarray
-    """When each instance started (a p2p pair: when its send started)."""
+    """When each instance started (a p2p pair: when its message started)."""
     by: np.ndarray
-    """The event whose issue came last in each instance (its send for a p2p pair)."""
+    """The event whose issue came last in each instance (its send for an eager pair)."""
     queued: np.ndarray
     """True where an instance started late because its queue's previous one was running."""
     step_marks: np.ndarray
@@ -49,12 +50,21 @@ def seconds(values: np.ndarray) -> memoryview:
     return np.ascontiguousarray(values, dtype=np.float64).data
 
 
-def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) -> Timeline:
+def replay(
+    prog: Program,
+    dur: np.ndarray,
+    release: np.ndarray | None = None,
+    links: np.ndarray | None = None,
+) -> Timeline:
     """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
 
     The next op on an instance's queue may start ``release[i]`` seconds after
     instance ``i`` started (default: when its last member ends; a send: when it
     and its receive's data have ended, the channel carries one message at a time).
+    A p2p pair ``i`` with ``links[i] >= 0`` crosses that link, which carries one
+    message at a time: one that starts while the last message put on its link is
+    still on it starts when that one frees its queue
+    (:func:`~commlens.whatif.durations.node_links`).
     """
     if release is None:
         release = np.zeros(prog.instances)
@@ -64,6 +74,10 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
     lists = prog.as_lists
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
+    meets = lists["rendezvous"]
+    link = array("i", [-1]) * n_inst if links is None else array("i", links.tobytes())
+    on_link: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    """Per link, the last message put on it: (start, end)."""
     d = seconds(dur)
     nan = array("d", [float("nan")])
     issue = nan * n_ev
@@ -119,19 +133,25 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
                 return
 
     def send(i: int) -> None:
-        """Start the send of pair ``i`` and any that waited behind it on its channel."""
+        """Start pair ``i`` and any that waited behind it on its channel."""
         while True:
-            s, r = send_of[i], recv_of[i]
             t = started(i)
+            k = link[i]
+            if k >= 0:  # a message on the link when this one starts goes first
+                busy_from, busy_to = on_link[k]
+                if busy_from <= t < busy_to:
+                    t = start[i] = busy_to
+                on_link[k] = (t, t + free_after[i])
+            s, r = send_of[i], recv_of[i]
             ended(s, t + d[s])
             if issue[r] == issue[r]:
                 ended(r, max(issue[r], t + d[r]))
             else:
                 arrival[i] = t + d[r]
             i += 1
-            if i >= n_inst or first[i] or issue[send_of[i]] != issue[send_of[i]]:
+            if i >= n_inst or first[i] or state[i] or issue[send_of[i]] != issue[send_of[i]]:
                 return
-            if state[i]:
+            if meets[i] and issue[recv_of[i]] != issue[recv_of[i]]:
                 return
 
     while todo:
@@ -156,6 +176,13 @@ def replay(prog: Program, dur: np.ndarray, release: np.ndarray | None = None) ->
                     missing[j] -= 1
                     if not missing[j] and (first[j] or state[j - 1]):
                         begin(j)
+                elif meets[j]:  # a rendezvous: the later of its send and receive starts it
+                    if t >= start[j]:
+                        start[j] = t
+                        by[j] = a
+                    other = recv_of[j] if a == send_of[j] else send_of[j]
+                    if issue[other] == issue[other] and (first[j] or state[j - 1]):
+                        send(j)
                 elif a == send_of[j]:
                     start[j] = t
                     by[j] = a

@@ -17,6 +17,7 @@ from commlens.whatif.durations import (
     elapsed,
     measured_release,
     modelled,
+    node_links,
     scaled_groups,
 )
 from commlens.whatif.model import Program, build_program
@@ -369,10 +370,19 @@ def run_study(
             step_model = fit_steps(prog, fabric, took, wire, keep, own_burst)
             del wire
         own_times = modelled(prog, fabric, flat=flat, steps=step_model)
+        own_links, shared = node_links(prog, fabric) if flat else (None, None)
         if used == "delta":
             base = took - own_times
         elif used == "fit":
-            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model)
+            calibration = fit_cpu_terms(
+                prog,
+                fabric,
+                took,
+                own_times,
+                keep,
+                step_model,
+                None if shared is None else shared[prog.inst],
+            )
             base, terms = calibration.extra_s, calibration.terms
             del calibration
         own_times += base
@@ -381,7 +391,7 @@ def run_study(
         del took  # only delta's releases need the measured times again
     if own is not None:
         release = delta_release(prog, own_times, took) if used == "delta" else None
-        timeline = replay(prog, own_times, release)
+        timeline = replay(prog, own_times, release, None if used == "delta" else own_links)
         del own_times, release
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
         del timeline
@@ -401,7 +411,8 @@ def run_study(
         times += base
         np.maximum(times, 0.0, out=times)
         release = delta_release(prog, times, took) if used == "delta" else None
-        timeline = replay(prog, times, release)
+        links = node_links(prog, fabric)[0] if flat and used != "delta" else None
+        timeline = replay(prog, times, release, links)
         del times, release
         answers.append(Answer(profile.name, profile, figures(prog, timeline, keep)))
         del timeline

@@ -1,0 +1,99 @@
+"""Point-to-point pairs in the replay: rendezvous, eager sends, and a node's link (µs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commlens.predict.profiles import get_profile
+from commlens.predict.topology import Fabric
+from commlens.whatif.durations import measured, measured_release, node_links
+from commlens.whatif.model import build_program
+from commlens.whatif.replay import replay
+from tests.whatif.synthetic import Ev, make_trace
+
+
+def us(value: float) -> pytest.approx:
+    return pytest.approx(value * 1e-6, abs=1e-12)
+
+
+def test_a_send_that_outlasted_its_receives_issue_waits_for_the_receive() -> None:
+    # rank 0's send (issued at 0) ended at 10, after rank 1 posted its receive at 8:
+    # gloo moved the data once the receive was posted, so the pair meets at 8.
+    events = [
+        Ev(0, "send", 0, 10, peer=1, role="pp"),
+        Ev(1, "recv", 8, 10, peer=0, role="pp"),
+    ]
+    prog = build_program(make_trace(events, [(0, 0, 0, 10), (1, 0, 0, 10)]))
+    assert prog.rendezvous.tolist() == [True]
+    assert measured(prog).tolist() == [us(2), us(2)]  # from the receive's issue
+    exact = replay(prog, measured(prog), measured_release(prog))
+    assert exact.end.tolist() == [us(10), us(10)]
+    tl = replay(prog, np.full(2, 1e-6))
+    assert tl.start.tolist() == [us(8)] and tl.end.tolist() == [us(9), us(9)]
+    assert tl.by.tolist() == [1]  # the receive came last
+
+
+def test_a_send_that_ended_before_its_receive_was_issued_stays_eager() -> None:
+    events = [
+        Ev(0, "send", 0, 1, peer=1, role="pp"),
+        Ev(1, "recv", 8, 9, peer=0, role="pp"),
+    ]
+    prog = build_program(make_trace(events, [(0, 0, 0, 9), (1, 0, 0, 9)]))
+    assert prog.rendezvous.tolist() == [False]
+    tl = replay(prog, np.full(2, 1e-6))
+    assert tl.start.tolist() == [us(0)] and tl.end.tolist() == [us(1), us(8)]
+
+
+def two_stage_sends() -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
+    """Ranks 0 and 1 (node 0) send to 2 and 3 (node 1) at once; the link carried the
+    first message by 10 and the second by 20."""
+    events = [
+        Ev(0, "send", 0, 10, peer=2, role="pp"),
+        Ev(1, "send", 0, 20, peer=3, role="pp"),
+        Ev(2, "recv", 0, 10, peer=0, role="pp"),
+        Ev(3, "recv", 0, 20, peer=1, role="pp"),
+    ]
+    return events, [(r, 0, 0, 20) for r in range(4)]
+
+
+def fabric() -> Fabric:
+    return Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=2)
+
+
+def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
+    prog = build_program(make_trace(*two_stage_sends()))
+    links, shared = node_links(prog, fabric())
+    assert links.tolist() == [0, 0] and shared.tolist() == [False, True]
+    tl = replay(prog, np.full(4, 10e-6), links=links)
+    assert sorted(tl.end.tolist()) == [us(10), us(10), us(20), us(20)]
+    assert sorted(replay(prog, np.full(4, 10e-6)).end.tolist()) == [us(10)] * 4
+
+
+def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:
+    prog = build_program(make_trace(*two_stage_sends()))
+    one_node = Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=4)
+    links, _ = node_links(prog, one_node)
+    assert links.tolist() == [-1, -1]
+    assert replay(prog, np.full(4, 10e-6), links=links).end.tolist() == [us(10)] * 4
+    two_nics = Fabric(
+        inter=get_profile("loopback"),
+        intra=get_profile("loopback"),
+        gpus_per_node=2,
+        nics_per_node=2,
+    )
+    assert node_links(prog, two_nics)[0].tolist() == [-1, -1]
+
+
+def test_a_message_that_starts_after_the_link_is_free_again_does_not_wait() -> None:
+    events = [
+        Ev(0, "send", 0, 10, peer=2, role="pp"),
+        Ev(1, "send", 15, 25, peer=3, role="pp"),
+        Ev(2, "recv", 0, 10, peer=0, role="pp"),
+        Ev(3, "recv", 15, 25, peer=1, role="pp"),
+    ]
+    prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
+    links, shared = node_links(prog, fabric())
+    assert not shared.any()
+    tl = replay(prog, np.full(4, 10e-6), links=links)
+    assert tl.start.tolist() == [us(0), us(15)]

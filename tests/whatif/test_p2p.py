@@ -1,10 +1,12 @@
-"""Point-to-point pairs in the replay: rendezvous, eager sends, and a node's link (µs)."""
+"""Ops sharing a link in the replay: p2p rendezvous and eager sends, a node's link
+carrying one message at a time, gloo's two workers per group (µs)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from commlens.analysis.timeline import GLOO_WORKERS
 from commlens.predict.profiles import get_profile
 from commlens.predict.topology import Fabric
 from commlens.whatif.durations import measured, measured_release, node_links
@@ -15,6 +17,10 @@ from tests.whatif.synthetic import Ev, make_trace
 
 def us(value: float) -> pytest.approx:
     return pytest.approx(value * 1e-6, abs=1e-12)
+
+
+def both_steps(end: float) -> list[tuple[int, int, float, float]]:
+    return [(0, 0, 0, end), (1, 0, 0, end)]
 
 
 def test_a_send_that_outlasted_its_receives_issue_waits_for_the_receive() -> None:
@@ -97,3 +103,44 @@ def test_a_message_that_starts_after_the_link_is_free_again_does_not_wait() -> N
     assert not shared.any()
     tl = replay(prog, np.full(4, 10e-6), links=links)
     assert tl.start.tolist() == [us(0), us(15)]
+
+
+def concurrent_buckets() -> list[Ev]:
+    """Three async all-reduces each rank issues at 0, 1 and 2 (a DDP backward's buckets)."""
+    return [
+        Ev(r, "all_reduce", t, t + 10 * (k + 1), is_async=True)
+        for r in (0, 1)
+        for k, t in enumerate((0.0, 1.0, 2.0))
+    ]
+
+
+def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlier_ones() -> None:
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    dur, wire = np.full(6, 10e-6), np.full(3, 4e-6)
+    one = replay(prog, dur)
+    assert one.start.tolist() == [us(0), us(10), us(20)]  # one worker: one after the other
+    two = replay(prog, dur, workers=GLOO_WORKERS, wire=wire)
+    # B starts on the second worker at 1 and ends when its bytes followed A's (10 + 4);
+    # C waits for a worker (A frees one at 10) and ends at 20 (after B's bytes: 18).
+    assert two.start.tolist() == [us(0), us(1), us(10)]
+    assert sorted(set(two.end.tolist())) == [us(10), us(14), us(20)]
+    alone = replay(prog, dur, workers=GLOO_WORKERS, wire=np.zeros(3))
+    assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
+
+
+def test_the_self_check_stays_exact_for_ops_that_ran_beside_each_other() -> None:
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    tl = replay(prog, measured(prog), measured_release(prog))
+    assert tl.end.tolist() == pytest.approx((prog.trace.t_end / 1e9).tolist(), abs=1e-12)
+
+
+def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_link() -> None:
+    # B (issued at 1) ended at 10, before A (20): it ran on the second worker
+    events = [
+        Ev(r, "all_reduce", t, end, is_async=True) for r in (0, 1) for t, end in ((0, 20), (1, 10))
+    ]
+    prog = build_program(make_trace(events, both_steps(20)))
+    assert prog.first_of_queue.tolist() == [True, True]
+    assert prog.opens_queue.tolist() == [True, False]
+    tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 4e-6))
+    assert sorted(set(tl.end.tolist())) == [us(10), us(14)]

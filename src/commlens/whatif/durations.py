@@ -141,6 +141,15 @@ def node_links(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     return links, shared
 
 
+def wire_times(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], burst: float
+) -> np.ndarray:
+    """Seconds each instance's bytes keep its link busy on ``fabric`` (as :func:`modelled`
+    with ``flat``, without any step latency: its wire time and the link's alphas)."""
+    per_event = modelled(prog, fabric, groups, flat=True, steps=Steps(burst_bytes=burst))
+    return per_event[prog.members[prog.offsets[:-1]]]
+
+
 def instance_roles(prog: Program) -> np.ndarray:
     """Role code of each instance (that of its first member)."""
     roles = np.zeros(prog.instances, dtype=np.int64)

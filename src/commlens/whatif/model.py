@@ -68,6 +68,9 @@ class Program:
     offsets: np.ndarray
     first_of_queue: np.ndarray
     """True where an instance is the first of its queue (no predecessor)."""
+    opens_queue: np.ndarray
+    """True where an instance is the first of its group (of its p2p channel): unlike
+    :attr:`first_of_queue`, False for one that ended before the one ahead of it."""
     send_of: np.ndarray
     """The send event of a p2p instance, -1 for a collective."""
     recv_of: np.ndarray
@@ -101,6 +104,7 @@ INDEX_FIELDS = {
     "members": "i",
     "offsets": "i",
     "first_of_queue": "b",
+    "opens_queue": "b",
     "send_of": "i",
     "recv_of": "i",
     "rendezvous": "b",
@@ -133,8 +137,9 @@ def _ordinal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, order
 
 
-def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(instance, first-of-queue flags) of the collective events ``idx``."""
+def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(instance, first-of-queue flags, first-of-group flags) of the collective events
+    ``idx``."""
     n_ranks = int(tr.rank.max()) + 1
     group, rank = tr.group[idx].astype(np.int64), tr.rank[idx]
     pos, order = _ordinal(group * n_ranks + rank)  # order: by group, rank, then position
@@ -179,13 +184,14 @@ def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarr
         )
     first = np.zeros(total, dtype=bool)
     first[base[:-1][np.diff(base) > 0]] = True
+    opens = first.copy()
     # An op that ended on some rank before the op before it on its group (gloo runs
     # a group's async ops on several threads) did not queue: it has no predecessor.
     ev = idx[order]
     same = (group[order][1:] == group[order][:-1]) & (rank[order][1:] == rank[order][:-1])
     early = same & (tr.t_end[ev[1:]] < tr.t_end[ev[:-1]])
     first[inst[order][1:][early]] = True
-    return inst, first
+    return inst, first, opens
 
 
 def _match_p2p(
@@ -269,7 +275,7 @@ def build_program(tr: Trace) -> Program:
     sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
     del is_send, is_recv
     inst = np.empty(tr.events, dtype=np.int32)
-    c_inst, c_first = _match_collectives(tr, coll)
+    c_inst, c_first, opens = _match_collectives(tr, coll)
     inst[coll] = c_inst
     n_coll = c_first.size
     cost_groups = list(tr.groups)
@@ -286,6 +292,7 @@ def build_program(tr: Trace) -> Program:
         inst_group = np.r_[inst_group, (len(cost_groups) + pair_of).astype(np.int32)]
         cost_groups += [(int(p // w), int(p % w)) for p in pairs]
         first = np.r_[first, p_first]
+        opens = np.r_[opens, p_first]
         send_of = np.r_[send_of, np.zeros(p_first.size, dtype=np.int32)]
         recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int32)]
         send_of[s_inst + n_coll], recv_of[r_inst + n_coll] = sends, recvs
@@ -295,9 +302,9 @@ def build_program(tr: Trace) -> Program:
     np.maximum.at(inst_size, inst, tr.size_bytes)
     lists, views = {}, {}
     offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
-    for name, values in (("offsets", offsets), ("first_of_queue", first)):
+    for name, values in (("offsets", offsets), ("first_of_queue", first), ("opens_queue", opens)):
         lists[name], views[name] = compact(values, INDEX_FIELDS[name])
-    del offsets, first, values
+    del offsets, first, opens, values
     lists["members"], views["members"] = compact(np.argsort(inst, kind="stable"), "i")
     for name, values in (("inst", inst), ("send_of", send_of), ("recv_of", recv_of)):
         lists[name], views[name] = compact(values, INDEX_FIELDS[name])

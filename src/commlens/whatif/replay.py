@@ -55,6 +55,8 @@ def replay(
     dur: np.ndarray,
     release: np.ndarray | None = None,
     links: np.ndarray | None = None,
+    workers: int = 1,
+    wire: np.ndarray | None = None,
 ) -> Timeline:
     """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
 
@@ -65,6 +67,14 @@ def replay(
     message at a time: one that starts while the last message put on its link is
     still on it starts when that one frees its queue
     (:func:`~commlens.whatif.durations.node_links`).
+
+    ``workers`` (gloo: :data:`~commlens.analysis.timeline.GLOO_WORKERS`) collectives
+    of one group may run at once: one starts when a worker is free (the second
+    latest release of the instances before it on its queue, with two). An
+    instance that starts while the one before it on its queue still runs shares
+    the link with it: its bytes follow that one's, so its members end no earlier
+    than that release plus ``wire[i]`` (its wire time); its host work runs on its
+    own worker, beside the other's.
     """
     if release is None:
         release = np.zeros(prog.instances)
@@ -75,6 +85,9 @@ def replay(
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
     meets = lists["rendezvous"]
+    # with several workers, an instance that ran apart from the one ahead of it in the
+    # capture still shares the workers with it: only a group's first has none ahead
+    head = lists["opens_queue"] if workers > 1 else first
     link = array("i", [-1]) * n_inst if links is None else array("i", links.tobytes())
     on_link: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     """Per link, the last message put on it: (start, end)."""
@@ -118,18 +131,45 @@ def replay(
         start[i], state[i] = t, how
         return t
 
+    # With several workers: per instance, the latest and second latest release so far
+    # on its queue (it included).
+    latest = array("d", [0.0]) * (n_inst if workers > 1 else 0)
+    second = array("d", [0.0]) * (n_inst if workers > 1 else 0)
+    w = seconds(np.zeros(n_inst if workers > 1 else 0) if wire is None else wire)
+
+    def beside(i: int) -> tuple[float, float]:
+        """Start collective ``i`` when one of its group's workers is free: (its start, the
+        release of the one before it on its queue, which it runs beside if later)."""
+        t, how, ahead = start[i], 1, 0.0
+        if not head[i]:
+            ahead = latest[i - 1]
+            if second[i - 1] > t:
+                t, how = second[i - 1], 2
+        start[i], state[i] = t, how
+        free = t + free_after[i]
+        if ahead > t:
+            free = max(free, ahead + w[i])
+        top, low = (latest[i - 1], second[i - 1]) if not head[i] else (0.0, 0.0)
+        latest[i], second[i] = max(top, free), max(low, min(top, free))
+        return t, ahead
+
     def begin(i: int) -> None:
         """Start collective ``i`` and any that waited behind it on its group."""
         while True:
-            t = started(i)
+            if workers > 1:
+                t, ahead = beside(i)
+            else:
+                t, ahead = started(i), 0.0
             for e in members[offsets[i] : offsets[i + 1]]:
                 end[e] = t + d[e]
+                if ahead > t:
+                    end[e] = max(end[e], ahead + w[i])
                 if parked:
                     waiting = parked.pop(e, None)
                     if waiting:
                         todo.extend(waiting)
             i += 1
-            if i >= n_inst or first[i] or missing[i] or state[i]:
+            if i >= n_inst or head[i] or missing[i] or state[i]:
                 return
 
     def send(i: int) -> None:
@@ -174,7 +214,7 @@ def replay(
                         start[j] = t
                         by[j] = a
                     missing[j] -= 1
-                    if not missing[j] and (first[j] or state[j - 1]):
+                    if not missing[j] and (head[j] or state[j - 1]):
                         begin(j)
                 elif meets[j]:  # a rendezvous: the later of its send and receive starts it
                     if t >= start[j]:

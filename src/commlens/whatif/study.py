@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commlens.analysis.timeline import GLOO_WORKERS
 from commlens.errors import UsageError
 from commlens.netem.rate import parse_rate
 from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
@@ -19,6 +20,7 @@ from commlens.whatif.durations import (
     modelled,
     node_links,
     scaled_groups,
+    wire_times,
 )
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
@@ -254,8 +256,10 @@ def self_check(
 ASSUMPTIONS = (
     "compute between communication calls keeps its measured length on every network",
     "a collective starts when its last member issued it and the previous op on its group "
-    "ended; a send is eager (it starts when issued and the previous send on its channel "
-    "ended) and its receive ends when the data has arrived",
+    "ended; a point-to-point pair starts when both its send and its receive were issued "
+    "(a send the capture saw end before its receive was issued is eager: it starts when "
+    "issued) and the previous pair on its channel ended; its receive ends when the data "
+    "has arrived",
     "async ops without a recorded wait (DDP's buckets, waited from C++) are waited at the last "
     "issue of their burst on the group, as DDP's backward waits for its buckets at its end",
     "op times on a network come from the alpha-beta cost model (commlens predict's) for the "
@@ -269,7 +273,10 @@ FLAT_RING = (
     "leave a node share its link; a reduce-scatter costs an all-reduce (gloo has no native "
     "one); a send, like its receive, lasts until the link has carried its bytes (on average "
     "a send finds the socket buffer still holding the message before it and waits for the "
-    "wire), and the channel carries one message at a time"
+    "wire), and the channel carries one message at a time; a node's link too: a message "
+    "that starts while another is on it goes after it, each at the link's full rate; a "
+    f"group runs up to {GLOO_WORKERS} ops at once (gloo's worker threads), the later one's "
+    "bytes after the earlier's on the link"
 )
 
 OP_TIMES = ("fit", "model", "delta")
@@ -391,7 +398,12 @@ def run_study(
         del took  # only delta's releases need the measured times again
     if own is not None:
         release = delta_release(prog, own_times, took) if used == "delta" else None
-        timeline = replay(prog, own_times, release, None if used == "delta" else own_links)
+        if flat and used != "delta":
+            wire = wire_times(prog, fabric, prog.cost_groups, own_burst)
+            timeline = replay(prog, own_times, None, own_links, GLOO_WORKERS, wire)
+            del wire
+        else:
+            timeline = replay(prog, own_times, release)
         del own_times, release
         own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
         del timeline
@@ -411,8 +423,13 @@ def run_study(
         times += base
         np.maximum(times, 0.0, out=times)
         release = delta_release(prog, times, took) if used == "delta" else None
-        links = node_links(prog, fabric)[0] if flat and used != "delta" else None
-        timeline = replay(prog, times, release, links)
+        if flat and used != "delta":
+            links = node_links(prog, fabric)[0]
+            wire = wire_times(prog, fabric, groups, on.burst_bytes)
+            timeline = replay(prog, times, None, links, GLOO_WORKERS, wire)
+            del links, wire
+        else:
+            timeline = replay(prog, times, release)
         del times, release
         answers.append(Answer(profile.name, profile, figures(prog, timeline, keep)))
         del timeline

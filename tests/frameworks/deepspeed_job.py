@@ -82,3 +82,44 @@ def _groups() -> dict[str, tuple[str, list[int]]]:
 
 
 GROUP_NAMES = ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP")
+
+
+def pipe_job(rank: int, world: int, out: str) -> tuple[dict[str, int], dict[str, str]]:
+    """(torch.profiler's c10d calls per op, the pipeline grid's groups by axis -> name) of
+    a two-stage DeepSpeed PipelineEngine job over ``world`` ranks (``world // 2`` data
+    parallel replicas), trained with ``train_batch``."""
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+    from torch.profiler import ProfilerActivity, profile
+
+    config = {
+        "train_batch_size": 2 * 2 * (world // 2),  # 2 micro-batches of 2 per replica
+        "train_micro_batch_size_per_gpu": 2,
+        "steps_per_print": 10**9,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+    }
+    with commlens.capture(out):
+        deepspeed.init_distributed(dist_backend="gloo")
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.manual_seed(0)
+            layers = [nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 16), nn.Linear(16, 4)]
+            model = PipelineModule(
+                layers=layers, num_stages=2, loss_fn=lambda y, t: (y - t).square().mean()
+            )
+            engine, *_ = deepspeed.initialize(
+                model=model, model_parameters=list(model.parameters()), config=config
+            )
+            torch.manual_seed(rank)
+            data = iter([(torch.randn(2, 16), torch.randn(2, 4)) for _ in range(4 * STEPS)])
+            for _ in range(STEPS):
+                engine.train_batch(data)
+        seen = profiled_ops(prof)
+        grid = engine.grid
+        groups = {
+            axis: getattr(grid, attr).group_name
+            for axis, attr in (("pp", "pp_proc_group"), ("dp", "dp_proc_group"))
+        }
+        groups["world"] = torch.distributed.group.WORLD.group_name
+        torch.distributed.destroy_process_group()
+    return seen, groups

@@ -8,7 +8,7 @@ import pytest
 
 import commlens
 from tests.distributed import run_ranks
-from tests.frameworks.deepspeed_job import STEPS, job
+from tests.frameworks.deepspeed_job import STEPS, job, pipe_job
 from tests.frameworks.observe import recorded_ops, rows
 
 pytest.importorskip("deepspeed")
@@ -58,3 +58,30 @@ def test_zero_plus_plus_hpz_groups_are_dp(tmp_path: Path) -> None:
         secondary, members = groups["_ZERO_PARAM_INTRA_PARALLEL_GROUP"]
         assert secondary != groups["_WORLD_GROUP"][0] and members == list(range(WORLD))
         assert {op for _, g, *_, op in mine if g == secondary} == {"all_gather"}
+
+
+def test_pipeline_engine_phases_and_roles(tmp_path: Path) -> None:
+    """DeepSpeed's PipelineEngine, 2 stages x 2 replicas: every op; sends and receives by
+    the instruction that issued them; every group named by the grid's axis."""
+    world = 4
+    got = run_ranks(pipe_job, world, str(tmp_path), timeout=300)
+    for rank, (seen, _) in enumerate(got):
+        assert recorded_ops(tmp_path, rank) == seen
+    steps = [s["step"] for s in commlens.load_run(tmp_path).manifest["ranks"]["0"]["steps"]]
+    assert steps == [-1, *range(STEPS)]  # the engine's start-up p2p is set-up
+    events = rows(tmp_path, "select rank, step, phase, op, pg_name, role from events")
+    for rank, (_, groups) in enumerate(got):
+        mine = [e[1:] for e in events if e[0] == rank]
+        want = {groups["pp"]: "pp", groups["dp"]: "dp", groups["world"]: "pp"}  # p2p on WORLD
+        for _step, _phase, _op, group, role in mine:
+            assert role, (rank, group)  # every group has a role
+            assert want.get(group, role) == role, (rank, group, role)
+        first = rank < world // 2  # stage 0 sends activations, receives gradients
+        p2p = {(phase, op) for step, phase, op, *_ in mine if step >= 0 and op in ("send", "recv")}
+        if first:
+            assert p2p == {("forward", "send"), ("backward", "recv")}
+        else:
+            assert p2p == {("forward", "recv"), ("backward", "send")}
+        grads = {phase for step, phase, op, g, _ in mine if step >= 0 and g == groups["dp"]
+                 and op == "all_reduce"}  # fmt: skip
+        assert "backward" in grads  # the replicas' gradient all-reduce

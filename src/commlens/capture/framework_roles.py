@@ -4,7 +4,8 @@ FSDP1 and FSDP2 (``fully_shard``'s mesh), ZeroRedundancyOptimizer and
 DeepSpeed's engines (its data-parallel group, the ZeRO++ hpZ group, and the
 default group when it runs without model parallelism) use their groups for
 data parallelism; a pipeline stage (``PipelineStage``'s group) for pipeline
-parallelism. DDP's is named by :mod:`commlens.capture.ddp`.
+parallelism; DeepSpeed's pipeline grid names its own groups. DDP's is named
+by :mod:`commlens.capture.ddp`.
 
 Importing these frameworks costs seconds, so nothing is imported here: each
 is patched as soon as its module is imported (now, if it is already), by a
@@ -152,6 +153,37 @@ def _deepspeed_engine(module: ModuleType) -> None:
     patch(engine, "__init__", __init__)
 
 
+def _deepspeed_grid(module: ModuleType) -> None:
+    """DeepSpeed's pipeline grid: its pipe, data and slice (tensor) groups; its model
+    group (one replica's stages and slices) by the one axis it spans; and the default
+    group, on which the pipeline's sends and receives go."""
+    grid = module.PipelineParallelGrid
+    orig = grid.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        if ACTIVE.recorder is None:
+            return
+        pipe = getattr(self, "pipe_parallel_size", 1)
+        slices = getattr(self, "model_parallel_size", 1)
+
+        def held(name: str) -> list[Any]:  # never None: that would name the default group
+            group = getattr(self, name, None)
+            return [] if group is None else [group]
+
+        _suggest(held("dp_proc_group"), "dp")
+        if pipe > 1:
+            _suggest(held("pp_proc_group"), "pp")
+            _suggest([None], "pp")
+        if slices > 1:
+            _suggest(held("slice_proc_group"), "tp")
+        model = "pp" if slices == 1 else "tp" if pipe == 1 else ""
+        if model:
+            _suggest(held("ds_model_proc_group"), model)
+
+    patch(grid, "__init__", __init__)
+
+
 # module -> what to patch in it once it is imported
 HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torch.distributed.fsdp.fully_sharded_data_parallel": _fsdp1,
@@ -160,6 +192,7 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torch.distributed.pipelining.stage": _pipelining,
     "deepspeed.utils.groups": _deepspeed_groups,
     "deepspeed.runtime.engine": _deepspeed_engine,
+    "deepspeed.runtime.pipe.topology": _deepspeed_grid,
 }
 
 

@@ -5,7 +5,10 @@ phase of the action they carry (a stage's ``get_fwd_*_ops`` are forward, its
 ``get_bwd_*_ops`` backward; a batch mixing both takes its first op's, the
 action just done). DeepSpeed: ``engine.backward`` is backward (ZeRO's
 gradient reductions after autograd returns) and ``engine.step`` is one
-optimizer step (its parameter all-gathers inside are optimizer traffic).
+optimizer step (its parameter all-gathers inside are optimizer traffic); its
+PipelineEngine's sends and receives of activations are forward, of
+gradients backward, its gradient reductions backward and its optimizer
+instruction one optimizer step.
 Each is patched once its module has been imported (:func:`install`, called
 at capture start, process-group start and the first forward).
 """
@@ -92,26 +95,65 @@ def _pipelining() -> None:
     patch(schedules, "_batch_p2p", batch_p2p)
 
 
+def _stepping(steps: StepTracker, orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``orig`` as one optimizer step (what it issues is optimizer traffic)."""
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        steps._pre()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            steps._post()
+
+    step.__name__ = getattr(orig, "__name__", "step")
+    step.__wrapped__ = orig  # type: ignore[attr-defined]
+    return step
+
+
 def _deepspeed(steps: StepTracker) -> None:
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     patch(DeepSpeedEngine, "backward", _hinted(DeepSpeedEngine.backward, "backward"))
-    orig_step = DeepSpeedEngine.step
+    patch(DeepSpeedEngine, "step", _stepping(steps, DeepSpeedEngine.step))  # the whole engine step
 
-    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        steps._pre()  # the whole engine step is the optimizer step
-        try:
-            return orig_step(self, *args, **kwargs)
-        finally:
-            steps._post()
 
-    step.__wrapped__ = orig_step  # type: ignore[attr-defined]
-    patch(DeepSpeedEngine, "step", step)
+_PIPE_PHASES = {  # DeepSpeed PipelineEngine's instructions that communicate
+    "_exec_send_activations": "forward",
+    "_exec_recv_activations": "forward",
+    "_exec_send_grads": "backward",
+    "_exec_recv_grads": "backward",
+    "_exec_reduce_tied_grads": "backward",  # gradient reductions after the backward passes
+    "_exec_reduce_grads": "backward",
+}
+
+
+def _deepspeed_pipe(steps: StepTracker) -> None:
+    """DeepSpeed's pipeline schedule: each instruction's traffic takes its phase.
+
+    The engine runs instructions through a map made when its class was
+    defined, so the map is replaced too.
+    """
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+
+    made: dict[Any, Callable[..., Any]] = {}
+    for name, phase in _PIPE_PHASES.items():
+        orig = PipelineEngine.__dict__.get(name)
+        if orig is not None:
+            made[orig] = _hinted(orig, phase)
+    orig_step = PipelineEngine.__dict__.get("_exec_optimizer_step")
+    if orig_step is not None:
+        made[orig_step] = _stepping(steps, _hinted(orig_step, "optimizer"))
+    for orig, wrapped in made.items():
+        patch(PipelineEngine, orig.__name__, wrapped)
+    table = PipelineEngine.__dict__.get("_INSTRUCTION_MAP")
+    if isinstance(table, dict):
+        patch(PipelineEngine, "_INSTRUCTION_MAP", {k: made.get(v, v) for k, v in table.items()})
 
 
 _HOOKS: dict[str, Callable[[StepTracker], None]] = {
     "torch.distributed.pipelining.schedules": lambda _steps: _pipelining(),
     "deepspeed.runtime.engine": _deepspeed,
+    "deepspeed.runtime.pipe.engine": _deepspeed_pipe,
 }
 
 

@@ -69,8 +69,8 @@ def fabric() -> Fabric:
 
 def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
     prog = build_program(make_trace(*two_stage_sends()))
-    links, shared = node_links(prog, fabric())
-    assert links.tolist() == [0, 0] and shared.tolist() == [False, True]
+    links = node_links(prog, fabric())
+    assert links.tolist() == [0, 0]
     tl = replay(prog, np.full(4, 10e-6), links=links)
     assert sorted(tl.end.tolist()) == [us(10), us(10), us(20), us(20)]
     assert sorted(replay(prog, np.full(4, 10e-6)).end.tolist()) == [us(10)] * 4
@@ -79,7 +79,7 @@ def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
 def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:
     prog = build_program(make_trace(*two_stage_sends()))
     one_node = Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=4)
-    links, _ = node_links(prog, one_node)
+    links = node_links(prog, one_node)
     assert links.tolist() == [-1, -1]
     assert replay(prog, np.full(4, 10e-6), links=links).end.tolist() == [us(10)] * 4
     two_nics = Fabric(
@@ -88,7 +88,7 @@ def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:
         gpus_per_node=2,
         nics_per_node=2,
     )
-    assert node_links(prog, two_nics)[0].tolist() == [-1, -1]
+    assert node_links(prog, two_nics).tolist() == [-1, -1]
 
 
 def test_a_message_that_starts_after_the_link_is_free_again_does_not_wait() -> None:
@@ -99,8 +99,7 @@ def test_a_message_that_starts_after_the_link_is_free_again_does_not_wait() -> N
         Ev(3, "recv", 15, 25, peer=1, role="pp"),
     ]
     prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
-    links, shared = node_links(prog, fabric())
-    assert not shared.any()
+    links = node_links(prog, fabric())
     tl = replay(prog, np.full(4, 10e-6), links=links)
     assert tl.start.tolist() == [us(0), us(15)]
 

@@ -190,23 +190,17 @@ def fit_cpu_terms(
     own_s: np.ndarray,
     steps: list[int],
     step_model: Steps | None = None,
-    shared: np.ndarray | None = None,
 ) -> Calibration:
     """Fit the CPU term of every kind of op from the events of ``steps``.
 
     ``measured_s`` and ``own_s`` are each event's measured service time and
     the cost model's on the own link (``fabric``, with ``step_model``'s step
-    latencies, which the terms list). Events where ``shared`` is True are left
-    out (their time holds a wait for another op on their link, which the replay
-    charges itself), as long as the kind keeps others. A kind with no event in
-    ``steps`` is fitted on all its events.
+    latencies, which the terms list). A kind with no event in ``steps`` is
+    fitted on all its events.
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
-    if shared is not None:
-        alone = kept & ~shared
-        kept &= ~np.isin(kind_of, kind_of[alone]) | alone
     resid = measured_s - own_s
     sizes, inst_size_of = np.unique(prog.inst_size, return_inverse=True)
     size_of = inst_size_of.ravel().astype(np.int32)[prog.inst]

@@ -111,34 +111,23 @@ def measured_release(prog: Program) -> np.ndarray:
     return (release - start) / 1e9
 
 
-def node_links(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
-    """(the link each p2p pair crosses: its source node's link out, -1 for a pair inside
-    a node and for a collective; True where a pair shared its link in the capture).
+def node_links(prog: Program, fabric: Fabric) -> np.ndarray:
+    """The link each p2p pair crosses: its source node's link out (-1 for a pair inside
+    a node, for a collective, and where a node has several links: ``nics_per_node``).
 
-    A gloo link carries one message at a time: messages that several channels send
-    out of one node at once go one after the other (measured: a pipeline stage's two
-    receives took 7.3 and 17.5 ms, not both twice the 64 KB's wire time). A pair
-    *shared its link* in the capture when it started before the pair ahead of it
-    on the link (in captured start order) had delivered its data (its receive
-    ended). A node with several links (``nics_per_node``) shares them instead."""
+    Messages that several channels send out of one node at once do not overtake
+    each other on its link: they arrive one after the other (measured on gloo: a
+    pipeline stage's two receives took 7.3 and 17.5 ms, not the same time)."""
     links = np.full(prog.instances, -1, dtype=np.int32)
-    shared = np.zeros(prog.instances, dtype=bool)
     pairs = np.flatnonzero(prog.send_of >= 0)
     if not pairs.size or fabric.nics_per_node > 1:
-        return links, shared
+        return links
     channels, which = np.unique(prog.inst_group[pairs], return_inverse=True)
     ends = [prog.cost_groups[g] for g in channels.tolist()]
     src = np.array([fabric.node(c[0]) for c in ends], dtype=np.int64)[which.ravel()]
     dst = np.array([fabric.node(c[-1]) for c in ends], dtype=np.int64)[which.ravel()]
-    pairs, src = pairs[src != dst], src[src != dst]
-    links[pairs] = src
-    start, _ = _captured_starts(prog)
-    order = np.lexsort((pairs, start[pairs], src))
-    queue, node = pairs[order], src[order]
-    same = node[1:] == node[:-1]
-    later, ahead = queue[1:][same], queue[:-1][same]
-    shared[later] = start[later] < prog.trace.t_end[prog.recv_of[ahead]]
-    return links, shared
+    links[pairs[src != dst]] = src[src != dst]
+    return links
 
 
 def wire_times(

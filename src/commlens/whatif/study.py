@@ -273,8 +273,8 @@ FLAT_RING = (
     "leave a node share its link; a reduce-scatter costs an all-reduce (gloo has no native "
     "one); a send, like its receive, lasts until the link has carried its bytes (on average "
     "a send finds the socket buffer still holding the message before it and waits for the "
-    "wire), and the channel carries one message at a time; a node's link too: a message "
-    "that starts while another is on it goes after it, each at the link's full rate; a "
+    "wire), and the channel carries one message at a time; a message does not overtake "
+    "one on its node's link (one that starts while another is on it goes after it); a "
     f"group runs up to {GLOO_WORKERS} ops at once (gloo's worker threads), the later one's "
     "bytes after the earlier's on the link"
 )
@@ -377,19 +377,11 @@ def run_study(
             step_model = fit_steps(prog, fabric, took, wire, keep, own_burst)
             del wire
         own_times = modelled(prog, fabric, flat=flat, steps=step_model)
-        own_links, shared = node_links(prog, fabric) if flat else (None, None)
+        own_links = node_links(prog, fabric) if flat else None
         if used == "delta":
             base = took - own_times
         elif used == "fit":
-            calibration = fit_cpu_terms(
-                prog,
-                fabric,
-                took,
-                own_times,
-                keep,
-                step_model,
-                None if shared is None else shared[prog.inst],
-            )
+            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model)
             base, terms = calibration.extra_s, calibration.terms
             del calibration
         own_times += base
@@ -424,7 +416,7 @@ def run_study(
         np.maximum(times, 0.0, out=times)
         release = delta_release(prog, times, took) if used == "delta" else None
         if flat and used != "delta":
-            links = node_links(prog, fabric)[0]
+            links = node_links(prog, fabric)
             wire = wire_times(prog, fabric, groups, on.burst_bytes)
             timeline = replay(prog, times, None, links, GLOO_WORKERS, wire)
             del links, wire

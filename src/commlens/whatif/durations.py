@@ -135,8 +135,8 @@ def wire_times(
 ) -> np.ndarray:
     """Seconds each instance's bytes keep its link busy on ``fabric`` (as :func:`modelled`
     with ``flat``, without any step latency: its wire time and the link's alphas)."""
-    per_event = modelled(prog, fabric, groups, flat=True, steps=Steps(burst_bytes=burst))
-    return per_event[prog.members[prog.offsets[:-1]]]
+    first = prog.members[prog.offsets[:-1]]
+    return modelled(prog, fabric, groups, flat=True, steps=Steps(burst_bytes=burst), events=first)
 
 
 def instance_roles(prog: Program) -> np.ndarray:
@@ -251,19 +251,24 @@ def _per_kind(
     prog: Program,
     groups: list[tuple[int, ...]],
     cost: Callable[[int, float, tuple[int, ...], int], float],
+    events: np.ndarray | None = None,
 ) -> np.ndarray:
     """``cost(op, size, group, role)`` of each event (its own op: a pair's send and
     receive differ; its instance's size, group and role), evaluated once per
-    distinct combination."""
+    distinct combination; of ``events`` only where given."""
     roles = instance_roles(prog)
     n_roles = len(prog.trace.role_names)
     sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
     inst_key = (prog.inst_group * n_roles + roles) * sizes.size + size_of.ravel()
     inst_kinds, inst_kind = np.unique(inst_key, return_inverse=True)
     del roles, size_of, inst_key
-    key = prog.trace.op.astype(np.int64)
+    ops, inst = (
+        (prog.trace.op, prog.inst) if events is None else (prog.trace.op[events], prog.inst[events])
+    )
+    key = ops.astype(np.int64)
     key *= inst_kinds.size
-    key += inst_kind.ravel()[prog.inst]
+    key += inst_kind.ravel()[inst]
+    del ops, inst
     del inst_kind
     unique, which = dense_unique(key)
     del key
@@ -318,9 +323,11 @@ def modelled(
     groups: list[tuple[int, ...]] | None = None,
     flat: bool = False,
     steps: Steps = NO_STEPS,
+    events: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Seconds each event's op lasts on ``fabric`` (the same for all members), each
-    instance costed on ``groups[inst_group]`` (default: the run's own groups).
+    """Seconds each event's op lasts on ``fabric`` (the same for all members; of
+    ``events`` only where given), each instance costed on ``groups[inst_group]``
+    (default: the run's own groups).
 
     ``flat`` (gloo): a collective whose group spans nodes runs one ring over all its
     members in rank order, at the inter-node rate, its edges that leave a node
@@ -364,7 +371,7 @@ def modelled(
             steps.burst_bytes if across else 0.0,
         )
 
-    return _per_kind(prog, cost_groups, cost)
+    return _per_kind(prog, cost_groups, cost, events)
 
 
 def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:

@@ -137,33 +137,23 @@ def replay(
     second = array("d", [0.0]) * (n_inst if workers > 1 else 0)
     w = seconds(np.zeros(n_inst if workers > 1 else 0) if wire is None else wire)
 
-    def beside(i: int) -> tuple[float, float]:
-        """Start collective ``i`` when one of its group's workers is free: (its start, the
-        release of the one before it on its queue, which it runs beside if later)."""
-        t, how, ahead = start[i], 1, 0.0
-        if not head[i]:
-            ahead = latest[i - 1]
-            if second[i - 1] > t:
-                t, how = second[i - 1], 2
-        start[i], state[i] = t, how
-        free = t + free_after[i]
-        if ahead > t:
-            free = max(free, ahead + w[i])
-        top, low = (latest[i - 1], second[i - 1]) if not head[i] else (0.0, 0.0)
-        latest[i], second[i] = max(top, free), max(low, min(top, free))
-        return t, ahead
-
     def begin(i: int) -> None:
         """Start collective ``i`` and any that waited behind it on its group."""
         while True:
-            if workers > 1:
-                t, ahead = beside(i)
-            else:
-                t, ahead = started(i), 0.0
+            if workers == 1:
+                t, floor = started(i), 0.0
+            else:  # when a worker is free; beside the one ahead if that still runs
+                t, how = start[i], 1
+                ahead, low = (0.0, 0.0) if head[i] else (latest[i - 1], second[i - 1])
+                if low > t:
+                    t, how = low, 2
+                start[i], state[i] = t, how
+                floor = ahead + w[i] if ahead > t else 0.0  # its bytes after the other's
+                free = max(t + free_after[i], floor)
+                latest[i], second[i] = (ahead, max(low, free)) if ahead > free else (free, ahead)
             for e in members[offsets[i] : offsets[i + 1]]:
-                end[e] = t + d[e]
-                if ahead > t:
-                    end[e] = max(end[e], ahead + w[i])
+                t_end = t + d[e]
+                end[e] = t_end if t_end >= floor else floor
                 if parked:
                     waiting = parked.pop(e, None)
                     if waiting:

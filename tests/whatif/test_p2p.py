@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 
 from commlens.analysis.timeline import GLOO_WORKERS
-from commlens.predict.profiles import get_profile
+from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import measured, measured_release, node_links
+from commlens.whatif.durations import (
+    Steps,
+    measured,
+    measured_release,
+    modelled,
+    node_links,
+    wire_times,
+)
 from commlens.whatif.model import build_program
 from commlens.whatif.replay import replay
 from tests.whatif.synthetic import Ev, make_trace
@@ -143,3 +150,13 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     assert prog.opens_queue.tolist() == [True, False]
     tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 4e-6))
     assert sorted(set(tl.end.tolist())) == [us(10), us(14)]
+
+
+def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:
+    # 1 MB/s between two nodes: a 2-rank ring all-reduce of 1024 B moves 1024 B per rank
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    wire = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
+    spread = Fabric(inter=wire, intra=get_profile("loopback"), gpus_per_node=1)
+    assert wire_times(prog, spread, prog.cost_groups, 0.0).tolist() == [us(1024)] * 3
+    slow_host = Steps(default_latency_s=1e-3)
+    assert modelled(prog, spread, flat=True, steps=slow_host).tolist() == [us(1024 + 2000)] * 6

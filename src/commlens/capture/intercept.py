@@ -51,6 +51,26 @@ BeforeWait = Callable[["Recorder", Any], "Pending | None"]
 AfterWait = Callable[["Recorder", Any, "Pending", int, int], None]
 
 _time_ns = time.time_ns
+
+
+def _run_as_is(code: Any) -> None:
+    """Under torch.compile, a frame of ``code`` and every frame below it run as they are.
+
+    The capture's stand-ins are entered as frames while Dynamo's frame hook is
+    on: after a graph break in a compiled region, or from C++ (the c10d
+    kernel, issued by DDP's forward inside a compiled model). Dynamo would
+    compile them, and fail on their reading of frames and modules; a
+    strategy set on the code object costs a call nothing.
+    """
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:  # a torch without Dynamo's frame strategies
+        return
+    set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 _ExcludeKeys = torch._C._ExcludeDispatchKeyGuard
 
 
@@ -134,6 +154,7 @@ def intercept(
             rec.fail(exc)
         return result
 
+    _run_as_is(wrapper.__code__)
     wrapper.__name__ = wrapper.__qualname__ = getattr(orig, "__name__", api)
     wrapper.__doc__ = orig.__doc__
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -164,6 +185,7 @@ def timed_wait(
         finally:
             after(rec, target, pending, t0, _time_ns())
 
+    _run_as_is(wait.__code__)
     wait.__wrapped__ = orig  # type: ignore[attr-defined]
     return wait
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/whatif_accuracy.py [--quick] [--out DIR] [--reuse]
         [--model gpt-tiny] [--steps 6] [--capture 50mbit] [--links 20mbit,unshaped]
+        [--fit-links]
 
 Needs root (network namespaces). For each scheme (dp, zero3, tp, pp 1f1b, 3d)
 on 4 ranks over 2 emulated nodes it runs ``commlens run --nproc 4 --nodes 2
@@ -10,7 +11,10 @@ capture for all of them with ``whatif`` (default calibration: the run's
 recorded link rate plus per-op CPU terms fitted from the run itself; the
 unshaped link, whose rate depends on the host's CPU and load, gets the
 profile ``commlens bench --fit`` measures on it just before its first run,
-unless ``--no-fit``) and prints, per (scheme, link), the predicted and
+unless ``--no-fit``; with ``--fit-links`` every emulated link, the capture
+link included, gets the profile ``bench --fit`` measures on it too, once per
+link, kept in ``--out`` as ``LINK-fit.toml``, the capture replayed with
+``--profile`` of its own link's) and prints, per (scheme, link), the predicted and
 measured median step times and the error; then the schemes ordered by link
 sensitivity (slowest link's step over the fastest's), predicted and measured.
 The self-replay row is the capture predicted on its own link.
@@ -67,13 +71,14 @@ def capture(out: Path, model: str, scheme: str, link: str, steps: int, reuse: bo
     return run
 
 
-def fit_profile(out: Path, scheme: str, link: str, reuse: bool) -> str:
-    """``commlens bench --fit`` on 4 ranks over 2 nodes joined by ``link``: the profile
-    of a link whose rate is not known (unshaped veth: CPU-bound, so it depends on the
-    host and its load), measured right before the runs on it (sizes from 64 KB when
+def fit_profile(out: Path, stem: str, link: str, reuse: bool) -> str:
+    """``commlens bench --fit`` on 4 ranks over 2 nodes joined by ``link`` into
+    ``out/STEM-fit.toml``: the profile of a link whose rate is not known (unshaped
+    veth: CPU-bound, so it depends on the host and its load), measured right before
+    the runs on it, or (``--fit-links``) of an emulated link (sizes from 64 KB when
     all sizes give no line). Its path, or ``link`` itself (the built-in model of it)
     when the fit fails (noise on a loaded host)."""
-    path = out / f"{scheme}-{link}-fit.toml"
+    path = out / f"{stem}-fit.toml"
     if reuse and path.exists():
         return str(path)
     cmd = [sys.executable, "-m", "commlens", "bench", "--nproc", "4", "--nodes", "2"]
@@ -107,12 +112,15 @@ def measured_step(run: Path) -> float:
     return float(np.median(times))
 
 
-def predicted(run: Path, links: list[str], nets: dict[str, str], op_times: str) -> dict[str, float]:
-    """Median step time ``whatif`` predicts for ``run`` on each link (``--net nets[link]``),
-    seconds."""
+def predicted(
+    run: Path, links: list[str], nets: dict[str, str], op_times: str, own: str | None
+) -> dict[str, float]:
+    """Median step time ``whatif`` predicts for ``run`` on each link (``--net nets[link]``;
+    ``--profile own`` where given), seconds."""
     from commlens.whatif.study import run_study
 
-    study = run_study(run, ",".join(nets.get(link, link) for link in links), op_times=op_times)
+    spec = ",".join(nets.get(link, link) for link in links)
+    study = run_study(run, spec, op_times=op_times, captured_net=own)
     return {link: a.figures.median_step_s for link, a in zip(links, study.answers, strict=True)}
 
 
@@ -132,6 +140,12 @@ def main() -> int:
         action="store_true",
         help="predict the unshaped link with the loopback profile, not one bench --fit measured",
     )
+    parser.add_argument(
+        "--fit-links",
+        action="store_true",
+        help="predict every emulated link (and calibrate on the capture link) with the "
+        "profile bench --fit measures on it, not its nominal rate",
+    )
     args = parser.parse_args()
     steps = 4 if args.quick else args.steps
     schemes = [s for s in args.schemes.split(",") if s]
@@ -142,15 +156,19 @@ def main() -> int:
     modes = [m for m in args.op_times.split(",") if m]
     found: dict[str, list[tuple[str, str, float, float]]] = {m: [] for m in modes}
     nets: dict[str, str] = {}
+    if args.fit_links:
+        for link in (x for x in links if x != UNSHAPED):
+            nets[link] = fit_profile(args.out, link, link, args.reuse)
+    own = nets.get(args.capture)
     for scheme in schemes:
         runs = {}
         for link in links:
             if link == UNSHAPED and not args.no_fit:
-                nets[link] = fit_profile(args.out, scheme, link, args.reuse)
+                nets[link] = fit_profile(args.out, f"{scheme}-{link}", link, args.reuse)
             runs[link] = capture(args.out, args.model, scheme, link, steps, args.reuse)
         real = {link: measured_step(runs[link]) for link in links}
         for mode in modes:
-            guess = predicted(runs[args.capture], links, nets, mode)
+            guess = predicted(runs[args.capture], links, nets, mode, own)
             found[mode] += [(scheme, link, guess[link], real[link]) for link in links]
     for mode in modes:
         report(found[mode], mode, schemes, links, args, steps)
@@ -170,7 +188,7 @@ def report(
     print(
         f"\nwhatif accuracy: {args.model}, 4 ranks on 2 emulated nodes, captured at "
         f"{args.capture}, {steps} steps (median of steps after the first), "
-        f"--op-times {mode}"
+        f"--op-times {mode}{', profiles fitted on every link' if args.fit_links else ''}"
     )
     print(f"{'scheme':7s} {'link':10s} {'predicted':>10s} {'measured':>10s} {'error':>8s}")
     errors: dict[str, list[float]] = {"self": [], "cross": []}

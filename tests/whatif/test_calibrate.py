@@ -164,3 +164,39 @@ def test_step_latency_comes_from_the_latency_bound_ops() -> None:
     # the 16-byte ones, less their 16 us on the wire: 2 steps of 1.492 ms
     assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.492e-3)}
     assert fit.default_latency_s == pytest.approx(1.492e-3)
+
+
+def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire() -> None:
+    # 2 ranks on 2 nodes, a 1000-byte message per step: the model says 1000 us on WIRE,
+    # it took 500. The 500 us the model has too many are the wire model's (the shared
+    # rate of a node's link): on a link 10x faster the message takes half its 100 us of
+    # wire, not 100 - 500 us (nothing, its host latency cancelled with it)
+    events = []
+    for step in range(4):
+        t = step * 2000.0
+        events += [
+            Ev(0, "send", t, t + 500, size=1000, peer=1, role="pp", step=step),
+            Ev(1, "recv", t, t + 500, size=1000, peer=0, role="pp", step=step),
+        ]
+    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    fast = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * 10)
+    other = Fabric(inter=fast, intra=fast, gpus_per_node=1)
+    own_s, other_s = modelled(prog, own, flat=True), modelled(prog, other, flat=True)
+    assert own_s == pytest.approx(1000e-6) and other_s == pytest.approx(100e-6)
+    cal = fit_cpu_terms(prog, own, measured(prog), own_s, [1, 2, 3], own_wire_s=own_s.copy())
+    assert cal.wire_share is not None and cal.wire_share == pytest.approx(0.5)
+    assert cal.extra_s == pytest.approx(0.0)
+    cal.add_to(own_s, own_s.copy())
+    assert own_s == pytest.approx(measured(prog), abs=1e-9)  # the own link: as measured
+    cal.add_to(other_s, other_s.copy())
+    assert other_s == pytest.approx(50e-6)
+
+
+def test_a_collective_the_own_link_over_explains_keeps_its_term_in_seconds() -> None:
+    trace = make_trace(two_rank_run({100: 50.0, 400: 200.0}), [(0, 0, 0, 900), (1, 0, 0, 900)])
+    prog = build_program(trace)
+    fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    own = modelled(prog, fabric)
+    cal = fit_cpu_terms(prog, fabric, measured(prog), own, [0, 1], own_wire_s=own.copy())
+    assert cal.wire_share is None and (cal.extra_s < 0).any()

@@ -10,7 +10,10 @@ negative, so where the model already over-explains an op, the op gets none.
 Each rank keeps, on top, its mean lag behind that line for the kind (the
 members of one collective end apart: a ring's last hop, a completion path).
 On another network an op then lasts that network's wire time plus its
-kind's CPU term and its rank's lag: only the link changes.
+kind's CPU term and its rank's lag: only the link changes. A send or receive
+whose term comes out negative (the own link's model over-explains it: the
+shared rate of a node's link) keeps that excess as a share of its wire time,
+which scales with the link (:attr:`Calibration.wire_share`).
 
 One link cannot tell a CPU cost per byte from a wire cost per byte (both
 grow with ``S``); the fit charges the wire what the own link's profile says
@@ -63,8 +66,21 @@ class Calibration:
     """Per-event CPU terms of a run and the fit behind them."""
 
     extra_s: np.ndarray
-    """Seconds each event's op gets on top of a network's wire time."""
+    """Seconds each event's op gets on top of a network's wire time (never below 0)."""
     terms: list[OpTerm]
+    wire_share: np.ndarray | None = None
+    """Per event, the share of a network's wire time its op takes off (0 to 1): a
+    point-to-point op that the own link's model over-explains (a negative term: the
+    shared rate of a node's link) gets that excess as a share of its wire time, which
+    scales with the link, not as seconds, which would cancel a message's host latency
+    on a faster link; None where no op has one."""
+
+    def add_to(self, times: np.ndarray, wire_s: np.ndarray | None) -> None:
+        """Add the terms to ``times``, each event's op time on a network whose wire time
+        per event is ``wire_s`` (needed only where :attr:`wire_share` is not None)."""
+        times += self.extra_s
+        if self.wire_share is not None and wire_s is not None:
+            times -= self.wire_share * wire_s
 
 
 def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
@@ -190,13 +206,16 @@ def fit_cpu_terms(
     own_s: np.ndarray,
     steps: list[int],
     step_model: Steps | None = None,
+    own_wire_s: np.ndarray | None = None,
 ) -> Calibration:
     """Fit the CPU term of every kind of op from the events of ``steps``.
 
     ``measured_s`` and ``own_s`` are each event's measured service time and
     the cost model's on the own link (``fabric``, with ``step_model``'s step
     latencies, which the terms list). A kind with no event in ``steps`` is
-    fitted on all its events.
+    fitted on all its events. With ``own_wire_s`` (each event's wire time on the own
+    link), a point-to-point op's negative term becomes a share of the wire
+    (:attr:`Calibration.wire_share`).
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -234,7 +253,24 @@ def fit_cpu_terms(
     key += tr.rank
     del kind_of
     extra += _rank_offsets(key, rest, kept)
-    return Calibration(extra, terms)
+    if own_wire_s is None:
+        return Calibration(extra, terms)
+    return _wire_share(extra, terms, own_wire_s, (prog.send_of >= 0)[prog.inst])
+
+
+def _wire_share(
+    extra: np.ndarray, terms: list[OpTerm], wire_s: np.ndarray, p2p: np.ndarray
+) -> Calibration:
+    """The calibration with each point-to-point event's (``p2p``) negative term taken as
+    a share of its own-link wire time ``wire_s`` (at most all of it), its seconds 0."""
+    over = (extra < 0) & p2p
+    if not over.any():
+        return Calibration(extra, terms)
+    share = np.zeros(extra.size)
+    wired = over & (wire_s > 0)
+    share[wired] = np.minimum(-extra[wired] / wire_s[wired], 1.0)
+    extra[over] = 0.0
+    return Calibration(extra, terms, share)
 
 
 def _rank_offsets(key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.ndarray:

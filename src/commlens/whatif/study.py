@@ -12,7 +12,7 @@ from commlens.errors import UsageError
 from commlens.netem.rate import parse_rate
 from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
-from commlens.whatif.calibrate import OpTerm, fit_cpu_terms, fit_steps
+from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_steps
 from commlens.whatif.durations import (
     Steps,
     elapsed,
@@ -289,7 +289,9 @@ OP_TIME_ASSUMPTIONS = {
     "fit": "an op's time on a network is that network's cost-model time for the op's real "
     "message size plus its kind's CPU term (alpha + beta x size per op, role and node span), "
     "fitted from the run's own measured op times minus the model's on its own link: only the "
-    "link changes; all groups of a role share a node's inter-node link",
+    "link changes (a send or receive the own link's model over-explains keeps that excess as "
+    "a share of its wire time, not as seconds); all groups of a role share a node's "
+    "inter-node link",
     "model": ASSUMPTIONS[-1],
     "delta": "an op's time on a network is its measured time plus the cost model's difference "
     "between that network and the run's own link (never below 0): the software and "
@@ -366,6 +368,7 @@ def run_study(
     check, captured = self_check(prog, keep, took)
     np.maximum(took, 0.0, out=took)  # measured: never below 0
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
+    calibration: Calibration | None = None
     own_burst = recorded_burst(trace)
     step_model = Steps(burst_bytes=own_burst)
     if own is not None:
@@ -380,11 +383,16 @@ def run_study(
         own_links = node_links(prog, fabric) if flat else None
         if used == "delta":
             base = took - own_times
+            own_times += base
         elif used == "fit":
-            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model)
-            base, terms = calibration.extra_s, calibration.terms
-            del calibration
-        own_times += base
+            p2p = bool((prog.send_of >= 0).any())
+            own_wire = (
+                wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if p2p else None
+            )
+            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
+            calibration.add_to(own_times, own_wire)
+            terms = calibration.terms
+            del own_wire
         np.maximum(own_times, 0.0, out=own_times)
     if used != "delta":
         del took  # only delta's releases need the measured times again
@@ -412,7 +420,15 @@ def run_study(
         )
         on = replace(step_model, burst_bytes=link_burst(profile))
         times = modelled(prog, fabric, groups, flat=flat, steps=on)
-        times += base
+        if calibration is not None:
+            shared = calibration.wire_share is not None
+            event_wire = (
+                wire_times(prog, fabric, groups, on.burst_bytes)[prog.inst] if shared else None
+            )
+            calibration.add_to(times, event_wire)
+            del event_wire
+        else:
+            times += base
         np.maximum(times, 0.0, out=times)
         release = delta_release(prog, times, took) if used == "delta" else None
         if flat and used != "delta":

@@ -142,6 +142,9 @@ class Capture:
             return
 
         def on_sigterm(signum: int, _frame: Any) -> None:
+            # A second SIGTERM (a launcher stopping the ranks after one ended) must not
+            # re-enter the close half-way through it.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self.recorder.close_on_signal("terminated")
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)

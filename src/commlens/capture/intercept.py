@@ -71,6 +71,8 @@ def _run_as_is(code: Any) -> None:
     except ImportError:  # a torch without Dynamo's frame strategies
         return
     set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+
+
 _ExcludeKeys = torch._C._ExcludeDispatchKeyGuard
 
 

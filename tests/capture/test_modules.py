@@ -161,11 +161,11 @@ def test_a_compiled_model_keeps_its_graph_and_its_modules() -> None:
 
 def test_a_tied_weight_belongs_to_its_first_holder() -> None:
     """A weight two modules share (a tied embedding and head) is named as torch names it."""
-    from commlens.capture.spans import ParameterOwners
+    from commlens.capture.context import ModuleNames
 
     model = nn.ModuleDict({"wte": nn.Embedding(8, 4), "head": nn.Linear(4, 8, bias=False)})
     model["head"].weight = model["wte"].weight
-    owners = ParameterOwners()
+    names = ModuleNames()
     (first,) = [name for name, _ in model.named_parameters()]
-    assert owners.path([model], model["head"].weight) == first.removesuffix(".weight") == "wte"
-    assert owners.path([model], nn.Parameter(torch.ones(1))) is None  # held by no root
+    assert names.holder([model], model["head"].weight) == first.removesuffix(".weight") == "wte"
+    assert names.holder([model], nn.Parameter(torch.ones(1))) == ""  # held by no root

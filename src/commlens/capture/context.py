@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.nn.modules.module import Module
 
-from commlens.capture.spans import ForwardSpans, ParameterOwners, current_node
+from commlens.capture.spans import ForwardSpans, current_node
 from commlens.optable import PHASES
 
 _CALL_IMPL_CODE = Module._call_impl.__code__
@@ -170,7 +170,7 @@ class StepTracker:
         """
         depth = self._depth
         spans = self.spans
-        ends, starts = spans.ends, spans.spans
+        ends, starts = spans.ends, spans.starts
         root_forward = self._root_forward
         root_output = self._root_output
 
@@ -307,24 +307,36 @@ def _first_grad_fn(output: Any) -> Any:
 
 
 class ModuleNames:
-    """Qualified module names, computed once per root module."""
+    """Qualified module names, and the module holding each parameter, found once per root."""
 
     def __init__(self) -> None:
-        self._by_root: weakref.WeakKeyDictionary[Module, dict[int, str]] = (
+        # root -> (id(module) -> path, id(parameter) -> path of the module holding it)
+        self._by_root: weakref.WeakKeyDictionary[Module, tuple[dict[int, str], dict[int, str]]] = (
             weakref.WeakKeyDictionary()
         )
         # (id(root), id(module)) -> (root ref, module ref, name): no weakref made per call.
         self._seen: dict[tuple[int, int], tuple[weakref.ref[Module], weakref.ref[Module], str]] = {}
+        self._unheld: dict[int, weakref.ref[torch.Tensor]] = {}  # parameters no root holds
+
+    def _tables(self, root: Module, key: int, which: int) -> tuple[dict[int, str], dict[int, str]]:
+        """``root``'s tables, scanned again when ``key`` is not in table ``which``."""
+        tables = self._by_root.get(root)
+        if tables is None or key not in tables[which]:
+            names: dict[int, str] = {}
+            held: dict[int, str] = {}
+            for name, m in root.named_modules(remove_duplicate=False):
+                names[id(m)] = name
+                for p in m._parameters.values():
+                    if p is not None:  # a tied weight: its first holder, as torch names it
+                        held.setdefault(id(p), name)
+            tables = self._by_root[root] = (names, held)
+        return tables
 
     def name(self, root: Module, module: Module) -> str:
         hit = self._seen.get((id(root), id(module)))
         if hit is not None and hit[0]() is root and hit[1]() is module:
             return hit[2]
-        names = self._by_root.get(root)
-        if names is None or id(module) not in names:
-            names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
-            self._by_root[root] = names
-        name = names.get(id(module), "") or ROOT_NAME
+        name = self._tables(root, id(module), 0)[0].get(id(module), "") or ROOT_NAME
         if len(self._seen) > 100_000:  # modules made and dropped in a loop
             self._seen.clear()
         self._seen[(id(root), id(module))] = (weakref.ref(root), weakref.ref(module), name)
@@ -333,17 +345,28 @@ class ModuleNames:
     def find(self, roots: Any, module: Module) -> str:
         """``module``'s path under the first of ``roots`` holding it, or ""."""
         for root in list(roots):
-            names = self._by_root.get(root)
-            if names is None or id(module) not in names:
-                names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
-                self._by_root[root] = names
-            if id(module) in names:
+            if id(module) in self._tables(root, id(module), 0)[0]:
                 return self.name(root, module)
+        return ""
+
+    def holder(self, roots: Any, param: torch.Tensor) -> str:
+        """The path of the module holding ``param`` directly, under the first of ``roots``
+        holding it, or "". A parameter two modules share (a tied embedding) is its first
+        holder's, as ``named_parameters`` names it."""
+        miss = self._unheld.get(id(param))
+        if miss is not None and miss() is param:
+            return ""
+        for root in list(roots):
+            held = self._tables(root, id(param), 1)[1]
+            if id(param) in held:
+                return held[id(param)] or ROOT_NAME
+        if len(self._unheld) > 10_000:
+            self._unheld.clear()
+        self._unheld[id(param)] = weakref.ref(param)
         return ""
 
 
 MODULE_NAMES = ModuleNames()
-PARAMETER_OWNERS = ParameterOwners()
 _HOOK_LOCALS = ("sub_module", "module")  # ZeRO-3's and other frameworks' backward hooks
 
 
@@ -366,8 +389,7 @@ def backward_module(steps: StepTracker, start: FrameType | None) -> str:
         return ""
     param = getattr(node, "variable", None)  # a gradient accumulator: its parameter's module
     if isinstance(param, _Tensor):
-        path = PARAMETER_OWNERS.path(steps.roots, param)
-        return "" if path is None else path or ROOT_NAME
+        return MODULE_NAMES.holder(steps.roots, param)
     mod = steps.spans.module_of(node)
     return "" if mod is None else MODULE_NAMES.find(steps.roots, mod)
 

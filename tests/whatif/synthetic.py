@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from commlens.whatif.source import Trace
 
@@ -88,3 +89,13 @@ def repeated_ops(
         windows += [(r, step, t, end) for r in (0, 1)]
         t = end + 10
     return events, windows
+
+
+def us(value: float) -> pytest.approx:
+    """``value`` microseconds, as seconds to compare with."""
+    return pytest.approx(value * 1e-6, abs=1e-12)
+
+
+def both_steps(end: float) -> list[tuple[int, int, float, float]]:
+    """Step 0 of ranks 0 and 1, from 0 to ``end`` µs."""
+    return [(0, 0, 0, end), (1, 0, 0, end)]

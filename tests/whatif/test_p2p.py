@@ -19,15 +19,7 @@ from commlens.whatif.durations import (
 )
 from commlens.whatif.model import build_program
 from commlens.whatif.replay import replay
-from tests.whatif.synthetic import Ev, make_trace
-
-
-def us(value: float) -> pytest.approx:
-    return pytest.approx(value * 1e-6, abs=1e-12)
-
-
-def both_steps(end: float) -> list[tuple[int, int, float, float]]:
-    return [(0, 0, 0, end), (1, 0, 0, end)]
+from tests.whatif.synthetic import Ev, both_steps, make_trace, us
 
 
 def test_a_send_that_outlasted_its_receives_issue_waits_for_the_receive() -> None:
@@ -37,7 +29,7 @@ def test_a_send_that_outlasted_its_receives_issue_waits_for_the_receive() -> Non
         Ev(0, "send", 0, 10, peer=1, role="pp"),
         Ev(1, "recv", 8, 10, peer=0, role="pp"),
     ]
-    prog = build_program(make_trace(events, [(0, 0, 0, 10), (1, 0, 0, 10)]))
+    prog = build_program(make_trace(events, both_steps(10)))
     assert prog.rendezvous.tolist() == [True]
     assert measured(prog).tolist() == [us(2), us(2)]  # from the receive's issue
     exact = replay(prog, measured(prog), measured_release(prog))
@@ -52,7 +44,7 @@ def test_a_send_that_ended_before_its_receive_was_issued_stays_eager() -> None:
         Ev(0, "send", 0, 1, peer=1, role="pp"),
         Ev(1, "recv", 8, 9, peer=0, role="pp"),
     ]
-    prog = build_program(make_trace(events, [(0, 0, 0, 9), (1, 0, 0, 9)]))
+    prog = build_program(make_trace(events, both_steps(9)))
     assert prog.rendezvous.tolist() == [False]
     tl = replay(prog, np.full(2, 1e-6))
     assert tl.start.tolist() == [us(0)] and tl.end.tolist() == [us(1), us(8)]

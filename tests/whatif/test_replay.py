@@ -11,20 +11,12 @@ from commlens.whatif.durations import measured, measured_release
 from commlens.whatif.model import BLOCK, BUILD_ONLY, HOLD, Program, build_program
 from commlens.whatif.replay import Timeline, replay
 from commlens.whatif.results import figures
-from tests.whatif.synthetic import Ev, make_trace
+from tests.whatif.synthetic import Ev, both_steps, make_trace, us
 
 
 def self_replay(prog: Program) -> Timeline:
     """The replay with the measured op times and queue releases (the self-check's)."""
     return replay(prog, measured(prog), measured_release(prog))
-
-
-def us(value: float) -> pytest.approx:
-    return pytest.approx(value * 1e-6, abs=1e-12)
-
-
-def both_steps(end: float) -> list[tuple[int, int, float, float]]:
-    return [(0, 0, 0, end), (1, 0, 0, end)]
 
 
 def step_times(tl: Timeline) -> np.ndarray:

@@ -55,8 +55,8 @@ class Program:
     """Per rank, the kind of each mark (``array('b')``)."""
     args: list[array[int]]
     """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (``array('i')``)."""
-    gaps: list[array[float]]
-    """Per rank, seconds of compute before each mark."""
+    gaps: list[memoryview]
+    """Per rank, seconds of compute before each mark (float64 items)."""
     as_lists: dict[str, array[int]]
     """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and ``recv_of``
     as flat arrays (quick to index from Python; 4 bytes an entry, 1 for the flags), made
@@ -119,9 +119,10 @@ def compact(values: np.ndarray, code: str) -> tuple[array[int], np.ndarray]:
     return flat, np.frombuffer(flat, dtype=INDEX_TYPES[code])
 
 
-def floats(values: np.ndarray) -> array[float]:
-    """``values`` as a flat ``array('d')``."""
-    return array("d", np.ascontiguousarray(values, dtype=np.float64).tobytes())
+def seconds(values: np.ndarray) -> memoryview:
+    """``values`` as float64 items quick to index from Python, without a copy where
+    they are float64 already."""
+    return np.ascontiguousarray(values, dtype=np.float64).data
 
 
 def _ordinal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +338,7 @@ def build_program(tr: Trace) -> Program:
     )
 
 
-def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[array[float]], int]:
+def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryview], int]:
     """Per rank: mark kinds, arguments and compute gaps (s), and the capture time of 0."""
     ranks = range(tr.world_size)
     ev_bounds = np.searchsorted(tr.rank, np.arange(tr.world_size + 1))
@@ -372,5 +373,5 @@ def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[array[fl
         before = np.r_[t0, free[:-1]]
         kinds.append(array("b", kind[order].astype(np.int8).tobytes()))
         args.append(array("i", arg[order].astype(np.int32).tobytes()))
-        gaps.append(floats(np.maximum(time - before, 0) / 1e9))
+        gaps.append(seconds(np.maximum(time - before, 0) / 1e9))
     return kinds, args, gaps, t0

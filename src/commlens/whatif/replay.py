@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.model import Program
+from commlens.whatif.model import Program, seconds
 
 
 @dataclass
@@ -42,12 +42,6 @@ class Timeline:
     """True where an instance started late because its queue's previous one was running."""
     step_marks: np.ndarray
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
-
-
-def seconds(values: np.ndarray) -> memoryview:
-    """``values`` as float64 items quick to index from Python, without a copy where
-    they are float64 already."""
-    return np.ascontiguousarray(values, dtype=np.float64).data
 
 
 def replay(

@@ -20,8 +20,8 @@ sensitivity (slowest link's step over the fastest's), predicted and measured.
 The self-replay row is the capture predicted on its own link.
 
 The default links are slow so that gpt-tiny's messages (a 564 KB gradient
-all-reduce for dp) keep the link busy: tbf lets its bucket (4 ms of the rate,
-500 KB at 1 Gbit/s; the manifest's ``tbf_burst_bytes``) through at full speed
+all-reduce for dp) keep the link busy: the shaper lets its bucket (4 ms of the rate,
+500 KB at 1 Gbit/s; the manifest's ``burst_bytes``) through at full speed
 after the link was idle; the replay credits it once per op, but on a link
 whose bucket holds most of an op (gpt-tiny at 1 Gbit/s) the measured step
 hardly depends on the rate and the bucket's state decides it.

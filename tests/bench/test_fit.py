@@ -97,7 +97,7 @@ def test_profile_fitted_on_calibration_sizes_predicts_the_sizes_between(tmp_path
 @needs_netns
 def test_profile_fitted_on_a_link_has_the_link_rate(tmp_path: Path) -> None:
     # 100 Mbit/s: a 64 KiB all-reduce takes ~5 ms on the link, well above the
-    # scheduling noise of a busy 2-core machine, and above the 4 ms tbf bucket.
+    # scheduling noise of a busy 2-core machine, and above the 4 ms bucket of the shaper.
     # Only what load cannot move is held here: the nominal rate (from the
     # emulated topology), a per-byte cost set by the shaped link (CPU work per
     # byte is ~100x below it, so even a machine slowed 10x keeps it above half

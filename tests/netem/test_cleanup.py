@@ -209,7 +209,7 @@ def test_each_object_is_recorded_before_it_is_created(monkeypatch: pytest.Monkey
 def test_a_tc_failure_during_setup_is_one_line_and_tears_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cluster, "_QUEUE_LATENCY", "soon")  # tc rejects it
+    monkeypatch.setattr(cluster.EmulatedCluster, "_queue_bytes", lambda self: "soon")
     claimed = _record_claims(monkeypatch)
     with pytest.raises(iproute.IpError) as err:
         with EmulatedCluster(2, "1gbit"):
@@ -217,7 +217,7 @@ def test_a_tc_failure_during_setup_is_one_line_and_tears_down(
     message = str(err.value)
     assert isinstance(err.value, CommlensError)
     assert "\n" not in message and message.startswith("`tc qdisc add dev cl"), message
-    assert 'illegal value for "latency"' in message, message
+    assert 'illegal value for "limit"' in message.lower(), message
     (run_id,) = claimed
     assert iproute.objects_of(run_id) == ([], [])
     assert load_record(run_id) is None

@@ -71,7 +71,7 @@ def test_demo_shows_study_a(demo: dict[str, Any]) -> None:
     assert by_link[SLOW_LINK] > by_link["unshaped"], by_link
     util = {r["link"]: r["peak_gbit_s"] for r in findings.link_utilization(con).to_pylist()}
     rate = parse_rate(SLOW_LINK) / 1e9
-    # tbf holds the rate (its 2 ms burst and 20 Hz sampling jitter allow a little over)
+    # the shaper holds the rate (its burst and 20 Hz sampling jitter allow a little over)
     assert 0.1 * rate < util[SLOW_LINK] <= 1.25 * rate, util
     assert f"dp: speedup {speed['dp']:.2f}x from the {SLOW_LINK} link" in demo["proc"].stdout
 

@@ -13,7 +13,13 @@ from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
 from commlens.whatif.durations import Steps, measured, modelled, stepped_time
 from commlens.whatif.model import Program, build_program
-from commlens.whatif.study import TBF_EFFICIENCY, kept_steps, network_profile, network_profiles
+from commlens.whatif.study import (
+    EMULATED_EFFICIENCY,
+    kept_steps,
+    network_profile,
+    network_profiles,
+    recorded_burst,
+)
 from tests.whatif.synthetic import Ev, make_trace, repeated_ops
 
 WIRE = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
@@ -61,7 +67,7 @@ def test_a_cpu_term_is_never_negative() -> None:
 
 def test_networks_are_profiles_rates_or_unshaped() -> None:
     slow = network_profile("200mbit")
-    assert slow.bandwidth_Gbps == pytest.approx(0.2) and slow.efficiency == TBF_EFFICIENCY
+    assert slow.bandwidth_Gbps == pytest.approx(0.2) and slow.efficiency == EMULATED_EFFICIENCY
     assert network_profile("unshaped").name == "unshaped"
     assert [p.name for p in network_profiles("tcp-10g, 1gbit")] == ["tcp-10g", "1gbit"]
     with pytest.raises(UsageError, match="bad link rate"):
@@ -69,6 +75,18 @@ def test_networks_are_profiles_rates_or_unshaped() -> None:
     with pytest.raises(UsageError, match="unknown network profile 'warp-drive'"):
         network_profiles("warp-drive")
     assert np.isfinite(network_profile("1gbit").effective_Gbps)
+
+
+def test_the_bucket_of_the_own_link_is_read_from_the_manifest() -> None:
+    trace = make_trace(
+        [Ev(0, "all_reduce", 0.0, 1.0), Ev(1, "all_reduce", 0.0, 1.0)], [(0, 0, 0.0, 2.0)]
+    )
+    assert recorded_burst(trace) == 0.0
+    for key in ("burst_bytes", "tbf_burst_bytes"):  # tbf-shaped runs recorded the latter
+        trace.manifest = {"topology": {key: 25_000}}
+        assert recorded_burst(trace) == 25_000.0
+    trace.manifest = {"topology": {"burst_bytes": None}}
+    assert recorded_burst(trace) == 0.0
 
 
 def test_the_set_up_window_and_the_first_step_are_left_out() -> None:

@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
         required=True,
         help="comma list of inter-node networks: profiles as `commlens predict --net` takes "
         "them (built-in names or FILE.toml, e.g. a `commlens bench --fit` profile), link rates "
-        "(200mbit: an emulated tbf link) or unshaped (an emulated link without a rate)",
+        "(200mbit: an emulated link of that rate) or unshaped (an emulated link without a rate)",
     )
     p.add_argument(
         "--profile",

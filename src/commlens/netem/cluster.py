@@ -5,9 +5,10 @@ Layout of one run (``<id>`` is unique per run, see :mod:`commlens.netem.iproute`
     host:  bridge cl<id>br ── veth cl<id>h0 ─┐  ... ── veth cl<id>h<K-1> ─┐
     node k (netns commlens-<id>-n<k>):       └─ cl<id>n<k>  10.A.B.(k+1)/24, lo
 
-Each node's link is shaped with tbf in both directions: on the node side
+Each node's link is shaped with htb in both directions: on the node side
 (egress = uplink) and on the bridge side (egress = downlink), so a node sends
-and receives at ``link`` at most, full duplex, like a NIC. Ranks of one node
+and receives at ``link`` at most, full duplex, like a NIC, and drops nothing
+(a deep queue, see ``_MIN_QUEUE_BYTES``). Ranks of one node
 reach each other through the node's own addresses, which the kernel routes
 over loopback: intra-node traffic is not shaped and never touches the veth.
 The bridge has no address on the host, so a run's subnet cannot clash with
@@ -46,13 +47,29 @@ from commlens.netem.rate import format_rate, parse_rate
 from commlens.netem.state import RunRecord, claim_run
 from commlens.netem.teardown import remove_recorded
 
-# tbf bucket: 4 ms worth of tokens, at least a few full-size frames. A small
-# bucket keeps the link honest for small messages (no line-rate burst); below
-# ~1 ms the timer-driven refill falls behind on a busy machine and a 1 Gbit/s
-# link delivers a third of its rate; 4 ms holds ~95% under a load of 10 on 2 cores.
+# The shaper's bucket: 4 ms worth of tokens, at least a few full-size frames. A
+# small bucket keeps the link honest for small messages (no line-rate burst);
+# below ~1 ms the timer-driven refill falls behind on a busy machine and a
+# 1 Gbit/s link delivers a third of its rate; 4 ms holds ~95% under a load of
+# 10 on 2 cores.
 _BURST_S = 0.004
 _MIN_BURST_BYTES = 8 * 1514
-_QUEUE_LATENCY = "50ms"  # a deep queue: a shallow one drops TCP bursts at low rates
+# The queue: 50 ms of the rate, and never less than _MIN_QUEUE_BYTES (the send
+# windows of a few sockets: Linux's tcp_wmem maximum is 4 MiB), so the link
+# drops nothing, as a lossless fabric (InfiniBand, RoCE with PFC). 50 ms alone
+# hold 125 KB at 20 Mbit/s, less than one step of a 564 KB ring all-reduce
+# (141 KB sent at once): the link dropped 16 of 9,000 packets.
+_QUEUE_S = 0.05
+_MIN_QUEUE_BYTES = 16 << 20
+# Packets under 128 bytes (TCP's pure ACKs) go ahead of the queue. A link
+# without propagation delay leaves the hosts' TCP (BBR here) few packets in
+# flight, and an ACK queued behind the other direction's data stalls its
+# sender: with one FIFO (tbf) a 4-rank ring all-reduce at 20 Mbit/s took
+# 387 ms for 564 KB and 739 ms for 1 MB, against wire times of 349 and
+# 649 ms, and 1112 ms for 4 MB at 50 Mbit/s against 1038 ms; with ACKs first
+# 354, 659 and 1052 ms.
+SHAPING = "htb (both directions per node; packets under 128 bytes first)"
+"""How an emulated link is shaped, as the run's manifest says."""
 _MAX_NODES = 254  # hosts of the run's /24
 
 
@@ -107,8 +124,9 @@ class EmulatedCluster:
             "nodes": self.nodes,
             "link": format_rate(self.rate_bits) if self.rate_bits else None,
             "link_bits_per_s": self.rate_bits,
-            "shaping": "tbf (both directions per node)" if self.rate_bits else "none",
-            "tbf_burst_bytes": self._burst_bytes() if self.rate_bits else None,
+            "shaping": SHAPING if self.rate_bits else "none",
+            "burst_bytes": self._burst_bytes() if self.rate_bits else None,
+            "queue_limit_bytes": self._queue_bytes() if self.rate_bits else None,
             "mtu": self.mtu,
             "run_id": self.run_id,
             "subnet": str(self._subnet) if self._subnet else None,
@@ -203,6 +221,13 @@ class EmulatedCluster:
         self._record.add(kind, name)
         iproute.run(args)
 
+    def _queue_bytes(self) -> int:
+        """The data queue's limit in bytes: the bucket plus the queue (32-bit: rate.py's
+        bound)."""
+        assert self.rate_bits is not None
+        queue = max(int(self.rate_bits / 8 * _QUEUE_S), _MIN_QUEUE_BYTES)
+        return queue + self._burst_bytes()
+
     def _burst_bytes(self) -> int:
         assert self.rate_bits is not None
         return max(int(self.rate_bits / 8 * _BURST_S), _MIN_BURST_BYTES)
@@ -233,11 +258,23 @@ class EmulatedCluster:
         return iproute.host_veth(self.run_id, node), iproute.node_veth(self.run_id, node)
 
     def _shape(self, iface: str, ns: str | None) -> None:
+        """Shape ``iface``'s egress: htb at the link's rate, packets under 128 bytes (TCP's
+        pure ACKs) first, the rest in a deep FIFO (``_MIN_QUEUE_BYTES``)."""
         assert self.rate_bits is not None
-        where = ["ip", "netns", "exec", ns] if ns else []
+        tc = [*(["ip", "netns", "exec", ns] if ns else []), "tc"]
+        dev = ["dev", iface]
         rate, burst = format_rate(self.rate_bits), str(self._burst_bytes())
-        tbf = ["tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", rate, "burst", burst]
-        iproute.run([*where, *tbf, "latency", _QUEUE_LATENCY])
+        bucket = ["burst", burst, "cburst", burst]
+        iproute.run([*tc, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", "20"])
+        link = ["htb", "rate", rate, *bucket]
+        iproute.run([*tc, "class", "add", *dev, "parent", "1:", "classid", "1:1", *link])
+        for leaf, prio in (("1:10", "0"), ("1:20", "1")):
+            share = ["classid", leaf, *link, "ceil", rate, "prio", prio]
+            iproute.run([*tc, "class", "add", *dev, "parent", "1:1", *share])
+        limit = ["bfifo", "limit", str(self._queue_bytes())]
+        iproute.run([*tc, "qdisc", "add", *dev, "parent", "1:20", *limit])
+        small = ["u32", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:10"]
+        iproute.run([*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", *small])
 
     def _wait_carrier(self, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -134,7 +134,7 @@ def _kill_inside(ns: str) -> None:
 
 
 def require_netns(what: str) -> None:
-    """Raise :class:`UsageError` unless namespaces, veths and tbf can be used here."""
+    """Raise :class:`UsageError` unless namespaces, veths and tc shaping can be used here."""
     problem = _netns_problem()
     if problem:
         raise UsageError(f"{what} needs {problem}; run as root on Linux, or drop --link/--nodes")

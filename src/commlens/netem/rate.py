@@ -1,10 +1,9 @@
 """Link rates as users write them (``500mbit``, ``2gbit``, ``1.5Gbit/s``).
 
-Bounds: tc's own parser takes up to 2^64-1 bytes/s, but the tbf that shapes
-an emulated link keeps its queue limit (rate x queue latency + burst) and its
-burst in 32-bit byte counts; with commlens's 50 ms queue the limit wraps
-above ~636 Gbit/s and tc then shapes with a silently wrong queue. Rates are
-therefore held to [100 kbit/s, 600 Gbit/s].
+Bounds: tc's own parser takes up to 2^64-1 bytes/s, but the shaper of an
+emulated link keeps its queue limit (rate x 50 ms + burst, a bfifo) in a
+32-bit byte count, which wraps above ~636 Gbit/s: tc would then shape with a
+silently wrong queue. Rates are therefore held to [100 kbit/s, 600 Gbit/s].
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from commlens.errors import UsageError
 MIN_RATE_BITS = 1e5
 """Slowest link commlens shapes (100 kbit/s)."""
 MAX_RATE_BITS = 600e9
-"""Fastest link commlens shapes (600 Gbit/s): tbf's 32-bit queue limit holds it."""
+"""Fastest link commlens shapes (600 Gbit/s): the 32-bit queue limit holds it."""
 
 _UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)bit(?:/s)?\s*$", re.IGNORECASE)
@@ -42,7 +41,7 @@ def parse_rate(text: str) -> float:
     if not math.isfinite(value) or value > MAX_RATE_BITS:
         raise UsageError(
             f"link rate {text!r} is above {format_rate(MAX_RATE_BITS)}, "
-            "the fastest link tc's tbf can shape here"
+            "the fastest link commlens shapes with tc here"
         )
     if value <= 0:
         raise UsageError(f"link rate {text!r} must be positive")

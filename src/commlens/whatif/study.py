@@ -147,41 +147,44 @@ def placement_for(
     return Placement(per, world // per, intra_name, algorithm, source)
 
 
-TBF_EFFICIENCY = 0.97
-"""Share of an emulated (tbf) link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
-TBF_BURST_S = 0.004
-"""Seconds of its rate an emulated link's tbf bucket holds (``commlens run --link``)."""
-TBF_MIN_BURST_BYTES = 8 * 1514
-"""Smallest tbf bucket of an emulated link: 8 full-size frames."""
+EMULATED_EFFICIENCY = 0.97
+"""Share of an emulated link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
+EMULATED_BURST_S = 0.004
+"""Seconds of its rate an emulated link's bucket holds (``commlens run --link``)."""
+EMULATED_MIN_BURST_BYTES = 8 * 1514
+"""Smallest bucket of an emulated link: 8 full-size frames."""
 UNSHAPED = "unshaped"
 """``--net`` name of an emulated link without a rate: the veth pair, as loopback."""
 
 
 def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:
-    """An emulated (tbf-shaped) link of ``rate_bits``: loopback's latency, tbf's efficiency."""
+    """An emulated link of ``rate_bits``: loopback's latency, the shaper's efficiency."""
     return NetworkProfile(
         name=label,
         latency_s=get_profile("loopback").latency_s,
         bandwidth_Gbps=rate_bits / 1e9,
-        efficiency=TBF_EFFICIENCY,
+        efficiency=EMULATED_EFFICIENCY,
         scope="inter",
-        source=f"{why} ({rate_bits / 1e9:g} Gbit/s tbf); efficiency {TBF_EFFICIENCY} as tbf "
-        "measured in REFERENCE.md §6; latency of loopback",
+        source=f"{why} ({rate_bits / 1e9:g} Gbit/s shaped); efficiency {EMULATED_EFFICIENCY} "
+        "as measured in REFERENCE.md §6; latency of loopback",
     )
 
 
 def recorded_burst(trace: Trace) -> float:
-    """Bytes of the tbf bucket of the link the run was captured on (0: none recorded)."""
+    """Bytes of the bucket of the link the run was captured on (0: none recorded; runs
+    shaped with tbf recorded it as ``tbf_burst_bytes``)."""
     topo = trace.manifest.get("topology")
-    burst = topo.get("tbf_burst_bytes") if isinstance(topo, dict) else None
+    if not isinstance(topo, dict):
+        return 0.0
+    burst = topo.get("burst_bytes", topo.get("tbf_burst_bytes"))
     return float(burst) if isinstance(burst, int) and burst > 0 else 0.0
 
 
 def link_burst(profile: NetworkProfile) -> float:
-    """Bytes of the tbf bucket of an emulated link named by its rate (0 for other networks)."""
+    """Bytes of the bucket of an emulated link named by its rate (0 for other networks)."""
     if not profile.name[:1].isdigit() or profile.name.endswith(".toml"):
         return 0.0
-    return max(parse_rate(profile.name) / 8 * TBF_BURST_S, TBF_MIN_BURST_BYTES)
+    return max(parse_rate(profile.name) / 8 * EMULATED_BURST_S, EMULATED_MIN_BURST_BYTES)
 
 
 def network_profile(spec: str) -> NetworkProfile:
@@ -315,9 +318,9 @@ def link_assumptions(
     out = []
     if own_burst or any(link_burst(p) for p in profiles):
         out.append(
-            f"an emulated (tbf) link lets its bucket through at once after it was idle: "
-            f"{own_burst:,.0f} bytes on the run's own link (as recorded), {TBF_BURST_S * 1e3:g} ms "
-            "of its rate (at least 8 frames) on an emulated link named by its rate; every op "
+            f"an emulated link lets its bucket through at once after it was idle: "
+            f"{own_burst:,.0f} bytes on the run's own link (as recorded), "
+            f"{EMULATED_BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link named by its rate; every op "
             "across nodes is taken to find the bucket full (the link idled before it)"
         )
     if step_model.latency_s or step_model.default_latency_s:

@@ -55,6 +55,23 @@ def test_the_fit_charges_the_rest_to_alpha_and_beta_and_keeps_rank_lags() -> Non
     assert own + cal.extra_s == pytest.approx(measured(prog), abs=1e-9)
 
 
+def test_each_member_keeps_its_lag_in_its_own_call() -> None:
+    # the late member alternates: rank 1 40 us late in even steps, rank 0 in odd ones
+    events, t = [], 0.0
+    for step in range(4):
+        late = [0.0, 40.0] if step % 2 == 0 else [40.0, 0.0]
+        events += [Ev(r, "all_reduce", t, t + 300 + late[r], size=200, step=step) for r in (0, 1)]
+        t += 400
+    trace = make_trace(events, [(r, s, 0, 1600) for r in (0, 1) for s in range(4)])
+    prog = build_program(trace)
+    fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    own = modelled(prog, fabric)
+    cal = fit_cpu_terms(prog, fabric, measured(prog), own, [0, 1, 2, 3])
+    # each rank's mean lag (20 us each) would end both members together in every call,
+    # where the capture had one of them 40 us late
+    assert own + cal.extra_s == pytest.approx(measured(prog), abs=1e-9)
+
+
 def test_a_cpu_term_is_never_negative() -> None:
     # the model over-explains: measured is half the wire time
     trace = make_trace(two_rank_run({100: 50.0, 400: 200.0}), [(0, 0, 0, 900), (1, 0, 0, 900)])

@@ -182,7 +182,7 @@ class Steps:
     takes as long beyond its wire time on a slow link as on a fast one). A
     profile fitted by ``bench --fit`` on a host has that host's latency in its
     alpha already: there a step lasts ``w_j + max(λ, α)`` (the longer of the
-    two latencies counts, not both). A tbf-shaped link lets its bucket
+    two latencies counts, not both). A shaped (emulated) link lets its bucket
     (``burst_bytes``) through at once after an idle spell, so the first
     ``burst·β`` seconds of an op's wire time are not spent.
     """
@@ -192,7 +192,7 @@ class Steps:
     default_latency_s: float = 0.0
     """Step latency of kinds without their own."""
     burst_bytes: float = 0.0
-    """Bucket of the inter-node link (tbf), bytes; 0 for an unshaped link."""
+    """Bucket of the inter-node link (an emulated one), bytes; 0 for an unshaped link."""
 
     def latency(self, op: str, role: str, nodes: int) -> float:
         return self.latency_s.get((op, role, nodes), self.default_latency_s)

@@ -320,8 +320,9 @@ def link_assumptions(
         out.append(
             f"an emulated link lets its bucket through at once after it was idle: "
             f"{own_burst:,.0f} bytes on the run's own link (as recorded), "
-            f"{EMULATED_BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link named by its rate; every op "
-            "across nodes is taken to find the bucket full (the link idled before it)"
+            f"{EMULATED_BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link "
+            "named by its rate; every op across nodes is taken to find the bucket full (the "
+            "link idled before it)"
         )
     if step_model.latency_s or step_model.default_latency_s:
         kinds = ", ".join(

@@ -5,7 +5,7 @@ Layout of one run (``<id>`` is unique per run, see :mod:`commlens.netem.iproute`
     host:  bridge cl<id>br ── veth cl<id>h0 ─┐  ... ── veth cl<id>h<K-1> ─┐
     node k (netns commlens-<id>-n<k>):       └─ cl<id>n<k>  10.A.B.(k+1)/24, lo
 
-Each node's link is shaped with htb in both directions: on the node side
+Each node's link is shaped with tbf in both directions: on the node side
 (egress = uplink) and on the bridge side (egress = downlink), so a node sends
 and receives at ``link`` at most, full duplex, like a NIC, and drops nothing
 (a deep queue, see ``_MIN_QUEUE_BYTES``). Ranks of one node
@@ -61,14 +61,15 @@ _MIN_BURST_BYTES = 8 * 1514
 # (141 KB sent at once): the link dropped 16 of 9,000 packets.
 _QUEUE_S = 0.05
 _MIN_QUEUE_BYTES = 16 << 20
-# Packets under 128 bytes (TCP's pure ACKs) go ahead of the queue. A link
-# without propagation delay leaves the hosts' TCP (BBR here) few packets in
-# flight, and an ACK queued behind the other direction's data stalls its
-# sender: with one FIFO (tbf) a 4-rank ring all-reduce at 20 Mbit/s took
-# 387 ms for 564 KB and 739 ms for 1 MB, against wire times of 349 and
-# 649 ms, and 1112 ms for 4 MB at 50 Mbit/s against 1038 ms; with ACKs first
-# 354, 659 and 1052 ms.
-SHAPING = "htb (both directions per node; packets under 128 bytes first)"
+# Packets under 128 bytes (TCP's pure ACKs) go ahead of the queue (an htb
+# under the tbf that only orders: on its own, shaping, htb held 64 KB messages
+# up to 40 ms at random). A link without propagation delay leaves the hosts'
+# TCP (BBR here) few packets in flight, and an ACK queued behind the other
+# direction's data stalls its sender. 4-rank ring all-reduce and ring shift,
+# one FIFO -> ACKs first, wire times at the rate: 564 KB at 20 Mbit/s 387 ->
+# 361 ms (349), 1 MB 739 -> 669 ms (649), 4 MB at 50 Mbit/s 1112 -> 1068 ms
+# (1038); a 64 KB send-receive at 50 Mbit/s 14.2 -> 11.3 ms (10.8).
+SHAPING = "tbf (both directions per node; packets under 128 bytes first, by htb)"
 """How an emulated link is shaped, as the run's manifest says."""
 _MAX_NODES = 254  # hosts of the run's /24
 
@@ -258,23 +259,25 @@ class EmulatedCluster:
         return iproute.host_veth(self.run_id, node), iproute.node_veth(self.run_id, node)
 
     def _shape(self, iface: str, ns: str | None) -> None:
-        """Shape ``iface``'s egress: htb at the link's rate, packets under 128 bytes (TCP's
+        """Shape ``iface``'s egress: tbf at the link's rate, and under it an htb that only
+        orders (its classes ten times faster than the link): packets under 128 bytes (TCP's
         pure ACKs) first, the rest in a deep FIFO (``_MIN_QUEUE_BYTES``)."""
         assert self.rate_bits is not None
         tc = [*(["ip", "netns", "exec", ns] if ns else []), "tc"]
         dev = ["dev", iface]
-        rate, burst = format_rate(self.rate_bits), str(self._burst_bytes())
-        bucket = ["burst", burst, "cburst", burst]
-        iproute.run([*tc, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", "20"])
-        link = ["htb", "rate", rate, *bucket]
-        iproute.run([*tc, "class", "add", *dev, "parent", "1:", "classid", "1:1", *link])
-        for leaf, prio in (("1:10", "0"), ("1:20", "1")):
-            share = ["classid", leaf, *link, "ceil", rate, "prio", prio]
-            iproute.run([*tc, "class", "add", *dev, "parent", "1:1", *share])
-        limit = ["bfifo", "limit", str(self._queue_bytes())]
-        iproute.run([*tc, "qdisc", "add", *dev, "parent", "1:20", *limit])
-        small = ["u32", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:10"]
-        iproute.run([*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", *small])
+        rate, burst, limit = format_rate(self.rate_bits), self._burst_bytes(), self._queue_bytes()
+        tbf = ["tbf", "rate", rate, "burst", str(burst), "limit", str(limit)]
+        iproute.run([*tc, "qdisc", "add", *dev, "root", "handle", "1:", *tbf])
+        iproute.run(
+            [*tc, "qdisc", "add", *dev, "parent", "1:1", "handle", "2:", "htb", "default", "20"]
+        )
+        unshaped = format_rate(10 * self.rate_bits)
+        for leaf, prio in (("2:10", "0"), ("2:20", "1")):
+            order = ["classid", leaf, "htb", "rate", unshaped, "burst", str(burst), "prio", prio]
+            iproute.run([*tc, "class", "add", *dev, "parent", "2:", *order])
+        iproute.run([*tc, "qdisc", "add", *dev, "parent", "2:20", "bfifo", "limit", str(limit)])
+        small = ["u32", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "2:10"]
+        iproute.run([*tc, "filter", "add", *dev, "parent", "2:", "protocol", "ip", *small])
 
     def _wait_carrier(self, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -1,10 +1,12 @@
 """A plain DDP training script that knows nothing of commlens.
 
-torchrun --nproc_per_node 2 examples/ddp_train.py
+torchrun --nproc_per_node 2 examples/ddp_train.py [STEPS]
 commlens trace --out runs/ddp -- torchrun --nproc_per_node 2 examples/ddp_train.py
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -28,4 +30,4 @@ def main(steps: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)

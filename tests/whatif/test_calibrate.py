@@ -11,7 +11,7 @@ from commlens.errors import UsageError
 from commlens.predict.profiles import NetworkProfile, OpOverride
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
-from commlens.whatif.durations import Steps, host_floor, measured, modelled, stepped_time
+from commlens.whatif.durations import Steps, measured, modelled, stepped_time
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.study import (
     EMULATED_EFFICIENCY,
@@ -20,7 +20,7 @@ from commlens.whatif.study import (
     network_profiles,
     recorded_burst,
 )
-from tests.whatif.synthetic import Ev, both_steps, make_trace, repeated_ops
+from tests.whatif.synthetic import Ev, make_trace, repeated_ops
 
 WIRE = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
 """1 MB/s: an all-reduce of S bytes between two ranks on two nodes lasts S us."""
@@ -157,33 +157,6 @@ def test_a_host_bound_op_moves_with_the_link_by_its_whole_wire_time(captured_on:
     for times_wire in (1.0, 0.1, 10.0):
         got = replayed_on(prog, link(captured_on), link(times_wire))
         assert got == pytest.approx(2e-3 + 500e-6 / times_wire, rel=1e-6)
-
-
-def test_an_op_takes_at_least_its_host_time_on_any_link() -> None:
-    # per step a latency-bound 50-byte all-reduce (2 ring steps of 1 ms on the host) and a
-    # 5000-byte one whose host work hid under its 5 ms of wire (5.5 ms, not 7 ms)
-    events, windows, t = [], [], 0.0
-    for step in range(4):
-        for size, took in ((50, 2050.0), (5000, 5500.0)):
-            events += [Ev(r, "all_reduce", t, t + took, size=size, step=step) for r in (0, 1)]
-            t += took + 10
-        windows += [(r, step, t - 7570, t) for r in (0, 1)]
-    prog = build_program(make_trace(events, windows))
-    own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
-    fast_link = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * 100)
-    fast = Fabric(inter=fast_link, intra=fast_link, gpus_per_node=1)
-    keep = [1, 2, 3]
-    steps = fit_steps(prog, own, measured(prog), modelled(prog, own, flat=True), keep, 0.0)
-    assert steps.latency("all_reduce", "dp", 2) == pytest.approx(1e-3)
-    floor = host_floor(prog, fast, prog.cost_groups, steps)
-    assert floor == pytest.approx(2e-3)  # 2 steps of 1 ms, whatever the size
-    big = prog.trace.size_bytes == 5000
-    # the big op's wire hid its host work on the own link: its term alone would put it
-    # below its host time on the fast link (the floor is what whatif keeps)
-    assert (replayed_on(prog, own, fast)[big] < 1.5e-3).all()
-    sends = [Ev(0, "send", 0, 900, peer=1), Ev(1, "recv", 0, 900, peer=0)]
-    p2p = build_program(make_trace(sends, both_steps(1000)))
-    assert (host_floor(p2p, fast, p2p.cost_groups, steps) == 0).all()
 
 
 def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_wait_for_the_wire() -> None:

@@ -374,29 +374,6 @@ def modelled(
     return _per_kind(prog, cost_groups, cost, events)
 
 
-def host_floor(
-    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], steps: Steps
-) -> np.ndarray:
-    """Seconds each event's collective lasts at least on any link (gloo): its algorithm
-    steps times its kind's step latency, the host's time for the op on a link that
-    costs nothing (0 for sends and receives, and for kinds without a latency).
-
-    Host and wire overlap in part on a slow link: tp's 64 KB all-reduce (6 steps) took
-    16.0 ms at 50 Mbit/s, less than its 12.1 ms of wire plus the 7.1 ms its latency-bound
-    1 KB calls took; its fitted term came out negative and the op 3.8 ms at 200 Mbit/s,
-    where it took 7.0 ms, as long as on the unshaped link."""
-    ops = _op_names(prog, True)
-
-    def cost(op_code: int, size: float, group: tuple[int, ...], role: int) -> float:
-        op = ops[op_code]
-        if op in ("send", "recv") or not group:
-            return 0.0
-        k = round(flat_time(op, 0.0, len(group), 1.0, 0.0, fabric.algorithm))
-        return k * steps.latency(op, prog.trace.role_names[role], fabric.shape(group)[0])
-
-    return _per_kind(prog, groups, cost)
-
-
 def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:
     """The cost groups of a data-parallel scale-out to ``dp`` ranks per dp group, and its world.
 

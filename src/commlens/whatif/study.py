@@ -16,7 +16,6 @@ from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_st
 from commlens.whatif.durations import (
     Steps,
     elapsed,
-    host_floor,
     measured_release,
     modelled,
     node_links,
@@ -398,10 +397,6 @@ def run_study(
             calibration.add_to(own_times, own_wire)
             terms = calibration.terms
             del own_wire
-            if flat:
-                floor = host_floor(prog, fabric, prog.cost_groups, step_model)
-                np.maximum(own_times, floor, out=own_times)
-                del floor
         np.maximum(own_times, 0.0, out=own_times)
     if used != "delta":
         del took  # only delta's releases need the measured times again
@@ -436,10 +431,6 @@ def run_study(
             )
             calibration.add_to(times, event_wire)
             del event_wire
-            if flat:
-                floor = host_floor(prog, fabric, groups, on)
-                np.maximum(times, floor, out=times)
-                del floor
         else:
             times += base
         np.maximum(times, 0.0, out=times)

@@ -14,7 +14,7 @@ from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
 from commlens.whatif.durations import Steps, measured, modelled, stepped_time
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.study import (
-    EMULATED_EFFICIENCY,
+    SHAPED_EFFICIENCY,
     kept_steps,
     network_profile,
     network_profiles,
@@ -84,7 +84,7 @@ def test_a_cpu_term_is_never_negative() -> None:
 
 def test_networks_are_profiles_rates_or_unshaped() -> None:
     slow = network_profile("200mbit")
-    assert slow.bandwidth_Gbps == pytest.approx(0.2) and slow.efficiency == EMULATED_EFFICIENCY
+    assert slow.bandwidth_Gbps == pytest.approx(0.2) and slow.efficiency == SHAPED_EFFICIENCY
     assert network_profile("unshaped").name == "unshaped"
     assert [p.name for p in network_profiles("tcp-10g, 1gbit")] == ["tcp-10g", "1gbit"]
     with pytest.raises(UsageError, match="bad link rate"):

@@ -52,8 +52,8 @@ from commlens.netem.teardown import remove_recorded
 # below ~1 ms the timer-driven refill falls behind on a busy machine and a
 # 1 Gbit/s link delivers a third of its rate; 4 ms holds ~95% under a load of
 # 10 on 2 cores.
-_BURST_S = 0.004
-_MIN_BURST_BYTES = 8 * 1514
+BURST_S = 0.004
+MIN_BURST_BYTES = 8 * 1514
 # The queue: 50 ms of the rate, and never less than _MIN_QUEUE_BYTES (the send
 # windows of a few sockets: Linux's tcp_wmem maximum is 4 MiB), so the link
 # drops nothing, as a lossless fabric (InfiniBand, RoCE with PFC). 50 ms alone
@@ -72,6 +72,11 @@ _MIN_QUEUE_BYTES = 16 << 20
 SHAPING = "tbf (both directions per node; packets under 128 bytes first, by htb)"
 """How an emulated link is shaped, as the run's manifest says."""
 _MAX_NODES = 254  # hosts of the run's /24
+
+
+def burst_bytes(rate_bits: float) -> int:
+    """Bytes of the bucket of an emulated link of ``rate_bits``."""
+    return max(int(rate_bits / 8 * BURST_S), MIN_BURST_BYTES)
 
 
 class EmulatedCluster:
@@ -231,7 +236,7 @@ class EmulatedCluster:
 
     def _burst_bytes(self) -> int:
         assert self.rate_bits is not None
-        return max(int(self.rate_bits / 8 * _BURST_S), _MIN_BURST_BYTES)
+        return burst_bytes(self.rate_bits)
 
     def _build(self) -> None:
         run = iproute.run
@@ -271,9 +276,9 @@ class EmulatedCluster:
         iproute.run(
             [*tc, "qdisc", "add", *dev, "parent", "1:1", "handle", "2:", "htb", "default", "20"]
         )
-        unshaped = format_rate(10 * self.rate_bits)
+        fast = format_rate(10 * self.rate_bits)
         for leaf, prio in (("2:10", "0"), ("2:20", "1")):
-            order = ["classid", leaf, "htb", "rate", unshaped, "burst", str(burst), "prio", prio]
+            order = ["classid", leaf, "htb", "rate", fast, "burst", str(burst), "prio", prio]
             iproute.run([*tc, "class", "add", *dev, "parent", "2:", *order])
         iproute.run([*tc, "qdisc", "add", *dev, "parent", "2:20", "bfifo", "limit", str(limit)])
         small = ["u32", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "2:10"]

@@ -23,9 +23,9 @@ from commlens.predict.forecast import DEFAULT_TFLOPS, predict
 from commlens.predict.profiles import NetworkProfile, get_profile
 
 EMULATED_LATENCY_S = 50e-6
-"""Alpha of an emulated veth + htb link (a small-message all-reduce on loopback namespaces)."""
+"""Alpha of an emulated veth + tbf link (a small-message all-reduce on loopback namespaces)."""
 EMULATED_EFFICIENCY = 0.95
-"""the shaper delivers 93-95% of its rate under load (netem.cluster)."""
+"""The shaper delivers 93-95% of its rate under load (netem.cluster)."""
 
 
 def validate_point(run_dir: Path, tolerance: float) -> dict[str, Any]:

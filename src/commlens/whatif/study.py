@@ -9,6 +9,7 @@ import numpy as np
 
 from commlens.analysis.timeline import GLOO_WORKERS
 from commlens.errors import UsageError
+from commlens.netem.cluster import BURST_S, burst_bytes
 from commlens.netem.rate import parse_rate
 from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
@@ -147,12 +148,8 @@ def placement_for(
     return Placement(per, world // per, intra_name, algorithm, source)
 
 
-EMULATED_EFFICIENCY = 0.97
+SHAPED_EFFICIENCY = 0.97
 """Share of an emulated link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
-EMULATED_BURST_S = 0.004
-"""Seconds of its rate an emulated link's bucket holds (``commlens run --link``)."""
-EMULATED_MIN_BURST_BYTES = 8 * 1514
-"""Smallest bucket of an emulated link: 8 full-size frames."""
 UNSHAPED = "unshaped"
 """``--net`` name of an emulated link without a rate: the veth pair, as loopback."""
 
@@ -163,9 +160,9 @@ def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:
         name=label,
         latency_s=get_profile("loopback").latency_s,
         bandwidth_Gbps=rate_bits / 1e9,
-        efficiency=EMULATED_EFFICIENCY,
+        efficiency=SHAPED_EFFICIENCY,
         scope="inter",
-        source=f"{why} ({rate_bits / 1e9:g} Gbit/s shaped); efficiency {EMULATED_EFFICIENCY} "
+        source=f"{why} ({rate_bits / 1e9:g} Gbit/s shaped); efficiency {SHAPED_EFFICIENCY} "
         "as measured in REFERENCE.md §6; latency of loopback",
     )
 
@@ -184,7 +181,7 @@ def link_burst(profile: NetworkProfile) -> float:
     """Bytes of the bucket of an emulated link named by its rate (0 for other networks)."""
     if not profile.name[:1].isdigit() or profile.name.endswith(".toml"):
         return 0.0
-    return max(parse_rate(profile.name) / 8 * EMULATED_BURST_S, EMULATED_MIN_BURST_BYTES)
+    return float(burst_bytes(parse_rate(profile.name)))
 
 
 def network_profile(spec: str) -> NetworkProfile:
@@ -320,7 +317,7 @@ def link_assumptions(
         out.append(
             f"an emulated link lets its bucket through at once after it was idle: "
             f"{own_burst:,.0f} bytes on the run's own link (as recorded), "
-            f"{EMULATED_BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link "
+            f"{BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link "
             "named by its rate; every op across nodes is taken to find the bucket full (the "
             "link idled before it)"
         )

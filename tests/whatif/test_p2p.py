@@ -11,6 +11,7 @@ from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
 from commlens.whatif.durations import (
     Steps,
+    link_waits,
     measured,
     measured_release,
     modelled,
@@ -50,6 +51,50 @@ def test_a_send_that_ended_before_its_receive_was_issued_stays_eager() -> None:
     assert tl.start.tolist() == [us(0)] and tl.end.tolist() == [us(1), us(8)]
 
 
+def one_f_one_b(a2_posted: float = 20) -> list[Ev]:
+    """Stage 0 (rank 0) sends activation A1 to stage 1 (rank 1), then in one batch at 5
+    sends A2 and posts its receive of gradient G1; rank 1 computes on A1 and at 20
+    (``a2_posted``) sends G1 back and posts its receive of A2. gloo moves a message once
+    its receiver said it is ready: rank 1's notice for A2 went on their connection
+    behind G1's bytes, which arrived at 30, so A2 moved 30..40 (its send ended at 30,
+    once its bytes were in the socket)."""
+    return [
+        Ev(0, "send", 0, 1, peer=1, role="pp"),  # A1
+        Ev(0, "send", 5, 30, peer=1, role="pp", is_async=True, wait=25),  # A2
+        Ev(0, "recv", 5, 30, peer=1, role="pp", is_async=True, wait=25),  # G1
+        Ev(1, "recv", 0, 10, peer=0, role="pp"),  # A1
+        Ev(1, "send", 20, 21, peer=0, role="pp", is_async=True, wait=1),  # G1
+        Ev(1, "recv", a2_posted, 40, peer=0, role="pp", is_async=True, wait=40 - a2_posted),
+    ]
+
+
+def test_a_receivers_ready_notice_follows_the_message_it_sent_back_first() -> None:
+    prog = build_program(make_trace(one_f_one_b(), [(0, 0, 0, 30), (1, 0, 0, 40)]))
+    a1, a2, g1 = 0, 1, 2  # pairs in channel order: 0 -> 1, then 1 -> 0
+    assert [prog.trace.rank[prog.send_of[i]] for i in (a1, a2, g1)] == [0, 0, 1]
+    assert prog.behind.tolist() == [-1, g1, -1]
+    took = measured(prog)
+    # A2 started at G1's arrival (30), not at its receive's posting (20)
+    assert took[[prog.send_of[a2], prog.recv_of[a2]]].tolist() == [us(0), us(10)]
+    exact = replay(prog, measured(prog), measured_release(prog))
+    assert exact.end.tolist() == pytest.approx((prog.trace.t_end / 1e9).tolist(), abs=1e-12)
+    # every receive 20 us (a slower link), every send 1 us: A1 arrives at 20, rank 1
+    # sends G1 at 30 (its 10 us of compute), G1 arrives at 50, and only then A2 moves
+    dur = np.where(np.isin(np.arange(6), prog.recv_of), 20e-6, 1e-6)
+    tl = replay(prog, dur)
+    assert tl.start.tolist() == [us(0), us(50), us(30)]
+    assert tl.end[prog.recv_of[a2]] == pytest.approx(us(70))
+    assert tl.end[prog.send_of[a2]] == pytest.approx(us(51))
+
+
+def test_a_ready_notice_sent_before_the_message_back_does_not_wait_for_it() -> None:
+    # rank 1 posts its receive of A2 at 12, before it sends G1 (20): nothing is ahead of
+    # its notice, and A2 starts at 12
+    prog = build_program(make_trace(one_f_one_b(a2_posted=12), [(0, 0, 0, 30), (1, 0, 0, 40)]))
+    assert prog.behind.tolist() == [-1, -1, -1]
+    assert measured(prog)[prog.recv_of[1]] == pytest.approx(us(28))
+
+
 def two_stage_sends() -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
     """Ranks 0 and 1 (node 0) send to 2 and 3 (node 1) at once; the link carried the
     first message by 10 and the second by 20."""
@@ -71,8 +116,39 @@ def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
     links = node_links(prog, fabric())
     assert links.tolist() == [0, 0]
     tl = replay(prog, np.full(4, 10e-6), links=links)
-    assert sorted(tl.end.tolist()) == [us(10), us(10), us(20), us(20)]
+    recvs = prog.recv_of.tolist()
+    assert sorted(tl.end[recvs].tolist()) == [us(10), us(20)]  # one after the other
+    # a send ends once its bytes are in the socket, without waiting for the link
+    assert tl.end[prog.send_of].tolist() == [us(10), us(10)]
     assert sorted(replay(prog, np.full(4, 10e-6)).end.tolist()) == [us(10)] * 4
+
+
+def test_two_messages_never_share_a_link_whatever_order_the_replay_reaches_them_in() -> None:
+    # rank 1 sends at 3 and rank 0 at 5, each to a receive posted at 0 on the other
+    # node; the replay reaches rank 0's send first (ranks are taken in order), so rank
+    # 1's message, which started earlier, finds a later one on the link already
+    events = [
+        Ev(0, "send", 5, 15, peer=2, role="pp"),
+        Ev(1, "send", 3, 25, peer=3, role="pp"),
+        Ev(2, "recv", 0, 15, peer=0, role="pp"),
+        Ev(3, "recv", 0, 25, peer=1, role="pp"),
+    ]
+    prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
+    tl = replay(prog, np.full(4, 10e-6), links=node_links(prog, fabric()))
+    # one after the other: 5..15, then 15..25 (side by side they would end at 13 and 15)
+    assert sorted(tl.end[prog.recv_of].tolist()) == [us(15), us(25)]
+
+
+def test_the_fit_takes_a_messages_wait_for_its_link_out_of_its_time() -> None:
+    prog = build_program(make_trace(*two_stage_sends()))
+    waits = link_waits(prog, node_links(prog, fabric()))
+    recvs = prog.recv_of.tolist()
+    # the second message came at 20, 10 after the first had arrived: 10 on the wire
+    assert sorted(waits[recvs].tolist()) == [0.0, us(10)]
+    assert waits[prog.send_of].tolist() == [0.0, 0.0]
+    assert sorted((measured(prog) - waits)[recvs].tolist()) == [us(10), us(10)]
+    one_node = Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=4)
+    assert not link_waits(prog, node_links(prog, one_node)).any()
 
 
 def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:

@@ -66,8 +66,9 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     on its group released the queue, at the first of its members' ends (a
     member's recorded end can be late, e.g. a completion callback waiting for
     the GIL; per-rank order makes the first end a safe bound); a p2p pair when
-    its send was issued (a rendezvous: and its receive) and the previous send
-    had ended. So along a queue
+    its send was issued (a rendezvous: and its receive, and the message its ready
+    notice followed had arrived: :attr:`~commlens.whatif.model.Program.behind`) and
+    the previous send had ended. So along a queue
     ``release[i] = max(first end[i], start[i])`` and ``start[i] = max(last
     issue[i], release[i - 1])``.
     """
@@ -83,8 +84,12 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     issued = tr.t_issue[sends]
     meets = prog.rendezvous[pairs]
     issued[meets] = np.maximum(issued[meets], tr.t_issue[prog.recv_of[pairs][meets]])
+    behind = prog.behind[pairs]
+    late = behind >= 0
+    arrived = tr.t_end[prog.recv_of[behind[late]]]
+    issued[late] = np.maximum(issued[late], arrived)
     last_issue[pairs], first_end[pairs] = issued, tr.t_end[sends]
-    del issued, meets
+    del issued, meets, behind, late, arrived
     release = _running_max(np.maximum(first_end, last_issue), prog.first_of_queue)
     before = np.r_[low, release[:-1]]
     start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
@@ -128,6 +133,34 @@ def node_links(prog: Program, fabric: Fabric) -> np.ndarray:
     dst = np.array([fabric.node(c[-1]) for c in ends], dtype=np.int64)[which.ravel()]
     links[pairs[src != dst]] = src[src != dst]
     return links
+
+
+def link_waits(prog: Program, links: np.ndarray) -> np.ndarray:
+    """Seconds each receive's message spent in the capture waiting for its node's link
+    (:func:`node_links`; the replay's link queue), per event (0 for others): from its
+    pair's start until the last message that started on the link before it had
+    arrived.
+
+    Messages out of one node at once share its link; taken one after the other, as the
+    replay does, the second's time from its start holds the first's, which the replay's
+    queue adds again. Its time on the wire is what is left."""
+    out = np.zeros(prog.inst.size)
+    crossing = np.flatnonzero(links >= 0)
+    if not crossing.size:
+        return out
+    start, _ = _captured_starts(prog)
+    recvs = prog.recv_of[crossing]
+    order = np.lexsort((crossing, start[crossing], links[crossing]))
+    link = links[crossing][order]
+    t0 = int(start[crossing].min())  # ns from there fit a float exactly
+    began = (start[crossing][order] - t0).astype(float)
+    came = prog.trace.t_end[recvs][order] - t0
+    first = np.r_[True, link[1:] != link[:-1]]
+    busy = _running_max(came, first).astype(float)
+    before = np.r_[-np.inf, busy[:-1]]
+    before[first] = -np.inf
+    out[recvs[order]] = np.maximum(before - began, 0.0) / 1e9
+    return out
 
 
 def wire_times(
@@ -358,7 +391,10 @@ def modelled(
             return 0.0
         nodes = fabric.shape(group)[0]
         across = nodes > 1
-        share = max(1, -(-(p2p if is_p2p else rings).get(role, 1) // fabric.nics_per_node))
+        # one link out of a node: the replay's link queue takes its messages in turn
+        on_link = (p2p if is_p2p else rings).get(role, 1)
+        queued = is_p2p and fabric.nics_per_node == 1
+        share = 1 if queued else max(1, -(-on_link // fabric.nics_per_node))
         latency = steps.latency(op, tr.role_names[role], nodes)
         return stepped_time(
             op,

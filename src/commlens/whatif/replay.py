@@ -4,7 +4,9 @@ Each rank runs through its marks, spending each compute gap as measured. A
 collective starts when its last member issued it and the instance before it
 on its group has released the queue; member ``e`` ends ``dur[e]`` seconds
 later. A p2p pair starts when its send was issued (a rendezvous: and its
-receive) and the pair before it on its channel has ended; its send ends
+receive, and the message its receiver's ready notice follows has arrived:
+:attr:`~commlens.whatif.model.Program.behind`) and the pair before it on its
+channel has ended; its send ends
 ``dur[send]`` later, its receive ``dur[recv]`` after the start, or when it is
 issued if that is later. A rank at a ``HOLD`` waits until that
 end; one that reaches an op whose end is not known yet is parked and resumed
@@ -15,6 +17,7 @@ every mark is handled once: the replay is linear in the number of marks.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -58,9 +61,10 @@ def replay(
     instance ``i`` started (default: when its last member ends; a send: when it
     and its receive's data have ended, the channel carries one message at a time).
     A p2p pair ``i`` with ``links[i] >= 0`` crosses that link, which carries one
-    message at a time: one that starts while the last message put on its link is
-    still on it starts when that one frees its queue
-    (:func:`~commlens.whatif.durations.node_links`).
+    message at a time: one that starts while another is on its link starts when that
+    one frees it (:func:`~commlens.whatif.durations.node_links`; of two messages that
+    would overlap, the one the replay reached first goes first); its send, whose bytes went into
+    the socket, ends ``dur[send]`` after the pair's start without that wait.
 
     ``workers`` (gloo: :data:`~commlens.analysis.timeline.GLOO_WORKERS`) collectives
     of one group may run at once: one starts when a worker is free (the second
@@ -78,13 +82,13 @@ def replay(
     lists = prog.as_lists
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
-    meets = lists["rendezvous"]
+    meets, behind = lists["rendezvous"], lists["behind"]
     # with several workers, an instance that ran apart from the one ahead of it in the
     # capture still shares the workers with it: only a group's first has none ahead
     head = lists["opens_queue"] if workers > 1 else first
     link = array("i", [-1]) * n_inst if links is None else array("i", links.tobytes())
-    on_link: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
-    """Per link, the last message put on it: (start, end)."""
+    on_link: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    """Per link, the starts of the messages put on it, in time order, and their ends."""
     d = seconds(dur)
     nan = array("d", [float("nan")])
     issue = nan * n_ev
@@ -98,6 +102,8 @@ def replay(
     state = array("b", [0]) * n_inst
     by = array("i", [-1]) * n_inst
     arrival: dict[int, float] = {}  # pairs whose data is on its way, receive not issued
+    arrives = nan * n_inst  # per started pair, when its data arrives
+    after: dict[int, list[int]] = {}  # pairs whose ready notice follows a pair not started
     steps = nan * (2 * prog.trace.step_rank.size)
     parked: dict[int, list[int]] = {}
     n_ranks = len(prog.kinds)
@@ -157,26 +163,49 @@ def replay(
                 return
 
     def send(i: int) -> None:
-        """Start pair ``i`` and any that waited behind it on its channel."""
-        while True:
-            t = started(i)
-            k = link[i]
-            if k >= 0:  # a message on the link when this one starts goes first
-                busy_from, busy_to = on_link[k]
-                if busy_from <= t < busy_to:
-                    t = start[i] = busy_to
-                on_link[k] = (t, t + free_after[i])
-            s, r = send_of[i], recv_of[i]
-            ended(s, t + d[s])
-            if issue[r] == issue[r]:
-                ended(r, max(issue[r], t + d[r]))
-            else:
-                arrival[i] = t + d[r]
-            i += 1
-            if i >= n_inst or first[i] or state[i] or issue[send_of[i]] != issue[send_of[i]]:
-                return
-            if meets[i] and issue[recv_of[i]] != issue[recv_of[i]]:
-                return
+        """Start pair ``i`` and any that waited behind it on its channel, or for it."""
+        resume = [i]
+        while resume:
+            i = resume.pop()
+            while True:
+                j = behind[i]
+                if j >= 0:  # its ready notice follows pair j's data
+                    if not state[j]:  # which has not started yet
+                        after.setdefault(j, []).append(i)
+                        break
+                    if arrives[j] > start[i]:
+                        start[i] = arrives[j]
+                t = started(i)
+                s, r = send_of[i], recv_of[i]
+                ended(s, t + d[s])  # once its bytes are in the socket
+                k = link[i]
+                if k >= 0:  # it crosses the link when no other message is on it
+                    starts, ends = on_link[k]
+                    while True:
+                        j = bisect_right(starts, t)
+                        if j and t < ends[j - 1]:  # one that started before it goes first
+                            t = ends[j - 1]
+                        elif j < len(starts) and starts[j] < t + free_after[i]:
+                            # one that started after it, put on the link already (the ranks
+                            # reach their sends out of time order): this one goes after it
+                            t = ends[j]
+                        else:
+                            break
+                    start[i] = t
+                    starts.insert(j, t)
+                    ends.insert(j, t + free_after[i])
+                arrives[i] = t + d[r]
+                if issue[r] == issue[r]:
+                    ended(r, max(issue[r], arrives[i]))
+                else:
+                    arrival[i] = arrives[i]
+                if after:
+                    resume.extend(after.pop(i, ()))
+                i += 1
+                if i >= n_inst or first[i] or state[i] or issue[send_of[i]] != issue[send_of[i]]:
+                    break
+                if meets[i] and issue[recv_of[i]] != issue[recv_of[i]]:
+                    break
 
     while todo:
         r = todo.pop()

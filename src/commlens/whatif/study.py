@@ -17,6 +17,7 @@ from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_st
 from commlens.whatif.durations import (
     Steps,
     elapsed,
+    link_waits,
     measured_release,
     modelled,
     node_links,
@@ -367,7 +368,11 @@ def run_study(
     flat = trace.manifest.get("backend") == "gloo"
     took = elapsed(prog)
     check, captured = self_check(prog, keep, took)
-    np.maximum(took, 0.0, out=took)  # measured: never below 0
+    # measured: never below 0; delta keeps a member's end before its start as captured (a
+    # send whose bytes went out as the ready notice arrived, just before the message that
+    # carried it was seen received), so that its own link replays the capture itself
+    floor = np.minimum(took, 0.0) if used == "delta" else 0.0
+    np.maximum(took, 0.0, out=took)
     own_answer, base, terms = None, np.zeros(prog.inst.size), []
     calibration: Calibration | None = None
     own_burst = recorded_burst(trace)
@@ -383,18 +388,24 @@ def run_study(
         own_times = modelled(prog, fabric, flat=flat, steps=step_model)
         own_links = node_links(prog, fabric) if flat else None
         if used == "delta":
-            base = took - own_times
+            base = took + floor - own_times
             own_times += base
         elif used == "fit":
             p2p = bool((prog.send_of >= 0).any())
             own_wire = (
                 wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if p2p else None
             )
-            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
+            on_wire = took
+            if own_links is not None:
+                on_wire = took - link_waits(prog, own_links)
+            calibration = fit_cpu_terms(
+                prog, fabric, on_wire, own_times, keep, step_model, own_wire
+            )
+            del on_wire
             calibration.add_to(own_times, own_wire)
             terms = calibration.terms
             del own_wire
-        np.maximum(own_times, 0.0, out=own_times)
+        np.maximum(own_times, floor, out=own_times)
     if used != "delta":
         del took  # only delta's releases need the measured times again
     if own is not None:
@@ -430,7 +441,7 @@ def run_study(
             del event_wire
         else:
             times += base
-        np.maximum(times, 0.0, out=times)
+        np.maximum(times, floor, out=times)
         release = delta_release(prog, times, took) if used == "delta" else None
         if flat and used != "delta":
             links = node_links(prog, fabric)

@@ -159,7 +159,7 @@ def test_a_host_bound_op_moves_with_the_link_by_its_whole_wire_time(captured_on:
         assert got == pytest.approx(2e-3 + 500e-6 / times_wire, rel=1e-6)
 
 
-def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_wait_for_the_wire() -> None:
+def test_gloo_reduce_scatter_costs_an_all_reduce_and_a_send_its_host_work() -> None:
     events = [Ev(r, "reduce_scatter", 0, 900, size=400) for r in (0, 1)]
     events += [
         Ev(0, "send", 1000, 1001, peer=1, size=400, group="p", members=(0, 1)),
@@ -178,7 +178,8 @@ def test_gloo_reduce_scatter_costs_an_all_reduce_and_sends_wait_for_the_wire() -
     names = prog.trace.op_names
     # 2 x (n-1)/n x S on the wire, and 2 steps of 5 us
     assert times[names.index("reduce_scatter")] == pytest.approx(410e-6)
-    assert times[names.index("send")] == pytest.approx(405e-6)  # it waits for the wire too
+    # a send ends once its bytes are in the socket: its step, not the wire
+    assert times[names.index("send")] == pytest.approx(5e-6)
     assert times[names.index("recv")] == pytest.approx(405e-6)  # the wire, then 5 us
     assert modelled(prog, fabric)[0] == pytest.approx(200e-6)  # not gloo: its own formula
 
@@ -218,14 +219,38 @@ def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire(
     fast = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * 10)
     other = Fabric(inter=fast, intra=fast, gpus_per_node=1)
     own_s, other_s = modelled(prog, own, flat=True), modelled(prog, other, flat=True)
-    assert own_s == pytest.approx(1000e-6) and other_s == pytest.approx(100e-6)
-    cal = fit_cpu_terms(prog, own, measured(prog), own_s, [1, 2, 3], own_wire_s=own_s.copy())
-    assert cal.wire_share is not None and cal.wire_share == pytest.approx(0.5)
-    assert cal.extra_s == pytest.approx(0.0)
-    cal.add_to(own_s, own_s.copy())
+    recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
+    assert own_s[recvs] == pytest.approx(1000e-6) and other_s[recvs] == pytest.approx(100e-6)
+    assert (own_s[~recvs] == 0).all()  # a send: its bytes into the socket
+    wire = np.where(recvs, own_s, 1000e-6)  # the pair's wire time, for both its ends
+    cal = fit_cpu_terms(prog, own, measured(prog), own_s, [1, 2, 3], own_wire_s=wire)
+    assert cal.wire_share is not None
+    assert cal.wire_share[recvs] == pytest.approx(0.5) and (cal.wire_share[~recvs] == 0).all()
+    assert cal.extra_s[recvs] == pytest.approx(0.0)
+    cal.add_to(own_s, wire)
     assert own_s == pytest.approx(measured(prog), abs=1e-9)  # the own link: as measured
-    cal.add_to(other_s, other_s.copy())
-    assert other_s == pytest.approx(50e-6)
+    cal.add_to(other_s, wire / 10)
+    assert other_s[recvs] == pytest.approx(50e-6)
+
+
+def test_a_receive_over_explained_beyond_its_wire_keeps_the_excess_in_seconds() -> None:
+    # the model says 300 us (100 of wire, 200 of step latency); it took 50: the 250
+    # too many are more than its wire, so they are the host's, not a share of the wire
+    events = []
+    for step in range(4):
+        t = step * 2000.0
+        events += [
+            Ev(0, "send", t, t + 50, size=100, peer=1, role="pp", step=step),
+            Ev(1, "recv", t, t + 50, size=100, peer=0, role="pp", step=step),
+        ]
+    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    own_s = modelled(prog, own, flat=True, steps=Steps(default_latency_s=200e-6))
+    recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
+    assert own_s[recvs] == pytest.approx(300e-6)
+    cal = fit_cpu_terms(prog, own, measured(prog), own_s, [1, 2, 3], own_wire_s=np.full(8, 1e-4))
+    assert cal.wire_share is None
+    assert cal.extra_s[recvs] == pytest.approx(-250e-6)
 
 
 def test_a_collective_the_own_link_over_explains_keeps_its_term_in_seconds() -> None:

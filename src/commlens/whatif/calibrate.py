@@ -12,10 +12,10 @@ captured (the members of one collective end apart: a ring's last hop, a
 completion path, a rank the host scheduled late); a send or receive, its
 rank's mean lag for the kind.
 On another network an op then lasts that network's wire time plus its
-kind's CPU term and its rank's lag: only the link changes. A send or receive
-whose term comes out negative (the own link's model over-explains it: the
-shared rate of a node's link) keeps that excess as a share of its wire time,
-which scales with the link (:attr:`Calibration.wire_share`).
+kind's CPU term and its rank's lag: only the link changes. A receive whose
+term comes out negative (the own link's model over-explains it) by no more
+than its wire time keeps that excess as a share of its wire time, which
+scales with the link (:attr:`Calibration.wire_share`).
 
 One link cannot tell a CPU cost per byte from a wire cost per byte (both
 grow with ``S``); the fit charges the wire what the own link's profile says
@@ -72,10 +72,10 @@ class Calibration:
     terms: list[OpTerm]
     wire_share: np.ndarray | None = None
     """Per event, the share of a network's wire time its op takes off (0 to 1): a
-    point-to-point op that the own link's model over-explains (a negative term: the
-    shared rate of a node's link) gets that excess as a share of its wire time, which
-    scales with the link, not as seconds, which would cancel a message's host latency
-    on a faster link; None where no op has one."""
+    receive that the own link's model over-explains (a negative term, within its wire
+    time) gets that excess as a share of its wire time, which scales with the link,
+    not as seconds, which would cancel a message's host latency on a faster link;
+    None where no op has one."""
 
     def add_to(self, times: np.ndarray, wire_s: np.ndarray | None) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
@@ -216,7 +216,7 @@ def fit_cpu_terms(
     the cost model's on the own link (``fabric``, with ``step_model``'s step
     latencies, which the terms list). A kind with no event in ``steps`` is
     fitted on all its events. With ``own_wire_s`` (each event's wire time on the own
-    link), a point-to-point op's negative term becomes a share of the wire
+    link), a receive's negative term becomes a share of the wire
     (:attr:`Calibration.wire_share`).
     """
     tr = prog.trace
@@ -257,20 +257,24 @@ def fit_cpu_terms(
     extra += _member_lags(prog, key, rest, kept)
     if own_wire_s is None:
         return Calibration(extra, terms)
-    return _wire_share(extra, terms, own_wire_s, (prog.send_of >= 0)[prog.inst])
+    receives = prog.recv_of[prog.inst] == np.arange(prog.inst.size)  # a gloo send has no wire
+    return _wire_share(extra, terms, own_wire_s, receives)
 
 
 def _wire_share(
     extra: np.ndarray, terms: list[OpTerm], wire_s: np.ndarray, p2p: np.ndarray
 ) -> Calibration:
-    """The calibration with each point-to-point event's (``p2p``) negative term taken as
-    a share of its own-link wire time ``wire_s`` (at most all of it), its seconds 0."""
-    over = (extra < 0) & p2p
+    """The calibration with each receive's (``p2p``) negative term taken as
+    a share of its own-link wire time ``wire_s``, its seconds 0, where the wire holds
+    it (a term beyond the wire time stays in seconds: the host's latency over-explained,
+    not the wire; as a share it took the whole wire off on every link: a pipeline's
+    receives captured at 200 Mbit/s, whose 64 KB the link's bucket let through at
+    once, came out at 0 ms on a slower link)."""
+    over = (extra < 0) & p2p & (wire_s > 0) & (-extra <= wire_s)
     if not over.any():
         return Calibration(extra, terms)
     share = np.zeros(extra.size)
-    wired = over & (wire_s > 0)
-    share[wired] = np.minimum(-extra[wired] / wire_s[wired], 1.0)
+    share[over] = -extra[over] / wire_s[over]
     extra[over] = 0.0
     return Calibration(extra, terms, share)
 

@@ -84,12 +84,11 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     issued = tr.t_issue[sends]
     meets = prog.rendezvous[pairs]
     issued[meets] = np.maximum(issued[meets], tr.t_issue[prog.recv_of[pairs][meets]])
-    behind = prog.behind[pairs]
-    late = behind >= 0
-    arrived = tr.t_end[prog.recv_of[behind[late]]]
+    late = prog.behind[pairs]
+    arrived = tr.t_end[prog.recv_of[prog.reverse[pairs][late]]]
     issued[late] = np.maximum(issued[late], arrived)
     last_issue[pairs], first_end[pairs] = issued, tr.t_end[sends]
-    del issued, meets, behind, late, arrived
+    del issued, meets, late, arrived
     release = _running_max(np.maximum(first_end, last_issue), prog.first_of_queue)
     before = np.r_[low, release[:-1]]
     start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
@@ -167,8 +166,11 @@ def wire_times(
     prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], burst: float
 ) -> np.ndarray:
     """Seconds each instance's bytes keep its link busy on ``fabric`` (as :func:`modelled`
-    with ``flat``, without any step latency: its wire time and the link's alphas)."""
+    with ``flat``, without any step latency: its wire time and the link's alphas; a
+    pair's, its receive's)."""
     first = prog.members[prog.offsets[:-1]]
+    pairs = prog.send_of >= 0
+    first[pairs] = prog.recv_of[pairs]
     return modelled(prog, fabric, groups, flat=True, steps=Steps(burst_bytes=burst), events=first)
 
 
@@ -366,12 +368,12 @@ def modelled(
     members in rank order, at the inter-node rate, its edges that leave a node
     sharing that node's link (:func:`ring_flows`), not the hierarchical
     intra/inter split of :meth:`Fabric.time`. Sends share a node's link with the
-    other sends of their role out of that node (:func:`send_flows`); a flat send,
-    like its receive, lasts until the link has carried its bytes (on average a
-    send finds the socket buffer still holding the message before it and waits
-    for the wire). Each step of a flat op pays ``steps``' latency and the link's
-    burst (:class:`Steps`), and a reduce-scatter costs an all-reduce
-    (:data:`GLOO_AS`).
+    other sends of their role out of that node (:func:`send_flows`), except a flat
+    one on a node's only link, whose queue in the replay takes its messages in turn
+    (:func:`node_links`): it costs the full rate. A flat send costs its host work
+    only: it ends once its bytes are in the socket (its receive carries the wire
+    time). Each step of a flat op pays ``steps``' latency and the link's burst
+    (:class:`Steps`), and a reduce-scatter costs an all-reduce (:data:`GLOO_AS`).
     """
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
@@ -398,7 +400,7 @@ def modelled(
         latency = steps.latency(op, tr.role_names[role], nodes)
         return stepped_time(
             op,
-            size,
+            0.0 if op == "send" else size,
             2 if is_p2p else len(group),
             fabric.inter if across else fabric.intra,
             share if across else 1,

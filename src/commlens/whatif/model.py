@@ -79,11 +79,15 @@ class Program:
     """True where a p2p pair starts only once its receive was issued too (False for an
     eager send, which ended in the capture before its receive was issued, and for a
     collective)."""
+    reverse: np.ndarray
+    """Per instance, the pair whose data its receiver's ready notice may follow (-1 for
+    none): the last message the receiver sent back to the sender on their connection
+    before it posted the receive (see :func:`_reverse_pairs`)."""
     behind: np.ndarray
-    """Per instance, the pair whose data its receiver's ready notice follows (-1 for
-    none): a rendezvous pair's receiver tells the sender it is ready on their
-    connection, behind the message it was itself still sending back on it, so the pair
-    starts no earlier than that message's arrival (see :func:`_behind`)."""
+    """True where the capture shows the ready notice following :attr:`reverse`'s data: a
+    rendezvous pair's receiver tells the sender it is ready on their connection, behind
+    the message it was itself still sending back on it, so the pair starts no earlier
+    than that message's arrival."""
     inst_size: np.ndarray
     inst_group: np.ndarray
     """Cost group of each instance: an index into ``cost_groups`` (int32)."""
@@ -113,7 +117,8 @@ INDEX_FIELDS = {
     "send_of": "i",
     "recv_of": "i",
     "rendezvous": "b",
-    "behind": "i",
+    "reverse": "i",
+    "behind": "b",
 }
 """The fields of :attr:`Program.as_lists` and their ``array`` type codes."""
 
@@ -267,55 +272,58 @@ def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.nda
     return np.where(unseen, np.where(burst >= 0, np.maximum(burst, t_issue), t_end), w)
 
 
-def _behind(
+def _reverse_pairs(
     tr: Trace,
     send_of: np.ndarray,
     recv_of: np.ndarray,
     rendezvous: np.ndarray,
     chan: np.ndarray,
     n_coll: int,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per instance, the pair ``j`` whose data the ready notice of rendezvous pair ``k``
-    queued behind in the capture, -1 for none.
+    may follow (-1 for none), and whether it did in the capture.
 
     gloo sends a message only once its receiver has told the sender it posted the
     receive; that notice travels on the two ranks' connection (one per group) behind
-    whatever the receiver is still sending the sender on it. So where ``j``, the
-    last message of the reverse channel whose send the receiver issued before its
-    receive of ``k``, had started but not yet arrived when that receive was issued,
-    ``k`` starts no earlier than ``j``'s arrival (measured on a 1F1B pipeline at 50
-    Mbit/s: a stage's activation send, issued 25 ms before its receive was posted,
-    moved only after the gradient its receiver sent back at once had arrived, 19 ms
-    later). ``chan`` is each pair's channel key, ``(group·w + src)·w + dst``, in
-    instance order (a channel's pairs in a row, channels in key order)."""
-    behind = np.full(send_of.size, -1, dtype=np.int32)
+    whatever the receiver is still sending the sender on it. ``j`` is the last
+    message of the reverse channel whose send the receiver issued before its receive
+    of ``k`` (a rendezvous too: an eager receive's end is its issue, not its data's
+    arrival). The notice followed it where ``j`` had started when that receive was
+    issued (a batch of ops shares one issue time: its send goes first; ``j``'s own
+    receive posted before, else ``j``'s data waited for a notice sent at the same
+    time) and had not arrived yet: then ``k`` starts no earlier than ``j``'s arrival
+    (measured on a 1F1B pipeline at 50 Mbit/s: a stage's activation send, issued 25
+    ms before its receive was posted, moved only after the gradient its receiver
+    sent back at once had arrived, 19 ms later). The replay applies the same test to
+    its own times (:func:`~commlens.whatif.replay.replay`). ``chan`` is each pair's
+    channel key, ``(group·w + src)·w + dst``, in instance order (a channel's pairs in
+    a row, channels in key order)."""
+    reverse = np.full(send_of.size, -1, dtype=np.int32)
+    behind = np.zeros(send_of.size, dtype=bool)
     if not chan.size:
-        return behind
+        return reverse, behind
     w = int(max(tr.rank.max(), tr.peer.max())) + 1
     pairs = np.arange(n_coll, send_of.size)
     s, r = send_of[pairs], recv_of[pairs]
     channels, c = np.unique(chan, return_inverse=True)
     c = c.ravel()
     group, src, dst = chan // (w * w), chan // w % w, chan % w
-    reverse = (group * w + dst) * w + src
-    rc = np.minimum(np.searchsorted(channels, reverse), channels.size - 1)
+    back = (group * w + dst) * w + src
+    rc = np.minimum(np.searchsorted(channels, back), channels.size - 1)
     span = np.int64(tr.events + 1)
     # the receiver's last send on the reverse channel before its receive (one rank's
     # events are in issue order; a channel's sends too)
     j = np.searchsorted(c * span + s, rc * span + r) - 1
     jj = np.maximum(j, 0)
     sj, rj = s[jj], r[jj]
-    meets = rendezvous[pairs][jj]
+    found = (channels[rc] == back) & (j >= 0) & (c[jj] == rc)
+    found &= rendezvous[pairs] & rendezvous[pairs][jj]
+    reverse[pairs[found]] = (jj[found] + n_coll).astype(np.int32)
     posted = tr.t_issue[r]
-    # j a rendezvous too (an eager receive's end is its issue, not its data's arrival),
-    # started by then (a batch of ops shares one issue time: its send goes first), its
-    # own receive posted before (else its data waited for a notice sent at the same
-    # time, not ahead of this one)
     started = np.maximum(tr.t_issue[sj], tr.t_issue[rj])
-    ok = (channels[rc] == reverse) & (j >= 0) & (c[jj] == rc) & rendezvous[pairs] & meets
-    ok &= (started <= posted) & (posted < tr.t_end[rj]) & (tr.t_issue[rj] < posted)
-    behind[pairs[ok]] = (jj[ok] + n_coll).astype(np.int32)
-    return behind
+    followed = found & (started <= posted) & (tr.t_issue[rj] < posted) & (posted < tr.t_end[rj])
+    behind[pairs[followed]] = True
+    return reverse, behind
 
 
 def build_program(tr: Trace) -> Program:
@@ -378,9 +386,12 @@ def build_program(tr: Trace) -> Program:
     meets[pairs] = tr.t_end[s] >= tr.t_issue[r]
     del pairs, s, r
     lists["rendezvous"], views["rendezvous"] = compact(meets, "b")
-    behind = _behind(tr, views["send_of"], views["recv_of"], meets, chan_keys, n_coll)
-    lists["behind"], views["behind"] = compact(behind, "i")
-    del meets, behind
+    reverse, behind = _reverse_pairs(
+        tr, views["send_of"], views["recv_of"], meets, chan_keys, n_coll
+    )
+    lists["reverse"], views["reverse"] = compact(reverse, "i")
+    lists["behind"], views["behind"] = compact(behind, "b")
+    del meets, reverse, behind
     kinds, args, gaps, t0 = _marks(tr)
     for name in BUILD_ONLY:
         setattr(tr, name, getattr(tr, name)[:0].copy())

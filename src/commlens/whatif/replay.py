@@ -82,7 +82,7 @@ def replay(
     lists = prog.as_lists
     inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
     first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
-    meets, behind = lists["rendezvous"], lists["behind"]
+    meets, reverse, behind = lists["rendezvous"], lists["reverse"], lists["behind"]
     # with several workers, an instance that ran apart from the one ahead of it in the
     # capture still shares the workers with it: only a group's first has none ahead
     head = lists["opens_queue"] if workers > 1 else first
@@ -168,13 +168,16 @@ def replay(
         while resume:
             i = resume.pop()
             while True:
-                j = behind[i]
-                if j >= 0:  # its ready notice follows pair j's data
-                    if not state[j]:  # which has not started yet
+                j = reverse[i]
+                if j >= 0 and not state[j]:  # the message back has not started yet
+                    if behind[i]:  # in the capture the notice followed it: wait for it
                         after.setdefault(j, []).append(i)
                         break
-                    if arrives[j] > start[i]:
-                        start[i] = arrives[j]
+                elif j >= 0:  # its ready notice follows j's data if that was on its way
+                    posted, sj, rj = issue[recv_of[i]], send_of[j], recv_of[j]
+                    if issue[sj] <= posted and issue[rj] < posted < arrives[j]:
+                        if arrives[j] > start[i]:
+                            start[i] = arrives[j]
                 t = started(i)
                 s, r = send_of[i], recv_of[i]
                 ended(s, t + d[s])  # once its bytes are in the socket

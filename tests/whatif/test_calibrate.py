@@ -253,10 +253,28 @@ def test_a_receive_over_explained_beyond_its_wire_keeps_the_excess_in_seconds() 
     assert cal.extra_s[recvs] == pytest.approx(-250e-6)
 
 
-def test_a_collective_the_own_link_over_explains_keeps_its_term_in_seconds() -> None:
+def test_a_collective_the_own_link_over_explains_keeps_a_share_never_more_than_its_own() -> None:
+    # the model says 100 and 400 us (the wire), the calls took 50.5 and 200.5 on average
+    # (rank 0 0.5 us early, rank 1 0.5 late): 49.5 and 199.5 us hid under the wire or are
+    # the wire model's. On a 10x faster link they can be no more than a share of its
+    # wire; on a 10x slower one no more than on the own link (hidden host work does not
+    # grow with the wire). The members' lags stay in seconds.
     trace = make_trace(two_rank_run({100: 50.0, 400: 200.0}), [(0, 0, 0, 900), (1, 0, 0, 900)])
     prog = build_program(trace)
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     own = modelled(prog, fabric)
     cal = fit_cpu_terms(prog, fabric, measured(prog), own, [0, 1], own_wire_s=own.copy())
-    assert cal.wire_share is None and (cal.extra_s < 0).any()
+    assert cal.wire_share is not None and cal.wire_cap_s is not None
+    small = prog.trace.size_bytes == 100
+    assert cal.wire_share[small] == pytest.approx(0.495)
+    assert cal.wire_cap_s[small] == pytest.approx(49.5e-6)
+    assert cal.extra_s[small].tolist() == pytest.approx([-0.5e-6, 0.5e-6])  # the lags
+    mine = own.copy()
+    cal.add_to(mine, own)
+    assert mine == pytest.approx(measured(prog), abs=1e-12)  # the own link: as measured
+    for scale, expected in ((0.1, 10 - 4.95), (10.0, 1000 - 49.5)):
+        times = own * scale
+        cal.add_to(times, own * scale)
+        assert times[small].tolist() == pytest.approx(
+            [(expected - 0.5) * 1e-6, (expected + 0.5) * 1e-6]
+        )

@@ -71,18 +71,23 @@ class Calibration:
     """Seconds each event's op gets on top of a network's wire time (never below 0)."""
     terms: list[OpTerm]
     wire_share: np.ndarray | None = None
-    """Per event, the share of a network's wire time its op takes off (0 to 1): a
-    receive that the own link's model over-explains (a negative term, within its wire
-    time) gets that excess as a share of its wire time, which scales with the link,
-    not as seconds, which would cancel a message's host latency on a faster link;
-    None where no op has one."""
+    """Per event, the share of a network's wire time its op takes off (0 to 1): what the
+    own link's model over-explains within the wire time (see :func:`_wire_share`), as a
+    share of the wire, which scales with the link, not as seconds, which would cancel
+    the host's time on a faster link; None where no op has one."""
+    wire_cap_s: np.ndarray | None = None
+    """Per event, the most seconds :attr:`wire_share` takes off on any link (a
+    collective: what it took off on the own link; inf for a receive)."""
 
     def add_to(self, times: np.ndarray, wire_s: np.ndarray | None) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
         per event is ``wire_s`` (needed only where :attr:`wire_share` is not None)."""
         times += self.extra_s
         if self.wire_share is not None and wire_s is not None:
-            times -= self.wire_share * wire_s
+            off = self.wire_share * wire_s
+            if self.wire_cap_s is not None:
+                np.minimum(off, self.wire_cap_s, out=off)
+            times -= off
 
 
 def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
@@ -244,46 +249,76 @@ def fit_cpu_terms(
                 step_latency_s=step_model.latency(op, role, nodes) if step_model else 0.0,
             )
         )
-    del size_of
     extra = beta[kind_of]
     extra *= prog.inst_size[prog.inst]
     extra += alpha[kind_of]
     rest = resid
     rest -= extra
+    coll = (prog.send_of < 0)[prog.inst]
+    # a collective's level: its kind's mean at its size, beyond the line
+    level = _rank_offsets(kind_of.astype(np.int64) * sizes.size + size_of, rest, kept)
+    level[~coll] = 0.0
+    del size_of
     key = kind_of
     key *= tr.world_size
     key += tr.rank
     del kind_of
     extra += _member_lags(prog, key, rest, kept)
+    extra += level
     if own_wire_s is None:
         return Calibration(extra, terms)
     receives = prog.recv_of[prog.inst] == np.arange(prog.inst.size)  # a gloo send has no wire
-    return _wire_share(extra, terms, own_wire_s, receives)
+    return _wire_share(extra, terms, own_wire_s, receives, level)
 
 
 def _wire_share(
-    extra: np.ndarray, terms: list[OpTerm], wire_s: np.ndarray, p2p: np.ndarray
+    extra: np.ndarray,
+    terms: list[OpTerm],
+    wire_s: np.ndarray,
+    receives: np.ndarray,
+    level: np.ndarray,
 ) -> Calibration:
-    """The calibration with each receive's (``p2p``) negative term taken as
-    a share of its own-link wire time ``wire_s``, its seconds 0, where the wire holds
-    it (a term beyond the wire time stays in seconds: the host's latency over-explained,
-    not the wire; as a share it took the whole wire off on every link: a pipeline's
-    receives captured at 200 Mbit/s, whose 64 KB the link's bucket let through at
-    once, came out at 0 ms on a slower link)."""
-    over = (extra < 0) & p2p & (wire_s > 0) & (-extra <= wire_s)
-    if not over.any():
+    """The calibration with what the own link's model over-explains by no more than the
+    wire time ``wire_s`` taken as a share of the wire, its seconds 0: a receive's
+    negative term, and a collective's negative ``level`` (its kind's mean at its size:
+    the members' lags stay in seconds), which takes off no more on a slower link than on
+    its own (:attr:`Calibration.wire_cap_s`).
+
+    What the model over-explains within the wire time is the wire's, or the host's work
+    that hid under the wire (tp's 64 KB all-reduce at 50 Mbit/s: 16.0 ms, 1.8 ms under
+    its wire time plus its host latency in series; dp's 564 KB one 8 ms under its 130 ms
+    of wire): on a link whose wire time is less it can be no more than that. In seconds
+    it took the host's time off on a faster link (tp's op at 200 Mbit/s, where the
+    bucket carries its bytes at once, came out at 2.7 ms against 4.6 measured; dp's on
+    the unshaped link at 0 ms against 5.2). One link cannot tell the two apart, and
+    hidden host work does not grow with the wire: as a share on a slower link too, tp's
+    20 Mbit/s steps came out 14-17% short, 4-6% in seconds. A receive's excess keeps
+    scaling both ways (it is its wire's). Beyond the wire time it stays in seconds: the
+    host's latency over-explained, not the wire (as a share it took the whole wire off
+    on every link: a pipeline's receives captured at 200 Mbit/s, whose 64 KB the link's
+    bucket let through at once, came out at 0 ms on a slower link)."""
+    wired = wire_s > 0
+    over = (extra < 0) & receives & wired & (-extra <= wire_s)
+    under = (level < 0) & wired & (-level <= wire_s)
+    if not (over.any() or under.any()):
         return Calibration(extra, terms)
     share = np.zeros(extra.size)
     share[over] = -extra[over] / wire_s[over]
     extra[over] = 0.0
-    return Calibration(extra, terms, share)
+    share[under] = -level[under] / wire_s[under]
+    extra[under] -= level[under]
+    if not under.any():
+        return Calibration(extra, terms, share)
+    cap = np.full(extra.size, np.inf)
+    cap[under] = -level[under]
+    return Calibration(extra, terms, share, cap)
 
 
 def _member_lags(prog: Program, key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """Per event, what it keeps beyond its kind's line: the kind's mean of ``rest`` (over the
-    kept events) plus, for a member of a collective, its lag behind its own instance's mean
-    as captured (which member of that call ended late, and by how much); a send or receive,
-    its rank's mean for the kind instead (a pair's two ends are different kinds).
+    """Per event, what it keeps beyond its kind's line and level: for a member of a
+    collective, its lag behind its own instance's mean as captured (which member of that
+    call ended late, and by how much); a send or receive, its rank's mean of ``rest`` for
+    the kind (over the kept events; a pair's two ends are different kinds).
 
     With each rank's mean lag instead, every call of a kind had the same spread: the
     replay's steps came out short where the capture's late members differed from call to
@@ -293,7 +328,6 @@ def _member_lags(prog: Program, key: np.ndarray, rest: np.ndarray, kept: np.ndar
     total = np.bincount(prog.inst, weights=rest, minlength=prog.instances)
     count = np.bincount(prog.inst, minlength=prog.instances)
     lag = rest - (total / np.maximum(count, 1))[prog.inst]
-    lag += _rank_offsets(key // prog.trace.world_size, rest, kept)
     return np.where(coll, lag, _rank_offsets(key, rest, kept))
 
 

@@ -391,9 +391,8 @@ def run_study(
             base = took + floor - own_times
             own_times += base
         elif used == "fit":
-            p2p = bool((prog.send_of >= 0).any())
             own_wire = (
-                wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if p2p else None
+                wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if flat else None
             )
             on_wire = took
             if own_links is not None:

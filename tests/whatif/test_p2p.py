@@ -192,14 +192,17 @@ def concurrent_buckets() -> list[Ev]:
 
 def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlier_ones() -> None:
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
-    dur, wire = np.full(6, 10e-6), np.full(3, 4e-6)
+    dur, wire = np.full(6, 10e-6), np.full(3, 8e-6)
     one = replay(prog, dur)
     assert one.start.tolist() == [us(0), us(10), us(20)]  # one worker: one after the other
     two = replay(prog, dur, workers=GLOO_WORKERS, wire=wire)
-    # B starts on the second worker at 1 and ends when its bytes followed A's (10 + 4);
-    # C waits for a worker (A frees one at 10) and ends at 20 (after B's bytes: 18).
+    # B starts on the second worker at 1 and ends when its bytes followed A's (0..8):
+    # at 16; C waits for a worker (A frees one at 10) and its bytes follow B's: 24.
     assert two.start.tolist() == [us(0), us(1), us(10)]
-    assert sorted(set(two.end.tolist())) == [us(10), us(14), us(20)]
+    assert sorted(set(two.end.tolist())) == [us(10), us(16), us(24)]
+    # bytes that fit beside the host work: B ends at its own time, 11
+    short = replay(prog, dur, workers=GLOO_WORKERS, wire=np.full(3, 4e-6))
+    assert sorted(set(short.end.tolist())) == [us(10), us(11), us(20)]
     alone = replay(prog, dur, workers=GLOO_WORKERS, wire=np.zeros(3))
     assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
 
@@ -218,8 +221,8 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     prog = build_program(make_trace(events, both_steps(20)))
     assert prog.first_of_queue.tolist() == [True, True]
     assert prog.opens_queue.tolist() == [True, False]
-    tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 4e-6))
-    assert sorted(set(tl.end.tolist())) == [us(10), us(14)]
+    tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 8e-6))
+    assert sorted(set(tl.end.tolist())) == [us(10), us(16)]  # its bytes after A's (0..8)
 
 
 def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:

@@ -264,10 +264,11 @@ def test_a_collective_the_own_link_over_explains_keeps_a_share_never_more_than_i
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     own = modelled(prog, fabric)
     cal = fit_cpu_terms(prog, fabric, measured(prog), own, [0, 1], own_wire_s=own.copy())
-    assert cal.wire_share is not None and cal.wire_cap_s is not None
+    assert cal.wire_share is not None and cal.capped is not None
     small = prog.trace.size_bytes == 100
     assert cal.wire_share[small] == pytest.approx(0.495)
-    assert cal.wire_cap_s[small] == pytest.approx(49.5e-6)
+    events, cap = cal.capped
+    assert cap[small[events]] == pytest.approx(49.5e-6)
     assert cal.extra_s[small].tolist() == pytest.approx([-0.5e-6, 0.5e-6])  # the lags
     mine = own.copy()
     cal.add_to(mine, own)

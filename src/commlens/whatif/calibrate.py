@@ -75,9 +75,9 @@ class Calibration:
     own link's model over-explains within the wire time (see :func:`_wire_share`), as a
     share of the wire, which scales with the link, not as seconds, which would cancel
     the host's time on a faster link; None where no op has one."""
-    wire_cap_s: np.ndarray | None = None
-    """Per event, the most seconds :attr:`wire_share` takes off on any link (a
-    collective: what it took off on the own link; inf for a receive)."""
+    capped: tuple[np.ndarray, np.ndarray] | None = None
+    """(events, seconds): the most :attr:`wire_share` takes off those events' ops on any
+    link, what it took off on the own link (collectives; a receive has no cap)."""
 
     def add_to(self, times: np.ndarray, wire_s: np.ndarray | None) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
@@ -85,8 +85,9 @@ class Calibration:
         times += self.extra_s
         if self.wire_share is not None and wire_s is not None:
             off = self.wire_share * wire_s
-            if self.wire_cap_s is not None:
-                np.minimum(off, self.wire_cap_s, out=off)
+            if self.capped is not None:
+                events, cap = self.capped
+                off[events] = np.minimum(off[events], cap)
             times -= off
 
 
@@ -258,17 +259,20 @@ def fit_cpu_terms(
     # a collective's level: its kind's mean at its size, beyond the line
     level = _rank_offsets(kind_of.astype(np.int64) * sizes.size + size_of, rest, kept)
     level[~coll] = 0.0
-    del size_of
+    del size_of, coll
+    extra += level
+    below = np.flatnonzero(level < 0)  # kept apart for the wire's share, the rest freed
+    below_level = level[below]
+    del level
     key = kind_of
     key *= tr.world_size
     key += tr.rank
     del kind_of
     extra += _member_lags(prog, key, rest, kept)
-    extra += level
     if own_wire_s is None:
         return Calibration(extra, terms)
     receives = prog.recv_of[prog.inst] == np.arange(prog.inst.size)  # a gloo send has no wire
-    return _wire_share(extra, terms, own_wire_s, receives, level)
+    return _wire_share(extra, terms, own_wire_s, receives, (below, below_level))
 
 
 def _wire_share(
@@ -276,13 +280,13 @@ def _wire_share(
     terms: list[OpTerm],
     wire_s: np.ndarray,
     receives: np.ndarray,
-    level: np.ndarray,
+    below: tuple[np.ndarray, np.ndarray],
 ) -> Calibration:
     """The calibration with what the own link's model over-explains by no more than the
     wire time ``wire_s`` taken as a share of the wire, its seconds 0: a receive's
-    negative term, and a collective's negative ``level`` (its kind's mean at its size:
-    the members' lags stay in seconds), which takes off no more on a slower link than on
-    its own (:attr:`Calibration.wire_cap_s`).
+    negative term, and a collective's negative level (``below``: events and their
+    kind's mean at their size; the members' lags stay in seconds), which takes off no
+    more on a slower link than on its own (:attr:`Calibration.capped`).
 
     What the model over-explains within the wire time is the wire's, or the host's work
     that hid under the wire (tp's 64 KB all-reduce at 50 Mbit/s: 16.0 ms, 1.8 ms under
@@ -297,21 +301,18 @@ def _wire_share(
     host's latency over-explained, not the wire (as a share it took the whole wire off
     on every link: a pipeline's receives captured at 200 Mbit/s, whose 64 KB the link's
     bucket let through at once, came out at 0 ms on a slower link)."""
-    wired = wire_s > 0
-    over = (extra < 0) & receives & wired & (-extra <= wire_s)
-    under = (level < 0) & wired & (-level <= wire_s)
-    if not (over.any() or under.any()):
+    over = (extra < 0) & receives & (wire_s > 0) & (-extra <= wire_s)
+    events, level = below
+    fits = (wire_s[events] > 0) & (-level <= wire_s[events])
+    events, level = events[fits], level[fits]
+    if not (over.any() or events.size):
         return Calibration(extra, terms)
     share = np.zeros(extra.size)
     share[over] = -extra[over] / wire_s[over]
     extra[over] = 0.0
-    share[under] = -level[under] / wire_s[under]
-    extra[under] -= level[under]
-    if not under.any():
-        return Calibration(extra, terms, share)
-    cap = np.full(extra.size, np.inf)
-    cap[under] = -level[under]
-    return Calibration(extra, terms, share, cap)
+    share[events] = -level / wire_s[events]
+    extra[events] -= level
+    return Calibration(extra, terms, share, (events, -level) if events.size else None)
 
 
 def _member_lags(prog: Program, key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.ndarray:

@@ -394,13 +394,9 @@ def run_study(
             own_wire = (
                 wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if flat else None
             )
-            on_wire = took
-            if own_links is not None:
-                on_wire = took - link_waits(prog, own_links)
-            calibration = fit_cpu_terms(
-                prog, fabric, on_wire, own_times, keep, step_model, own_wire
-            )
-            del on_wire
+            if own_links is not None and (own_links >= 0).any():
+                took -= link_waits(prog, own_links)  # what the fit sees: their time on the wire
+            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
             calibration.add_to(own_times, own_wire)
             terms = calibration.terms
             del own_wire

@@ -77,10 +77,14 @@ def fit_profile(out: Path, stem: str, link: str, reuse: bool) -> str:
     veth: CPU-bound, so it depends on the host and its load), measured right before
     the runs on it, or (``--fit-links``) of an emulated link (sizes from 64 KB when
     all sizes give no line). Its path, or ``link`` itself (the built-in model of it)
-    when the fit fails (noise on a loaded host)."""
+    when the fit fails (noise on a loaded host; ``STEM-fit.failed`` says why, and
+    ``--reuse`` keeps the failure rather than fitting again at another time)."""
     path = out / f"{stem}-fit.toml"
+    failed = out / f"{stem}-fit.failed"  # a fit that failed stays failed under --reuse
     if reuse and path.exists():
         return str(path)
+    if reuse and failed.exists():
+        return link
     cmd = [sys.executable, "-m", "commlens", "bench", "--nproc", "4", "--nodes", "2"]
     cmd += ["--ops", "all_reduce,all_gather,broadcast,sendrecv", "--sizes", "4K:1M:4"]
     cmd += ["-w", "3", "-n", "20", "--fit", str(path), "--fit-name", link]
@@ -93,6 +97,7 @@ def fit_profile(out: Path, stem: str, link: str, reuse: bool) -> str:
     if proc.returncode:
         why = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
         print(f"  no fit for {link} (load average {load:.1f}): {why}", flush=True)
+        failed.write_text(why + "\n")
         return link
     print(f"  fitted {path.name} (load average {load:.1f})", flush=True)
     return str(path)

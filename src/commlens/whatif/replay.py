@@ -191,18 +191,18 @@ def replay(
                 if k >= 0:  # it crosses the link when no other message is on it
                     starts, ends = on_link[k]
                     while True:
-                        j = bisect_right(starts, t)
-                        if j and t < ends[j - 1]:  # one that started before it goes first
-                            t = ends[j - 1]
-                        elif j < len(starts) and starts[j] < t + free_after[i]:
+                        at = bisect_right(starts, t)
+                        if at and t < ends[at - 1]:  # one that started before it goes first
+                            t = ends[at - 1]
+                        elif at < len(starts) and starts[at] < t + free_after[i]:
                             # one that started after it, put on the link already (the ranks
                             # reach their sends out of time order): this one goes after it
-                            t = ends[j]
+                            t = ends[at]
                         else:
                             break
                     start[i] = t
-                    starts.insert(j, t)
-                    ends.insert(j, t + free_after[i])
+                    starts.insert(at, t)
+                    ends.insert(at, t + free_after[i])
                 arrives[i] = t + d[r]
                 if issue[r] == issue[r]:
                     ended(r, max(issue[r], arrives[i]))

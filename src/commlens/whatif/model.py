@@ -350,10 +350,9 @@ def build_program(tr: Trace) -> Program:
     first = c_first
     send_of = np.full(n_coll, -1, dtype=np.int32)
     recv_of = np.full(n_coll, -1, dtype=np.int32)
-    chan_keys = np.zeros(0, dtype=np.int64)
+    chan = np.zeros(0, dtype=np.int64)  # each pair's channel key
     if sends.size or recvs.size:
         s_inst, r_inst, p_first, chan = _match_p2p(tr, sends, recvs)
-        chan_keys = chan
         inst[sends], inst[recvs] = s_inst + n_coll, r_inst + n_coll
         w = int(max(tr.rank.max(), tr.peer.max())) + 1
         pairs, pair_of = np.unique(chan % (w * w), return_inverse=True)
@@ -386,9 +385,7 @@ def build_program(tr: Trace) -> Program:
     meets[pairs] = tr.t_end[s] >= tr.t_issue[r]
     del pairs, s, r
     lists["rendezvous"], views["rendezvous"] = compact(meets, "b")
-    reverse, behind = _reverse_pairs(
-        tr, views["send_of"], views["recv_of"], meets, chan_keys, n_coll
-    )
+    reverse, behind = _reverse_pairs(tr, views["send_of"], views["recv_of"], meets, chan, n_coll)
     lists["reverse"], views["reverse"] = compact(reverse, "i")
     lists["behind"], views["behind"] = compact(behind, "b")
     del meets, reverse, behind

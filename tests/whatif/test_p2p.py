@@ -153,6 +153,32 @@ def test_the_fit_takes_a_messages_wait_for_its_link_out_of_its_time() -> None:
     assert not link_waits(prog, node_links(prog, one_node)).any()
 
 
+def test_messages_that_crossed_the_link_side_by_side_each_keep_their_share_of_it() -> None:
+    # ranks 0 and 1 send to 2 and 3 at 0 and at 1 (different sockets): the shaper
+    # carried both side by side and they arrived at 19 and 20; the link was busy 20 for
+    # 2 KB and 1 KB. Counted after the one ahead, the first would keep 19 on the wire
+    # and the second 1.
+    events = [
+        Ev(0, "send", 0, 1, peer=2, role="pp", size=2048),
+        Ev(1, "send", 1, 2, peer=3, role="pp"),
+        Ev(2, "recv", 0, 19, peer=0, role="pp", size=2048),
+        Ev(3, "recv", 0, 20, peer=1, role="pp"),
+    ]
+    prog = build_program(make_trace(events, [(r, 0, 0, 20) for r in range(4)]))
+    waits = link_waits(prog, node_links(prog, fabric()))
+    recvs = prog.recv_of.tolist()
+    wire = (measured(prog) - waits)[recvs]
+    assert wire.tolist() == pytest.approx([us(40 / 3), us(20 / 3)])
+    assert waits[recvs].tolist() == pytest.approx([us(19 - 40 / 3), us(19 - 20 / 3)])
+    # a message that started after the link had gone idle opens a spell of its own
+    events[1], events[3] = (
+        Ev(1, "send", 25, 26, peer=3, role="pp"),
+        Ev(3, "recv", 0, 30, peer=1, role="pp"),
+    )
+    prog = build_program(make_trace(events, [(r, 0, 0, 30) for r in range(4)]))
+    assert not link_waits(prog, node_links(prog, fabric())).any()
+
+
 def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:
     prog = build_program(make_trace(*two_stage_sends()))
     one_node = Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=4)

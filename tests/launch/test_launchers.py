@@ -234,3 +234,19 @@ def test_ctrl_c_of_run_is_one_line_and_stops_the_ranks(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert err.strip().splitlines() == ["commlens run: interrupted"], err
     assert all_gone(ranks)
+
+
+def test_ranks_get_one_thread_each_unless_the_caller_chose(tmp_path: Path) -> None:
+    # torchrun's rule: several ranks on one machine each get OMP_NUM_THREADS=1
+    # (their intra-op threads would otherwise each take every core); the caller's
+    # own setting wins, and a single rank keeps torch's default
+    write = "import os, sys; open(sys.argv[1] + os.environ['RANK'], 'w').write("
+    write += "os.environ.get('OMP_NUM_THREADS', '-'))"
+    argv = [sys.executable, "-c", write, str(tmp_path / "threads")]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    for nproc, extra, expect in ((2, {}, "1"), (2, {"OMP_NUM_THREADS": "3"}, "3"), (1, {}, "-")):
+        for f in tmp_path.glob("threads*"):
+            f.unlink()
+        assert launch_ranks(argv, nproc, env={**env, **extra}).exit_code == 0
+        got = [(tmp_path / f"threads{r}").read_text() for r in range(nproc)]
+        assert got == [expect] * nproc

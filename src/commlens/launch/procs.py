@@ -1,10 +1,12 @@
 """Spawn N rank processes with the torchrun environment and supervise them.
 
 The launcher sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
-MASTER_ADDR and MASTER_PORT for each rank, stops the ranks on SIGINT/SIGTERM
-and the remaining ranks when one fails (naming the one that failed first), and
-ranks die with the launcher even when it is SIGKILLed, so a job never leaves
-orphans (see :mod:`commlens.launch.signals`).
+MASTER_ADDR and MASTER_PORT for each rank, and OMP_NUM_THREADS=1 where the
+caller's environment has none and several ranks share this machine (as torchrun
+does: each rank's intra-op threads would otherwise take every core). It stops
+the ranks on SIGINT/SIGTERM and the remaining ranks when one fails (naming the
+one that failed first), and ranks die with the launcher even when it is
+SIGKILLed, so a job never leaves orphans (see :mod:`commlens.launch.signals`).
 A placement hook lets an emulated cluster run each rank inside its node's
 network namespace (``ip netns exec ...``) with that node's address.
 """
@@ -120,6 +122,8 @@ def launch_ranks(
     per_node = nproc // nodes
     port = master_port or free_port()
     base = dict(os.environ if env is None else env)
+    if nproc > 1:
+        base.setdefault("OMP_NUM_THREADS", "1")
     procs: list[subprocess.Popen[bytes]] = []
     stop = StopRequests()
     with stop.installed():

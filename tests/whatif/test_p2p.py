@@ -17,6 +17,7 @@ from commlens.whatif.durations import (
     modelled,
     node_links,
     wire_times,
+    worker_waits,
 )
 from commlens.whatif.model import build_program
 from commlens.whatif.replay import replay
@@ -249,6 +250,33 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     assert prog.opens_queue.tolist() == [True, False]
     tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 8e-6))
     assert sorted(set(tl.end.tolist())) == [us(10), us(16)]  # its bytes after A's (0..8)
+
+
+def test_the_fit_takes_a_calls_time_beside_the_next_one_out_of_its_time() -> None:
+    # A (issued at 0) and B (issued at 1) ran beside each other on the group's two
+    # workers: A ended at 20, B 2 later. Each had 10 of wire: A kept 11 of the spell,
+    # B (counted from A's first end, 20) nothing to give
+    events = [
+        Ev(r, "all_reduce", t, end, is_async=True) for r in (0, 1) for t, end in ((0, 20), (1, 22))
+    ]
+    prog = build_program(make_trace(events, both_steps(22)))
+    waits = worker_waits(prog, np.full(2, 10e-6))
+    assert waits.tolist() == pytest.approx([(us(9), 0.0)[i] for i in prog.inst])
+    # by wire time: A's bytes three times B's, A keeps three quarters of the spell
+    waits = worker_waits(prog, np.array([30e-6, 10e-6]))
+    assert waits.tolist() == pytest.approx([(us(3.5), 0.0)[i] for i in prog.inst])
+    # three calls issued at 0, 1 and 2 that ended at 10, 21 and 32: a third of the
+    # spell each, as their bytes one after the other have them
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    waits = worker_waits(prog, np.full(3, 10e-6))
+    assert waits.tolist() == pytest.approx([(0.0, us(1 / 3), us(1 / 3))[i] for i in prog.inst])
+    # a call issued once the one ahead had ended does not wait, nor do the pairs of
+    # a pipeline
+    events = [Ev(r, "all_reduce", t, t + 10, is_async=True) for r in (0, 1) for t in (0, 12)]
+    prog = build_program(make_trace(events, both_steps(22)))
+    assert not worker_waits(prog, np.full(2, 10e-6)).any()
+    prog = build_program(make_trace(*two_stage_sends()))
+    assert not worker_waits(prog, np.full(prog.instances, 10e-6)).any()
 
 
 def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:

@@ -23,6 +23,7 @@ from commlens.whatif.durations import (
     node_links,
     scaled_groups,
     wire_times,
+    worker_waits,
 )
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.replay import replay
@@ -396,6 +397,8 @@ def run_study(
             )
             if own_links is not None and (own_links >= 0).any():
                 took -= link_waits(prog, own_links)  # what the fit sees: their time on the wire
+            if flat:
+                took -= worker_waits(prog, wire_times(prog, fabric, prog.cost_groups, own_burst))
             calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
             calibration.add_to(own_times, own_wire)
             terms = calibration.terms

@@ -223,13 +223,15 @@ def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlie
     one = replay(prog, dur)
     assert one.start.tolist() == [us(0), us(10), us(20)]  # one worker: one after the other
     two = replay(prog, dur, workers=GLOO_WORKERS, wire=wire)
-    # B starts on the second worker at 1 and ends when its bytes followed A's (0..8):
-    # at 16; C waits for a worker (A frees one at 10) and its bytes follow B's: 24.
+    # B starts on the second worker at 1 and ends when its bytes followed A's, which
+    # held the link until A's release (0..10): at 18; C waits for a worker (A frees
+    # one at 10) and its bytes follow B's (1..18): 26.
     assert two.start.tolist() == [us(0), us(1), us(10)]
-    assert sorted(set(two.end.tolist())) == [us(10), us(16), us(24)]
-    # bytes that fit beside the host work: B ends at its own time, 11
+    assert sorted(set(two.end.tolist())) == [us(10), us(18), us(26)]
+    # fewer bytes: B's follow A's release at 10 (14); C's follow B's (10..14), C ends at
+    # its own time (20)
     short = replay(prog, dur, workers=GLOO_WORKERS, wire=np.full(3, 4e-6))
-    assert sorted(set(short.end.tolist())) == [us(10), us(11), us(20)]
+    assert sorted(set(short.end.tolist())) == [us(10), us(14), us(20)]
     alone = replay(prog, dur, workers=GLOO_WORKERS, wire=np.zeros(3))
     assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
 
@@ -249,7 +251,7 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     assert prog.first_of_queue.tolist() == [True, True]
     assert prog.opens_queue.tolist() == [True, False]
     tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 8e-6))
-    assert sorted(set(tl.end.tolist())) == [us(10), us(16)]  # its bytes after A's (0..8)
+    assert sorted(set(tl.end.tolist())) == [us(10), us(18)]  # its bytes after A's (0..10)
 
 
 def test_the_fit_takes_a_calls_time_beside_the_next_one_out_of_its_time() -> None:

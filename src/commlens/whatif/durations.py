@@ -224,7 +224,7 @@ def worker_waits(prog: Program, wire: np.ndarray) -> np.ndarray:
     wait = np.maximum(ended - began - own, 0.0) / 1e9
     per_inst = np.zeros(n)
     per_inst[coll] = wait
-    took = elapsed(prog)
+    took = (tr.t_end - start[prog.inst]) / 1e9  # as elapsed(), its starts at hand
     return np.minimum(per_inst[prog.inst], np.maximum(took, 0.0))
 
 

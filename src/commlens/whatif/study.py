@@ -392,13 +392,14 @@ def run_study(
             base = took + floor - own_times
             own_times += base
         elif used == "fit":
-            own_wire = (
-                wire_times(prog, fabric, prog.cost_groups, own_burst)[prog.inst] if flat else None
-            )
+            own_wire = None
+            if flat:  # what the fit sees: each op's own time on the wire
+                inst_wire = wire_times(prog, fabric, prog.cost_groups, own_burst)
+                took -= worker_waits(prog, inst_wire)
+                own_wire = inst_wire[prog.inst]
+                del inst_wire
             if own_links is not None and (own_links >= 0).any():
-                took -= link_waits(prog, own_links)  # what the fit sees: their time on the wire
-            if flat:
-                took -= worker_waits(prog, wire_times(prog, fabric, prog.cost_groups, own_burst))
+                took -= link_waits(prog, own_links)
             calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
             calibration.add_to(own_times, own_wire)
             terms = calibration.terms

@@ -6,7 +6,9 @@
 
 Needs root (network namespaces). For each scheme (dp, zero3, tp, pp 1f1b, 3d)
 on 4 ranks over 2 emulated nodes it runs ``commlens run --nproc 4 --nodes 2
---link RATE`` on the capture link and on every other link, then replays the
+--link RATE`` on the capture link and on every other link (the third-party
+scripts ``ddp-script`` and ``fsdp2-script``, named in ``--schemes``: ``commlens
+trace --nproc 4 --nodes 2 --link RATE -- python examples/SCRIPT STEPS``), then replays the
 capture for all of them with ``whatif`` (default calibration: the run's
 recorded link rate plus per-op CPU terms fitted from the run itself; the
 unshaped link, whose rate depends on the host's CPU and load, gets the
@@ -40,6 +42,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,17 +54,44 @@ SCHEMES: dict[str, list[str]] = {
     "pp": ["--scheme", "pp", "--pp", "2", "--microbatches", "4", "--schedule", "1f1b"],
     "3d": ["--scheme", "3d", "--tp", "2", "--pp", "2", "--microbatches", "2"],
 }
+SCRIPTS: dict[str, str] = {
+    "ddp-script": "examples/ddp_train.py",
+    "fsdp2-script": "examples/fsdp2_train.py",
+}
+"""Third-party jobs, traced (``commlens trace --nproc 4 --nodes 2``), not run: plain
+DDP and FSDP2 scripts that know nothing of commlens, given the step count."""
 UNSHAPED = "unshaped"
 
 
-def capture(out: Path, model: str, scheme: str, link: str, steps: int, reuse: bool) -> Path:
-    """Run ``scheme`` on ``link`` into ``out/scheme-link`` (kept with ``reuse``)."""
-    run = out / f"{scheme}-{link}"
+@dataclass(frozen=True)
+class Row:
+    """One (scheme, link): the step ``whatif`` predicts from the first capture, and the
+    measured step of every run on the link (seconds, median over the kept steps; on the
+    capture link the first run is the capture)."""
+
+    scheme: str
+    link: str
+    guess_s: float
+    runs_s: list[float]
+
+
+def capture(
+    out: Path, model: str, scheme: str, link: str, steps: int, reuse: bool, repeat: int = 1
+) -> Path:
+    """Run ``scheme`` on ``link`` into ``out/scheme-link`` (``scheme-link-rN`` for the
+    N-th repeat; kept with ``reuse``)."""
+    run = out / (f"{scheme}-{link}" if repeat == 1 else f"{scheme}-{link}-r{repeat}")
     if reuse and (run / "run.json").exists():
         return run
-    cmd = [sys.executable, "-m", "commlens", "run", "--model", model, "--nproc", "4"]
-    cmd += ["--nodes", "2", "--steps", str(steps), "--out", str(run), "--force"]
-    cmd += SCHEMES[scheme] + ([] if link == UNSHAPED else ["--link", link])
+    shaped = [] if link == UNSHAPED else ["--link", link]
+    if scheme in SCRIPTS:
+        cmd = [sys.executable, "-m", "commlens", "trace", "--nproc", "4", "--nodes", "2"]
+        cmd += ["--out", str(run), "--force", *shaped, "--", sys.executable, SCRIPTS[scheme]]
+        cmd.append(str(steps))
+    else:
+        cmd = [sys.executable, "-m", "commlens", "run", "--model", model, "--nproc", "4"]
+        cmd += ["--nodes", "2", "--steps", str(steps), "--out", str(run), "--force"]
+        cmd += SCHEMES[scheme] + shaped
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
@@ -138,8 +168,21 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--capture", default="50mbit")
     parser.add_argument("--links", default=f"20mbit,{UNSHAPED}")
-    parser.add_argument("--schemes", default=",".join(SCHEMES))
+    parser.add_argument(
+        "--schemes",
+        default=",".join(SCHEMES),
+        help=f"built-in schemes of --model ({', '.join(SCHEMES)}) and traced scripts "
+        f"({', '.join(SCRIPTS)})",
+    )
     parser.add_argument("--op-times", default="fit,delta", help="whatif --op-times modes")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every (scheme, link) this many times, one after the other: the "
+        "prediction (from the first capture) is scored against each, and the runs' "
+        "spread is the host's noise floor",
+    )
     parser.add_argument(
         "--no-fit",
         action="store_true",
@@ -153,28 +196,35 @@ def main() -> int:
     )
     args = parser.parse_args()
     steps = 4 if args.quick else args.steps
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     schemes = [s for s in args.schemes.split(",") if s]
+    unknown = [s for s in schemes if s not in SCHEMES and s not in SCRIPTS]
+    if unknown:
+        parser.error(f"unknown scheme {unknown[0]!r}: one of {', '.join([*SCHEMES, *SCRIPTS])}")
     others = [x for x in args.links.split(",") if x and x != args.capture]
     links = [args.capture, *others]
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     modes = [m for m in args.op_times.split(",") if m]
-    found: dict[str, list[tuple[str, str, float, float]]] = {m: [] for m in modes}
+    found: dict[str, list[Row]] = {m: [] for m in modes}
     nets: dict[str, str] = {}
     if args.fit_links:
         for link in (x for x in links if x != UNSHAPED):
             nets[link] = fit_profile(args.out, link, link, args.reuse)
     own = nets.get(args.capture)
     for scheme in schemes:
-        runs = {}
-        for link in links:
-            if link == UNSHAPED and not args.no_fit:
-                nets[link] = fit_profile(args.out, f"{scheme}-{link}", link, args.reuse)
-            runs[link] = capture(args.out, args.model, scheme, link, steps, args.reuse)
-        real = {link: measured_step(runs[link]) for link in links}
+        runs: dict[str, list[Path]] = {link: [] for link in links}
+        for repeat in range(1, args.repeats + 1):
+            for link in links:
+                if link == UNSHAPED and not args.no_fit and repeat == 1:
+                    nets[link] = fit_profile(args.out, f"{scheme}-{link}", link, args.reuse)
+                run = capture(args.out, args.model, scheme, link, steps, args.reuse, repeat)
+                runs[link].append(run)
+        real = {link: [measured_step(r) for r in runs[link]] for link in links}
         for mode in modes:
-            guess = predicted(runs[args.capture], links, nets, mode, own)
-            found[mode] += [(scheme, link, guess[link], real[link]) for link in links]
+            guess = predicted(runs[args.capture][0], links, nets, mode, own)
+            found[mode] += [Row(scheme, link, guess[link], real[link]) for link in links]
     for mode in modes:
         report(found[mode], mode, schemes, links, args, steps)
     print(f"took {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
@@ -182,7 +232,7 @@ def main() -> int:
 
 
 def report(
-    rows: list[tuple[str, str, float, float]],
+    rows: list[Row],
     mode: str,
     schemes: list[str],
     links: list[str],
@@ -195,30 +245,42 @@ def report(
         f"{args.capture}, {steps} steps (median of steps after the first), "
         f"--op-times {mode}{', profiles fitted on every link' if args.fit_links else ''}"
     )
-    print(f"{'scheme':7s} {'link':10s} {'predicted':>10s} {'measured':>10s} {'error':>8s}")
+    many = args.repeats > 1
+    head = f"{'scheme':12s} {'link':10s} {'predicted':>10s} {'measured':>10s} {'error':>8s}"
+    print(head + (f"  {'runs (ms)':>20s} {'spread':>7s} {'error per run':>17s}" if many else ""))
     errors: dict[str, list[float]] = {"self": [], "cross": []}
-    for scheme, link, guess_s, real_s in rows:
-        err = guess_s / real_s - 1.0
-        errors["self" if link == args.capture else "cross"].append(abs(err))
-        tag = " (self)" if link == args.capture else ""
-        print(
-            f"{scheme:7s} {link:10s} {guess_s * 1e3:8.1f}ms {real_s * 1e3:8.1f}ms {err:+7.1%}{tag}"
+    for row in rows:
+        own = row.link == args.capture
+        real_s = row.runs_s[0] if own else float(np.mean(row.runs_s))
+        err = row.guess_s / real_s - 1.0
+        errors["self" if own else "cross"].append(abs(err))
+        line = (
+            f"{row.scheme:12s} {row.link:10s} {row.guess_s * 1e3:8.1f}ms {real_s * 1e3:8.1f}ms "
+            f"{err:+7.1%}"
         )
+        if many:
+            each = [row.guess_s / r - 1.0 for r in row.runs_s]
+            runs = ", ".join(f"{r * 1e3:.1f}" for r in row.runs_s)
+            spread = max(row.runs_s) / min(row.runs_s) - 1.0
+            line += f"  {runs:>20s} {spread:7.1%} {min(each):+7.1%} to {max(each):+7.1%}"
+        print(line + (" (self: the first run)" if own and many else " (self)" if own else ""))
     for kind, errs in errors.items():
         if errs:
             print(f"{kind}-replay: mean |error| {np.mean(errs):.1%}, max {max(errs):.1%}")
+    if many:
+        spreads = [max(r.runs_s) / min(r.runs_s) - 1.0 for r in rows]
+        print(
+            f"repeated runs of one (scheme, link): spread mean {np.mean(spreads):.1%}, "
+            f"max {max(spreads):.1%} (the host's noise floor)"
+        )
     slow, fast = _extremes(links)
     sens = {
-        which: sorted(
-            schemes,
-            key=lambda s: -_ratio(rows, s, slow, fast, col),
-        )
-        for which, col in (("predicted", 2), ("measured", 3))
+        which: sorted(schemes, key=lambda s: -_ratio(rows, s, slow, fast, which == "predicted"))
+        for which in ("predicted", "measured")
     }
     for which, order in sens.items():
         ratios = ", ".join(
-            f"{s} {_ratio(rows, s, slow, fast, 2 if which == 'predicted' else 3):.2f}x"
-            for s in order
+            f"{s} {_ratio(rows, s, slow, fast, which == 'predicted'):.2f}x" for s in order
         )
         print(f"sensitivity ({slow} over {fast}), {which}: {ratios}")
     print(f"ordering {'the same' if sens['predicted'] == sens['measured'] else 'DIFFERS'}")
@@ -235,12 +297,13 @@ def _extremes(links: list[str]) -> tuple[str, str]:
     return ordered[0], ordered[-1]
 
 
-def _ratio(
-    rows: list[tuple[str, str, float, float]], scheme: str, slow: str, fast: str, col: int
-) -> float:
-    """Step time on ``slow`` over ``fast`` for ``scheme`` (column 2 predicted, 3 measured)."""
-    by = {r[1]: r[col] for r in rows if r[0] == scheme}
-    return float(by[slow]) / float(by[fast])
+def _ratio(rows: list[Row], scheme: str, slow: str, fast: str, guess: bool) -> float:
+    """Step time on ``slow`` over ``fast`` for ``scheme``, predicted or (the mean over the
+    runs) measured."""
+    by = {
+        r.link: r.guess_s if guess else float(np.mean(r.runs_s)) for r in rows if r.scheme == scheme
+    }
+    return by[slow] / by[fast]
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """A plain FSDP2 (``fully_shard``) training script that knows nothing of commlens.
 
-torchrun --nproc_per_node 2 examples/fsdp2_train.py
+torchrun --nproc_per_node 2 examples/fsdp2_train.py [STEPS]
 commlens trace --out runs/fsdp2 --nproc 4 --nodes 2 --link 1gbit -- python examples/fsdp2_train.py
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -41,4 +43,4 @@ def main(steps: int = 5, width: int = 256, blocks: int = 4) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)

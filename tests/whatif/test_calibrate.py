@@ -114,21 +114,24 @@ def test_the_set_up_window_and_the_first_step_are_left_out() -> None:
     assert kept_steps(make_trace(events, windows), None) == [1, 2]
 
 
-def test_a_step_lasts_its_wire_time_plus_the_step_latency() -> None:
+def test_the_host_and_the_wire_of_an_op_overlap_but_for_one_step() -> None:
     # ring all-reduce of 4 ranks: 6 steps of S/4 bytes each; WIRE moves 1 byte per us
     def ring(size: float, latency: float, burst: float = 0.0, link: NetworkProfile = WIRE) -> float:
         return stepped_time("all_reduce", size, 4, link, 1, "ring", latency, burst)
 
     assert ring(400, 0.0) == pytest.approx(600e-6)  # 2(n-1)/n x S bytes
-    assert ring(400, 1e-3) == pytest.approx(6.6e-3)  # 6 steps of 1 ms and the wire
-    assert ring(400, 50e-6) == pytest.approx(900e-6)  # the latency is not hidden under the wire
+    # host-bound: 6 steps of 1 ms on the host, and one step's 100 us of wire beside none
+    assert ring(400, 1e-3) == pytest.approx(6.1e-3)
+    # wire-bound: the 600 us of wire, and one step's 50 us on the host
+    assert ring(400, 50e-6) == pytest.approx(650e-6)
     # a tbf bucket of 150 bytes lets the first one and a half steps through at once
     assert ring(400, 0.0, burst=150) == pytest.approx(450e-6)
-    assert ring(400, 20e-6, burst=150) == pytest.approx(570e-6)  # every step pays 20 us
+    assert ring(400, 20e-6, burst=150) == pytest.approx(470e-6)  # 450 of wire and a step's 20
     # a profile fitted on a host (its alpha holds the host's latency): the longer one counts
     fitted = replace(WIRE, ops={"all_reduce": OpOverride(alpha_s=30e-6)})
-    assert ring(400, 20e-6, link=fitted) == pytest.approx(780e-6)  # 600 + 6 x 30
-    assert ring(400, 50e-6, link=fitted) == pytest.approx(900e-6)  # 600 + 6 x 50
+    assert ring(400, 20e-6, link=fitted) == pytest.approx(780e-6)  # 6 x 30 of alpha and the wire
+    # the step latency's 20 us beyond the alpha: 6 x 20 on the host, one of them beside the wire
+    assert ring(400, 50e-6, link=fitted) == pytest.approx(800e-6)
 
 
 def replayed_on(prog: Program, own: Fabric, other: Fabric) -> np.ndarray:
@@ -143,20 +146,78 @@ def replayed_on(prog: Program, own: Fabric, other: Fabric) -> np.ndarray:
 
 
 @pytest.mark.parametrize("captured_on", [1.0, 10.0])
-def test_a_host_bound_op_moves_with_the_link_by_its_whole_wire_time(captured_on: float) -> None:
+def test_an_op_hides_its_host_under_the_wire_or_its_wire_under_the_host(
+    captured_on: float,
+) -> None:
     # 2 ranks on 2 nodes, 500-byte all-reduces: 2 steps, each 1 ms on the host and 250 us
-    # on WIRE in series (host-bound: the wire is a fifth of the op); captured on WIRE or on
-    # a link 10x faster, then replayed on WIRE, 10x slower and 10x faster: every op lasts
-    # 2 ms of host plus that link's wire time, none of the wire taken for the host's
+    # on WIRE (host-bound: the op lasts its 2 ms of host and one step's wire beside none);
+    # captured on WIRE or on a link 10x faster, then replayed on WIRE, 10x slower and 10x
+    # faster: host-bound, an op moves by one step's change of wire; wire-bound (10x
+    # slower: 5 ms of wire), it lasts the wire and one step's 1 ms of host
     def link(times_wire: float) -> Fabric:
         profile = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * times_wire)
         return Fabric(inter=profile, intra=profile, gpus_per_node=1)
 
-    events, windows = repeated_ops("all_reduce", 500, 2000 + 500 / captured_on, steps=4, lag_us=0)
+    events, windows = repeated_ops("all_reduce", 500, 2000 + 250 / captured_on, steps=4, lag_us=0)
     prog = build_program(make_trace(events, windows))
-    for times_wire in (1.0, 0.1, 10.0):
+    for times_wire, lasts in ((1.0, 2250e-6), (10.0, 2025e-6), (0.1, 6000e-6)):
         got = replayed_on(prog, link(captured_on), link(times_wire))
-        assert got == pytest.approx(2e-3 + 500e-6 / times_wire, rel=1e-6)
+        assert got == pytest.approx(lasts, rel=1e-6)
+
+
+def two_sizes(small_us: float, large_us: float, large: int = 5000) -> Program:
+    """2 ranks on 2 nodes, per step a 16-byte all-reduce of ``small_us`` and a ``large``-byte
+    one of ``large_us`` (each rank alike)."""
+    events, t = [], 0.0
+    for step in range(4):
+        for size, dur in ((16, small_us), (large, large_us)):
+            events += [Ev(r, "all_reduce", t, t + dur, size=size, step=step) for r in (0, 1)]
+            t += dur + 10
+    step_us = t / 4
+    windows = [(r, s, step_us * s, step_us * (s + 1)) for r in (0, 1) for s in range(4)]
+    return build_program(make_trace(events, windows))
+
+
+def test_a_kinds_slow_calls_alone_do_not_make_it_latency_bound() -> None:
+    # 500-byte all-reduces take 700 us (500 of them on the wire) but one in four 2 ms:
+    # picked call by call, the slow ones alone would set the step latency
+    events, t = [], 0.0
+    for step in range(4):
+        dur = 2000.0 if step == 2 else 700.0
+        events += [Ev(r, "all_reduce", t, t + dur, size=500, step=step) for r in (0, 1)]
+        t += 2010
+    windows = [(r, s, 2010 * s, 2010 * s + 2010) for r in (0, 1) for s in range(4)]
+    prog = build_program(make_trace(events, windows))
+    fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    wire = modelled(prog, fabric, flat=True)
+    fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2, 3], burst_bytes=0.0)
+    assert fit.latency_s == {} and fit.default_latency_s == 0.0
+
+
+def test_what_a_wire_bound_op_took_beyond_the_model_shrinks_with_its_host_time() -> None:
+    # 16-byte all-reduces of 500 us set the step latency: (500 - 16/2) / 2 = 246 us, so
+    # a 5000-byte one's host is 492 us beside its 5000 us of wire, and the model says
+    # 5246 us; it took 5500. The 254 us more did not overlap: on a link 10x faster its
+    # host is the longer of the two and the 254 us stay; 100x faster, its wire is 50 us,
+    # a tenth of the host it ran beside, and so are they; 10x slower, they stay as well
+    prog = two_sizes(500.0, 5500.0)
+    own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    keep = [1, 2, 3]
+    took = measured(prog)
+    steps = fit_steps(prog, own, took, modelled(prog, own, flat=True), keep, burst_bytes=0.0)
+    assert steps.default_latency_s == pytest.approx(246e-6)
+    own_s = modelled(prog, own, flat=True, steps=steps)
+    shorter = modelled(prog, own, flat=True, steps=steps, shorter=True)
+    cal = fit_cpu_terms(prog, own, took, own_s, keep, steps, own_shorter_s=shorter)
+    assert cal.unhidden is not None
+    large = prog.inst_size[prog.inst] == 5000
+    expected = {1.0: 5500e-6, 10.0: 746e-6 + 254e-6, 100.0: 517e-6 + 25.4e-6, 0.1: 50500e-6}
+    for times_wire, lasts in expected.items():
+        link = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * times_wire)
+        other = Fabric(inter=link, intra=link, gpus_per_node=1)
+        got = modelled(prog, other, flat=True, steps=steps)
+        cal.add_to(got, None, modelled(prog, other, flat=True, steps=steps, shorter=True))
+        assert got[large] == pytest.approx(lasts, rel=2e-3), times_wire
 
 
 def test_gloo_reduce_scatter_costs_an_all_reduce_and_a_send_its_host_work() -> None:
@@ -176,8 +237,8 @@ def test_gloo_reduce_scatter_costs_an_all_reduce_and_a_send_its_host_work() -> N
         )
     )
     names = prog.trace.op_names
-    # 2 x (n-1)/n x S on the wire, and 2 steps of 5 us
-    assert times[names.index("reduce_scatter")] == pytest.approx(410e-6)
+    # 2 x (n-1)/n x S on the wire, and one of its 2 steps of 5 us beside none of it
+    assert times[names.index("reduce_scatter")] == pytest.approx(405e-6)
     # a send ends once its bytes are in the socket: its step, not the wire
     assert times[names.index("send")] == pytest.approx(5e-6)
     assert times[names.index("recv")] == pytest.approx(405e-6)  # the wire, then 5 us
@@ -197,9 +258,9 @@ def test_step_latency_comes_from_the_latency_bound_ops() -> None:
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     wire = modelled(prog, fabric, flat=True)
     fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2], burst_bytes=0.0)
-    # the 16-byte ones, less their 16 us on the wire: 2 steps of 1.492 ms
-    assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.492e-3)}
-    assert fit.default_latency_s == pytest.approx(1.492e-3)
+    # the 16-byte ones, less one of their 2 steps' 8 us on the wire: 2 steps of 1.496 ms
+    assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.496e-3)}
+    assert fit.default_latency_s == pytest.approx(1.496e-3)
 
 
 def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire() -> None:

@@ -287,5 +287,5 @@ def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:
     wire = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
     spread = Fabric(inter=wire, intra=get_profile("loopback"), gpus_per_node=1)
     assert wire_times(prog, spread, prog.cost_groups, 0.0).tolist() == [us(1024)] * 3
-    slow_host = Steps(default_latency_s=1e-3)
-    assert modelled(prog, spread, flat=True, steps=slow_host).tolist() == [us(1024 + 2000)] * 6
+    slow_host = Steps(default_latency_s=1e-3)  # its 2 steps of 1 ms and one step's wire
+    assert modelled(prog, spread, flat=True, steps=slow_host).tolist() == [us(2000 + 512)] * 6

@@ -25,7 +25,7 @@ slope to carry over (an emulated link's recorded rate is).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -78,10 +78,20 @@ class Calibration:
     capped: tuple[np.ndarray, np.ndarray] | None = None
     """(events, seconds): the most :attr:`wire_share` takes off those events' ops on any
     link, what it took off on the own link (collectives; a receive has no cap)."""
+    unhidden: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    """(events, seconds, own): what those collectives took beyond the model on the own
+    link (their kind's line and level at their size, in :attr:`extra_s`), and the shorter
+    of their wire and host time there (:func:`~commlens.whatif.durations.stepped_time`): the
+    part of the two that did not overlap, which shrinks with the shorter one on another
+    network and never grows (see :func:`_unhidden`); None where none has one."""
 
-    def add_to(self, times: np.ndarray, wire_s: np.ndarray | None) -> None:
+    def add_to(
+        self, times: np.ndarray, wire_s: np.ndarray | None, shorter_s: np.ndarray | None = None
+    ) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
-        per event is ``wire_s`` (needed only where :attr:`wire_share` is not None)."""
+        per event is ``wire_s`` (needed only where :attr:`wire_share` is not None) and
+        whose shorter of wire and host time is ``shorter_s`` (where :attr:`unhidden` is
+        not None)."""
         times += self.extra_s
         if self.wire_share is not None and wire_s is not None:
             off = self.wire_share * wire_s
@@ -89,6 +99,9 @@ class Calibration:
                 events, cap = self.capped
                 off[events] = np.minimum(off[events], cap)
             times -= off
+        if self.unhidden is not None and shorter_s is not None:
+            events, seconds, own = self.unhidden
+            times[events] -= seconds * (1.0 - np.minimum(shorter_s[events] / own, 1.0))
 
 
 def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
@@ -114,10 +127,10 @@ def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tupl
     return max(float(np.average(mean, weights=w)), 0.0), 0.0
 
 
-LATENCY_BOUND = 0.25
+LATENCY_BOUND = 0.5
 """An op is latency-bound on its own link when its wire time is at most this share of
-its measured time: then what its steps took beyond the wire is the host's, with
-little of the wire model's error in it."""
+its measured time: then what it took beyond one step's wire is the host's, with
+little of the wire model's error in it (one step's share of it)."""
 
 
 def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
@@ -158,13 +171,14 @@ def fit_steps(
 
     ``wire_s`` is each event's time on the own link without step latency (a gloo
     run: its ops costed as :func:`~commlens.whatif.durations.modelled` does with
-    ``flat``). A step's host latency is what is left of its op's measured time
-    after the wire time of the own link (the composition is a sum, see
-    :class:`~commlens.whatif.durations.Steps`), so a slow own link is not taken
-    for a slow host. A kind with latency-bound ops (:data:`LATENCY_BOUND`) gets
-    the median of their measured time less their wire time, over their steps;
-    the kinds the own link keeps wire-bound get the median over all latency-bound
-    ops, 0 when there are none. Point-to-point ops are left out (they get that
+    ``flat``). A host-bound op lasts its host time and one step's wire (see
+    :class:`~commlens.whatif.durations.Steps`): a step's host latency is what is
+    left of its op's measured time after one step's wire time on the own link, so
+    a slow own link is not taken for a slow host. A kind whose ops of a size are
+    latency-bound (:data:`LATENCY_BOUND`, on their medians) gets the median of
+    that over their steps; the kinds the own link keeps wire-bound get the median
+    over all latency-bound ops, 0 when there are none. Point-to-point ops are left out
+    (they get that
     median): a send's measured time holds its wait for the messages before it on
     its channel, and a receive's runs from its send's start, so it holds how late
     the receiver came.
@@ -173,10 +187,11 @@ def fit_steps(
     kinds, kind_of = _kinds(prog, fabric)
     k = op_steps(prog, fabric, flat=True)
     p2p = (prog.send_of >= 0)[prog.inst]
-    bound = (k > 0) & ~p2p & (wire_s <= LATENCY_BOUND * measured_s)
-    picked = np.flatnonzero(bound & np.isin(tr.step, steps))
-    del bound, p2p
-    left = (measured_s[picked] - wire_s[picked]) / k[picked]
+    candidates = np.flatnonzero((k > 0) & ~p2p & np.isin(tr.step, steps))
+    del p2p
+    picked = _host_bound(prog, kind_of, candidates, measured_s, wire_s)
+    # a host-bound op lasts its host time plus one step's wire (Steps): what is left after it
+    left = (measured_s[picked] - wire_s[picked] / k[picked]) / k[picked]
     per_step = np.maximum(left + _host_alphas(prog, fabric, picked), 0.0)
     kind_picked = kind_of[picked]
     del k, kind_of, left
@@ -189,6 +204,31 @@ def fit_steps(
             pooled.append(per_step[pick])
     default = float(np.median(np.concatenate(pooled))) if pooled else 0.0
     return Steps(latency, default, burst_bytes)
+
+
+def _host_bound(
+    prog: Program,
+    kind_of: np.ndarray,
+    events: np.ndarray,
+    measured_s: np.ndarray,
+    wire_s: np.ndarray,
+) -> np.ndarray:
+    """Those of ``events`` whose kind's calls of their size are latency-bound: the median
+    wire time at most :data:`LATENCY_BOUND` of the median measured time. Decided per
+    (kind, size), not per call: per call it picks a kind's slow calls only (dp's 564 KB
+    all-reduce at 1 Gbit/s, 3.0 ms of wire, counted latency-bound the calls of 12 ms and
+    more, and its step latency came out 2.6 ms where its median call of 9.5 ms held
+    1.5 ms)."""
+    _, size_of = np.unique(prog.inst_size[prog.inst[events]], return_inverse=True)
+    key = kind_of[events].astype(np.int64) * (int(size_of.max(initial=0)) + 1) + size_of.ravel()
+    order = np.argsort(key, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1) if order.size else []
+    bound = [
+        g
+        for g in groups
+        if np.median(wire_s[events[g]]) <= LATENCY_BOUND * np.median(measured_s[events[g]])
+    ]
+    return np.sort(events[np.concatenate(bound)]) if bound else events[:0]
 
 
 def _host_alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
@@ -215,6 +255,7 @@ def fit_cpu_terms(
     steps: list[int],
     step_model: Steps | None = None,
     own_wire_s: np.ndarray | None = None,
+    own_shorter_s: np.ndarray | None = None,
 ) -> Calibration:
     """Fit the CPU term of every kind of op from the events of ``steps``.
 
@@ -223,7 +264,9 @@ def fit_cpu_terms(
     latencies, which the terms list). A kind with no event in ``steps`` is
     fitted on all its events. With ``own_wire_s`` (each event's wire time on the own
     link), a receive's negative term becomes a share of the wire
-    (:attr:`Calibration.wire_share`).
+    (:attr:`Calibration.wire_share`); with ``own_shorter_s`` (the shorter of each
+    event's wire and host time there), a collective's positive term scales with that
+    (:attr:`Calibration.unhidden`).
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -259,7 +302,9 @@ def fit_cpu_terms(
     # a collective's level: its kind's mean at its size, beyond the line
     level = _rank_offsets(kind_of.astype(np.int64) * sizes.size + size_of, rest, kept)
     level[~coll] = 0.0
-    del size_of, coll
+    del size_of
+    unhidden = None if own_shorter_s is None else _unhidden(extra, level, coll, own_shorter_s)
+    del coll
     extra += level
     below = np.flatnonzero(level < 0)  # kept apart for the wire's share, the rest freed
     below_level = level[below]
@@ -270,9 +315,28 @@ def fit_cpu_terms(
     del kind_of
     extra += _member_lags(prog, key, rest, kept)
     if own_wire_s is None:
-        return Calibration(extra, terms)
+        return Calibration(extra, terms, unhidden=unhidden)
     receives = prog.recv_of[prog.inst] == np.arange(prog.inst.size)  # a gloo send has no wire
-    return _wire_share(extra, terms, own_wire_s, receives, (below, below_level))
+    cal = _wire_share(extra, terms, own_wire_s, receives, (below, below_level))
+    return replace(cal, unhidden=unhidden)
+
+
+def _unhidden(
+    line: np.ndarray, level: np.ndarray, coll: np.ndarray, shorter_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(events, seconds, own shorter) of the collectives whose kind took more than the
+    model at their size on the own link (``line`` plus a positive ``level``) where their
+    wire and host time both count (``shorter_s`` > 0): the two overlapped less than the
+    model's all-but-one step. On another network that excess is a share of the shorter
+    of the two, never more than on the own link: tp's 64 KB all-reduce at 50 Mbit/s took
+    14.4 ms, 1.3 ms beyond its 12.1 ms of wire and one of its 6 steps of host (0.9 ms
+    each); unshaped, where its wire is 0.2 ms, it took 5.5 ms, not its host and those
+    1.3 ms (7.0), and at 20 Mbit/s 38.2 ms, its wire and the same 1.3 ms and more."""
+    extra = line + np.maximum(level, 0.0)
+    events = np.flatnonzero(coll & (extra > 0) & (shorter_s > 0))
+    if not events.size:
+        return None
+    return events, extra[events], shorter_s[events]
 
 
 def _wire_share(

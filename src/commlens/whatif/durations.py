@@ -273,17 +273,20 @@ class Steps:
     """What a gloo op pays per algorithm step beyond its link's alpha and beta.
 
     An op of ``k`` steps (the cost model's alpha count: 2(n−1) for a ring
-    all-reduce, 1 for a send) moves ``1/k`` of its wire bytes per step; a step
-    lasts its wire time *plus* the backend's *step latency* on the host (waking
-    the thread that handles it, the syscalls, the copy and reduction of its
-    chunk) plus the link's alpha: ``T = Σ w_j + k·(λ + α)``. The two are in
-    series: gloo's ring sends on the segment it has just received and reduced,
-    so the host's work on a step waits for that step's bytes and the next send
-    waits for the host (measured in docs/whatif.md: a host-bound all-reduce
-    takes as long beyond its wire time on a slow link as on a fast one). A
-    profile fitted by ``bench --fit`` on a host has that host's latency in its
-    alpha already: there a step lasts ``w_j + max(λ, α)`` (the longer of the
-    two latencies counts, not both). A shaped (emulated) link lets its bucket
+    all-reduce, 1 for a send) moves ``1/k`` of its wire bytes ``W`` per step, pays
+    the link's alpha per step, and each step costs the host the backend's *step
+    latency* (waking the thread that handles it, the syscalls, the copy and
+    reduction of its chunk): ``H = k·λ``. Host and wire overlap but for one step:
+    a ring step's bytes leave while the host works on the chunk before them, so
+    the op lasts ``k·α + max(W, H) + min(W, H)/k`` (a one-step op, a send or
+    receive, pays both in full; with ``λ = 0``, the cost model's ``k·α + W``).
+    A host-bound op moves with the link by one step's change of wire, a
+    wire-bound one pays one step of host (docs/whatif.md: gpt-tiny's 564 KB
+    all-reduce took 9.0, 9.5 and 28.7 ms unshaped, at 1 Gbit/s and at
+    200 Mbit/s, with 1.0, 3.0 and 30.9 ms of wire after the bucket). A profile
+    fitted by ``bench --fit`` on a host has that host's latency in its alpha
+    already: there a step's host costs what ``λ`` has beyond ``α`` (the longer of
+    the two latencies counts, not both). A shaped (emulated) link lets its bucket
     (``burst_bytes``) through at once after an idle spell, so the first
     ``burst·β`` seconds of an op's wire time are not spent.
     """
@@ -311,16 +314,23 @@ def stepped_time(
     algorithm: str,
     latency_s: float,
     burst_bytes: float,
+    shorter: bool = False,
 ) -> float:
-    """Seconds of one ``op`` on ``n`` ranks of one link type (``share`` flows on it), each of
-    its steps its wire time plus ``latency_s`` (see :class:`Steps`)."""
+    """Seconds of one ``op`` on ``n`` ranks of one link type (``share`` flows on it): its
+    ``k`` steps' alphas, and its wire time ``W`` after the link's bucket and its steps'
+    ``latency_s`` on the host ``H`` overlapped but for one step, ``k·α + max(W, H) +
+    min(W, H)/k`` (see :class:`Steps`). With ``shorter``, ``min(W, H)`` instead: what of
+    the two can fail to overlap (0 for an op of one step, which pays both)."""
     alpha, beta = profile.alpha(op), profile.beta(op)
     k = round(flat_time(op, 0.0, n, 1.0, 0.0, algorithm))
     wire = flat_time(op, size, n, 0.0, beta * share, algorithm)
     if k <= 0:
-        return wire
-    host = max(alpha, latency_s) if host_in_alpha(profile) else alpha + latency_s
-    return max(wire - burst_bytes * beta, 0.0) + k * host
+        return 0.0 if shorter else wire
+    host = k * (max(latency_s - alpha, 0.0) if host_in_alpha(profile) else latency_s)
+    wire = max(wire - burst_bytes * beta, 0.0)
+    if shorter:
+        return min(wire, host) if k > 1 else 0.0
+    return k * alpha + max(wire, host) + min(wire, host) / k
 
 
 def host_in_alpha(profile: NetworkProfile) -> bool:
@@ -425,10 +435,12 @@ def modelled(
     flat: bool = False,
     steps: Steps = NO_STEPS,
     events: np.ndarray | None = None,
+    shorter: bool = False,
 ) -> np.ndarray:
     """Seconds each event's op lasts on ``fabric`` (the same for all members; of
     ``events`` only where given), each instance costed on ``groups[inst_group]``
-    (default: the run's own groups).
+    (default: the run's own groups); with ``shorter`` (and ``flat``), the shorter of
+    its wire and host time instead (:func:`stepped_time`).
 
     ``flat`` (gloo): a collective whose group spans nodes runs one ring over all its
     members in rank order, at the inter-node rate, its edges that leave a node
@@ -454,7 +466,11 @@ def modelled(
         op = ops[op_code]
         is_p2p = op in ("send", "recv")
         if not flat:
-            return fabric.time(op, size, group, (p2p if is_p2p else flows).get(role, 1))
+            return (
+                0.0
+                if shorter
+                else fabric.time(op, size, group, (p2p if is_p2p else flows).get(role, 1))
+            )
         if not group:
             return 0.0
         nodes = fabric.shape(group)[0]
@@ -473,6 +489,7 @@ def modelled(
             fabric.algorithm,
             latency,
             steps.burst_bytes if across else 0.0,
+            shorter,
         )
 
     return _per_kind(prog, cost_groups, cost, events)

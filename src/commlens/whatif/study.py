@@ -400,8 +400,12 @@ def run_study(
                 del inst_wire
             if own_links is not None and (own_links >= 0).any():
                 took -= link_waits(prog, own_links)
-            calibration = fit_cpu_terms(prog, fabric, took, own_times, keep, step_model, own_wire)
-            calibration.add_to(own_times, own_wire)
+            shorter = modelled(prog, fabric, flat=flat, steps=step_model, shorter=True)
+            calibration = fit_cpu_terms(
+                prog, fabric, took, own_times, keep, step_model, own_wire, shorter
+            )
+            calibration.add_to(own_times, own_wire, shorter)
+            del shorter
             terms = calibration.terms
             del own_wire
         np.maximum(own_times, floor, out=own_times)
@@ -436,8 +440,13 @@ def run_study(
             event_wire = (
                 wire_times(prog, fabric, groups, on.burst_bytes)[prog.inst] if shared else None
             )
-            calibration.add_to(times, event_wire)
-            del event_wire
+            target_shorter = (
+                modelled(prog, fabric, groups, flat=flat, steps=on, shorter=True)
+                if calibration.unhidden is not None
+                else None
+            )
+            calibration.add_to(times, event_wire, target_shorter)
+            del event_wire, target_shorter
         else:
             times += base
         np.maximum(times, floor, out=times)

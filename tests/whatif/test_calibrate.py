@@ -207,8 +207,11 @@ def test_what_a_wire_bound_op_took_beyond_the_model_shrinks_with_its_host_time()
     steps = fit_steps(prog, own, took, modelled(prog, own, flat=True), keep, burst_bytes=0.0)
     assert steps.default_latency_s == pytest.approx(246e-6)
     own_s = modelled(prog, own, flat=True, steps=steps)
-    shorter = modelled(prog, own, flat=True, steps=steps, shorter=True)
-    cal = fit_cpu_terms(prog, own, took, own_s, keep, steps, own_shorter_s=shorter)
+
+    def shorter(events: np.ndarray) -> np.ndarray:
+        return modelled(prog, own, flat=True, steps=steps, events=events, shorter=True)
+
+    cal = fit_cpu_terms(prog, own, took, own_s, keep, steps, own_shorter=shorter)
     assert cal.unhidden is not None
     large = prog.inst_size[prog.inst] == 5000
     expected = {1.0: 5500e-6, 10.0: 746e-6 + 254e-6, 100.0: 517e-6 + 25.4e-6, 0.1: 50500e-6}
@@ -216,7 +219,10 @@ def test_what_a_wire_bound_op_took_beyond_the_model_shrinks_with_its_host_time()
         link = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * times_wire)
         other = Fabric(inter=link, intra=link, gpus_per_node=1)
         got = modelled(prog, other, flat=True, steps=steps)
-        cal.add_to(got, None, modelled(prog, other, flat=True, steps=steps, shorter=True))
+        shorter = modelled(
+            prog, other, flat=True, steps=steps, events=cal.unhidden[0], shorter=True
+        )
+        cal.add_to(got, None, shorter)
         assert got[large] == pytest.approx(lasts, rel=2e-3), times_wire
 
 

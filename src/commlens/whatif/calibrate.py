@@ -25,6 +25,7 @@ slope to carry over (an emulated link's recorded rate is).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -90,8 +91,8 @@ class Calibration:
     ) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
         per event is ``wire_s`` (needed only where :attr:`wire_share` is not None) and
-        whose shorter of wire and host time is ``shorter_s`` (where :attr:`unhidden` is
-        not None)."""
+        whose shorter of wire and host time is ``shorter_s`` for the events of
+        :attr:`unhidden` (None: as on the own link)."""
         times += self.extra_s
         if self.wire_share is not None and wire_s is not None:
             off = self.wire_share * wire_s
@@ -101,7 +102,7 @@ class Calibration:
             times -= off
         if self.unhidden is not None and shorter_s is not None:
             events, seconds, own = self.unhidden
-            times[events] -= seconds * (1.0 - np.minimum(shorter_s[events] / own, 1.0))
+            times[events] -= seconds * (1.0 - np.minimum(shorter_s / own, 1.0))
 
 
 def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tuple[float, float]:
@@ -255,7 +256,7 @@ def fit_cpu_terms(
     steps: list[int],
     step_model: Steps | None = None,
     own_wire_s: np.ndarray | None = None,
-    own_shorter_s: np.ndarray | None = None,
+    own_shorter: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Calibration:
     """Fit the CPU term of every kind of op from the events of ``steps``.
 
@@ -264,9 +265,9 @@ def fit_cpu_terms(
     latencies, which the terms list). A kind with no event in ``steps`` is
     fitted on all its events. With ``own_wire_s`` (each event's wire time on the own
     link), a receive's negative term becomes a share of the wire
-    (:attr:`Calibration.wire_share`); with ``own_shorter_s`` (the shorter of each
-    event's wire and host time there), a collective's positive term scales with that
-    (:attr:`Calibration.unhidden`).
+    (:attr:`Calibration.wire_share`); with ``own_shorter`` (the shorter of the wire and
+    host time there of the events it is given), a collective's positive term scales
+    with that (:attr:`Calibration.unhidden`).
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -303,7 +304,7 @@ def fit_cpu_terms(
     level = _rank_offsets(kind_of.astype(np.int64) * sizes.size + size_of, rest, kept)
     level[~coll] = 0.0
     del size_of
-    unhidden = None if own_shorter_s is None else _unhidden(extra, level, coll, own_shorter_s)
+    unhidden = None if own_shorter is None else _unhidden(extra, level, coll, own_shorter)
     del coll
     extra += level
     below = np.flatnonzero(level < 0)  # kept apart for the wire's share, the rest freed
@@ -322,21 +323,28 @@ def fit_cpu_terms(
 
 
 def _unhidden(
-    line: np.ndarray, level: np.ndarray, coll: np.ndarray, shorter_s: np.ndarray
+    line: np.ndarray,
+    level: np.ndarray,
+    coll: np.ndarray,
+    shorter: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(events, seconds, own shorter) of the collectives whose kind took more than the
     model at their size on the own link (``line`` plus a positive ``level``) where their
-    wire and host time both count (``shorter_s`` > 0): the two overlapped less than the
+    wire and host time both count (``shorter(events)`` > 0): the two overlapped less than the
     model's all-but-one step. On another network that excess is a share of the shorter
     of the two, never more than on the own link: tp's 64 KB all-reduce at 50 Mbit/s took
     14.4 ms, 1.3 ms beyond its 12.1 ms of wire and one of its 6 steps of host (0.9 ms
     each); unshaped, where its wire is 0.2 ms, it took 5.5 ms, not its host and those
     1.3 ms (7.0), and at 20 Mbit/s 38.2 ms, its wire and the same 1.3 ms and more."""
     extra = line + np.maximum(level, 0.0)
-    events = np.flatnonzero(coll & (extra > 0) & (shorter_s > 0))
+    events = np.flatnonzero(coll & (extra > 0)).astype(np.int32)
+    del coll
+    own = shorter(events).astype(np.float32)
+    counts = own > 0
+    events, own = events[counts], own[counts]
     if not events.size:
         return None
-    return events, extra[events], shorter_s[events]
+    return events, extra[events], own
 
 
 def _wire_share(

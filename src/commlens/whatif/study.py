@@ -400,12 +400,16 @@ def run_study(
                 del inst_wire
             if own_links is not None and (own_links >= 0).any():
                 took -= link_waits(prog, own_links)
-            shorter = modelled(prog, fabric, flat=flat, steps=step_model, shorter=True)
+
+            def shorter(events: np.ndarray) -> np.ndarray:
+                return modelled(
+                    prog, fabric, flat=flat, steps=step_model, events=events, shorter=True
+                )
+
             calibration = fit_cpu_terms(
                 prog, fabric, took, own_times, keep, step_model, own_wire, shorter
             )
-            calibration.add_to(own_times, own_wire, shorter)
-            del shorter
+            calibration.add_to(own_times, own_wire)  # its own link: as fitted
             terms = calibration.terms
             del own_wire
         np.maximum(own_times, floor, out=own_times)
@@ -440,10 +444,13 @@ def run_study(
             event_wire = (
                 wire_times(prog, fabric, groups, on.burst_bytes)[prog.inst] if shared else None
             )
+            unhidden = calibration.unhidden
             target_shorter = (
-                modelled(prog, fabric, groups, flat=flat, steps=on, shorter=True)
-                if calibration.unhidden is not None
-                else None
+                None
+                if unhidden is None
+                else modelled(
+                    prog, fabric, groups, flat=flat, steps=on, events=unhidden[0], shorter=True
+                )
             )
             calibration.add_to(times, event_wire, target_shorter)
             del event_wire, target_shorter

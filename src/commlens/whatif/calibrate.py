@@ -178,11 +178,10 @@ def fit_steps(
     a slow own link is not taken for a slow host. A kind whose ops of a size are
     latency-bound (:data:`LATENCY_BOUND`, on their medians) gets the median of
     that over their steps; the kinds the own link keeps wire-bound get the median
-    over all latency-bound ops, 0 when there are none. Point-to-point ops are left out
-    (they get that
-    median): a send's measured time holds its wait for the messages before it on
-    its channel, and a receive's runs from its send's start, so it holds how late
-    the receiver came.
+    over all latency-bound ops, 0 when there are none. Point-to-point ops are left
+    out (they get that median): a send's measured time holds its wait for the
+    messages before it on its channel, and a receive's runs from its send's start,
+    so it holds how late the receiver came.
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -220,8 +219,9 @@ def _host_bound(
     all-reduce at 1 Gbit/s, 3.0 ms of wire, counted latency-bound the calls of 12 ms and
     more, and its step latency came out 2.6 ms where its median call of 9.5 ms held
     1.5 ms)."""
-    _, size_of = np.unique(prog.inst_size[prog.inst[events]], return_inverse=True)
-    key = kind_of[events].astype(np.int64) * (int(size_of.max(initial=0)) + 1) + size_of.ravel()
+    sizes, size_of = _size_index(prog, events)
+    key = kind_of[events].astype(np.int64) * sizes.size + size_of
+    del size_of
     order = np.argsort(key, kind="stable")
     groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1) if order.size else []
     bound = [
@@ -230,6 +230,14 @@ def _host_bound(
         if np.median(wire_s[events[g]]) <= LATENCY_BOUND * np.median(measured_s[events[g]])
     ]
     return np.sort(events[np.concatenate(bound)]) if bound else events[:0]
+
+
+def _size_index(prog: Program, events: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(the run's distinct message sizes, sorted; the index into them of each event's
+    size, or of ``events``' only)."""
+    sizes, inst_size_of = np.unique(prog.inst_size, return_inverse=True)
+    inst_size_of = inst_size_of.ravel().astype(np.int32)
+    return sizes, inst_size_of[prog.inst if events is None else prog.inst[events]]
 
 
 def _host_alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
@@ -273,9 +281,7 @@ def fit_cpu_terms(
     kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
     resid = measured_s - own_s
-    sizes, inst_size_of = np.unique(prog.inst_size, return_inverse=True)
-    size_of = inst_size_of.ravel().astype(np.int32)[prog.inst]
-    del inst_size_of
+    sizes, size_of = _size_index(prog)
     terms, alpha, beta = [], np.zeros(kinds.size), np.zeros(kinds.size)
     for k, code in enumerate(kinds.tolist()):
         mine = kind_of == k
@@ -338,10 +344,9 @@ def _unhidden(
     1.3 ms (7.0), and at 20 Mbit/s 38.2 ms, its wire and the same 1.3 ms and more."""
     extra = line + np.maximum(level, 0.0)
     events = np.flatnonzero(coll & (extra > 0)).astype(np.int32)
-    del coll
     own = shorter(events).astype(np.float32)
-    counts = own > 0
-    events, own = events[counts], own[counts]
+    both = own > 0
+    events, own = events[both], own[both]
     if not events.size:
         return None
     return events, extra[events], own

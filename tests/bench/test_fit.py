@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from commlens.bench.fit import fit_line, fit_report, profile_dict, write_profile
@@ -34,6 +35,32 @@ def test_fit_line_recovers_alpha_and_beta() -> None:
 def test_fit_line_never_returns_a_negative_latency() -> None:
     a, b = fit_line([1e3, 1e6], [1e-7, 1e-3])  # a line through these dips below zero
     assert a == 0.0 and b > 0
+
+
+def test_fit_line_never_returns_a_negative_time_per_byte() -> None:
+    times = [2.0e-3, 1.6e-3, 1.9e-3, 1.5e-3]  # no growth with size, only noise
+    a, b = fit_line([1e4, 1e5, 1e6, 4e6], times)
+    w = 1 / np.array(times)
+    assert b == 0.0 and a == pytest.approx(w.sum() / (w**2).sum())  # least relative error
+    assert min(times) < a < max(times)
+
+
+def test_a_flat_op_keeps_its_latency_and_takes_the_links_rate(tmp_path: Path) -> None:
+    n = 4
+    rows = _rows("all_reduce", n, 2e-3, -1e-11) + _rows("sendrecv", n, 50e-6, 8e-9)
+    cfg = BenchConfig(ops=["all_reduce", "sendrecv"], nproc=n, nodes=2, backend="gloo")
+    report = BenchReport(cfg, rows)
+    fits = {f.op: f for f in fit_report(report)}
+    assert fits["all_reduce"].flat and not fits["sendrecv"].flat
+    path = write_profile(tmp_path / "p.toml", profile_dict(report, list(fits.values()), "p"))
+    profile = load_profile_file(path)
+    assert profile.ops["all_reduce"].beta_s_per_byte is None  # the link's rate, from sendrecv
+    assert profile.beta("all_reduce") == profile.beta("send") == pytest.approx(8e-9, rel=1e-6)
+    # its latency per ring step reproduces the flat time: 2(n-1) steps
+    assert 2 * (n - 1) * profile.alpha("all_reduce") == pytest.approx(
+        fits["all_reduce"].intercept_s
+    )
+    assert "flat over its sizes" in path.read_text()
 
 
 def test_profile_loads_and_the_model_reproduces_the_fit(tmp_path: Path) -> None:

@@ -9,6 +9,12 @@ on relative error (weights 1/t), so small and large sizes count alike. The profi
 model's ring time of each op reproduces the fitted line. ``r2`` (on ``t``)
 and ``max_rel_err`` tell the fit quality; the loader ignores them.
 
+Neither term may be negative. An op whose time does not grow with size over
+the sizes measured (a fast link under a busy host: the slope lies in the
+noise) is *flat*: ``t(S) = A``, and the profile gives it its latency only, so
+that it takes the link's per-byte rate, which comes from the preferred op that
+did grow. When no op grew, there is no rate to write and the fit fails.
+
 To calibrate the link between nodes, run one rank per node (``--nproc K
 --nodes K --link RATE``): with several ranks per node the measured op also
 contains the loopback part, which the model's hierarchical fabric charges to
@@ -31,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from commlens.bench.runner import BenchReport
+from commlens.bench.sizes import format_size
 from commlens.errors import UsageError
 from commlens.predict.cost import flat_time
 from commlens.safefile import write_output
@@ -53,6 +60,13 @@ class OpFit:
     r2: float
     max_rel_err: float
     points: int
+    sizes: tuple[int, int] = (0, 0)
+    """The smallest and the largest size fitted, bytes."""
+
+    @property
+    def flat(self) -> bool:
+        """Whether the time did not grow with size over the sizes measured."""
+        return self.slope_s_per_byte <= 0.0
 
     def predict(self, size_bytes: float) -> float:
         return self.intercept_s + self.slope_s_per_byte * size_bytes
@@ -66,12 +80,19 @@ class OpFit:
 
 
 def fit_line(sizes: list[float], times: list[float]) -> tuple[float, float]:
-    """(A, B) minimizing the relative error of ``A + B·S`` (A clamped at ≥ 0)."""
+    """(A, B) minimizing the relative error of ``A + B·S``, both at least 0.
+
+    The constrained minimum lies on a bound when the free one does not: a
+    negative latency refits the slope alone, a negative slope (times that fall
+    as sizes grow: noise) the latency alone, ``B = 0``.
+    """
     s, t = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
     w = 1.0 / t
     (a, b), *_ = np.linalg.lstsq(np.column_stack([w, s * w]), np.ones_like(t), rcond=None)
     if a < 0:  # latency cannot be negative: slope only
         a, b = 0.0, float(np.sum(s * w) / np.sum((s * w) ** 2))
+    elif b < 0:  # nor can the time per byte: latency only
+        a, b = float(np.sum(w) / np.sum(w**2)), 0.0
     return float(a), float(b)
 
 
@@ -94,7 +115,8 @@ def fit_report(report: BenchReport, min_size: int = 0) -> list[OpFit]:
         ss_tot = float(np.sum((obs - obs.mean()) ** 2))
         r2 = 1.0 - float(np.sum((obs - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
         rel = float(np.max(np.abs(pred - obs) / obs))
-        fits.append(OpFit(op, rows[0]["ranks"], a, b, r2, rel, len(rows)))
+        span = (int(min(sizes)), int(max(sizes)))
+        fits.append(OpFit(op, rows[0]["ranks"], a, b, r2, rel, len(rows), span))
     if not fits:
         raise UsageError("--fit needs at least two sizes of one op that ran correctly")
     return fits
@@ -107,23 +129,25 @@ def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str,
     # Link figures: latency from the point-to-point fit when there is one; the
     # large-message rate from the op with the most bytes on the wire per byte.
     lat_fit = by_op.get("sendrecv") or by_op.get("all_reduce") or fits[0]
-    bw_fit = by_op.get("all_reduce") or by_op.get("sendrecv") or fits[0]
+    bw_fit = _rate_fit(report, fits)
     alpha, _ = lat_fit.model_alpha_beta()
     _, beta = bw_fit.model_alpha_beta()
-    effective_Gbps = 8.0 / beta / 1e9 if beta > 0 else float("inf")
+    effective_Gbps = 8.0 / beta / 1e9
     nominal = _link_Gbps(report)
     bandwidth = nominal if nominal else effective_Gbps
     ops: dict[str, Any] = {}
     for f in fits:
         a, b = f.model_alpha_beta()
+        line = f"t = {f.intercept_s:.6g} s + {f.slope_s_per_byte:.6g} s/B x S"
+        if f.flat:
+            line = f"t = {f.intercept_s:.6g} s, flat over its sizes: the link's rate per byte"
         for op in PROFILE_OPS.get(f.op, (f.op,)):
-            ops[op] = {
-                "alpha_s": a,
-                "beta_s_per_byte": b,
+            ops[op] = {"alpha_s": a} | ({} if f.flat else {"beta_s_per_byte": b})
+            ops[op] |= {
                 "r2": round(f.r2, 6),
                 "max_rel_err": round(f.max_rel_err, 6),
                 "points": f.points,
-                "fit": f"t = {f.intercept_s:.6g} s + {f.slope_s_per_byte:.6g} s/B x S",
+                "fit": line,
             }
     where = (
         f"{plural(cfg.nproc, 'rank')} on {plural(cfg.nodes, 'node')}, link {cfg.link or 'unshaped'}"
@@ -144,6 +168,20 @@ def profile_dict(report: BenchReport, fits: list[OpFit], name: str) -> dict[str,
         },
         "ops": ops,
     }
+
+
+def _rate_fit(report: BenchReport, fits: list[OpFit]) -> OpFit:
+    """The fit that gives the link its rate: all-reduce, else the shift, else the
+    first op measured, whichever first grew with size."""
+    order = ("all_reduce", "sendrecv", *report.config.ops)
+    grew = [f for f in sorted(fits, key=lambda f: order.index(f.op)) if not f.flat]
+    if not grew:
+        low, high = min(f.sizes[0] for f in fits), max(f.sizes[1] for f in fits)
+        raise UsageError(
+            f"no op's time grew with its size from {format_size(low)} to {format_size(high)}: "
+            "these sizes do not resolve the link's rate per byte"
+        )
+    return grew[0]
 
 
 def _link_Gbps(report: BenchReport) -> float | None:

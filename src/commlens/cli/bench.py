@@ -234,8 +234,8 @@ def _fitted_profile(
     from commlens.predict.profiles import profile_from_dict
 
     fits = fit_report(report, min_size=fit_min)
-    profile = profile_dict(report, fits, name)
     try:
+        profile = profile_dict(report, fits, name)
         profile_from_dict(profile, f"fitted profile for {fit_path}")
     except UsageError as exc:
         raise UsageError(

@@ -96,8 +96,11 @@ def bench_document(report: BenchReport) -> Document:
 
 def fit_line(f: OpFit) -> str:
     """One op's fitted alpha-beta line: latency in µs, rate in GB/s, and how well it fits."""
-    rate = 1 / f.slope_s_per_byte / 1e9 if f.slope_s_per_byte else float("inf")
-    return (
-        f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s "
-        f"(r2 {f.r2:.4f}, max error {f.max_rel_err:.1%})"
-    )
+    quality = f"(r2 {f.r2:.4f}, max error {f.max_rel_err:.1%})"
+    if f.flat:
+        return (
+            f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs, flat over its sizes, so the "
+            f"link's rate per byte {quality}"
+        )
+    rate = 1 / f.slope_s_per_byte / 1e9
+    return f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s {quality}"

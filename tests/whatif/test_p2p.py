@@ -16,6 +16,7 @@ from commlens.whatif.durations import (
     measured_release,
     modelled,
     node_links,
+    wire_pair,
     wire_times,
     worker_waits,
 )
@@ -234,6 +235,49 @@ def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlie
     assert sorted(set(short.end.tolist())) == [us(10), us(14), us(20)]
     alone = replay(prog, dur, workers=GLOO_WORKERS, wire=np.zeros(3))
     assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
+
+
+def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket() -> None:
+    # a shaped link lets 4 of each op's 8 wire through at once after an idle spell;
+    # B's bytes follow A's on the busy link, which did not refill the bucket: B pays
+    # its whole 8 after A's release at 10 (18), not 4 (14), and C after B's (26)
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    dur = np.full(6, 10e-6)
+    tl = replay(
+        prog, dur, workers=GLOO_WORKERS, wire=np.full(3, 4e-6), queued_wire=np.full(3, 8e-6)
+    )
+    assert sorted(set(tl.end.tolist())) == [us(10), us(18), us(26)]
+
+    # from an idle link the credit holds: an op alone ends at its own time
+    events = [Ev(r, "all_reduce", t, t + 10, is_async=True) for r in (0, 1) for t in (0, 30)]
+    prog = build_program(make_trace(events, both_steps(40)))
+    tl = replay(
+        prog,
+        np.full(4, 10e-6),
+        workers=GLOO_WORKERS,
+        wire=np.full(2, 4e-6),
+        queued_wire=np.full(2, 8e-6),
+    )
+    assert sorted(set(tl.end.tolist())) == [us(10), us(40)]
+    # and no member ends before its op's bytes crossed the idle link: a member given
+    # 2 (a late member's lag taken off, say) still ends 4 after the start
+    dur = np.full(4, 10e-6)
+    dur[np.flatnonzero(prog.inst == 0)[0]] = 2e-6
+    tl = replay(
+        prog, dur, workers=GLOO_WORKERS, wire=np.full(2, 4e-6), queued_wire=np.full(2, 8e-6)
+    )
+    assert sorted(tl.end[prog.inst == 0].tolist()) == [us(4), us(10)]
+
+
+def test_a_shaped_links_wire_without_its_bucket_is_the_whole_wire_time() -> None:
+    prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
+    wire = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
+    spread = Fabric(inter=wire, intra=get_profile("loopback"), gpus_per_node=1)
+    credited, whole = wire_pair(prog, spread, prog.cost_groups, 512.0)
+    assert whole is not None
+    assert whole.tolist() == [us(1024)] * 3
+    assert credited.tolist() == [us(512)] * 3  # the bucket's 512 B pass at once
+    assert wire_pair(prog, spread, prog.cost_groups, 0.0)[1] is None
 
 
 def test_the_self_check_stays_exact_for_ops_that_ran_beside_each_other() -> None:

@@ -240,6 +240,16 @@ def wire_times(
     return modelled(prog, fabric, groups, flat=True, steps=Steps(burst_bytes=burst), events=first)
 
 
+def wire_pair(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], burst: float
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each instance's wire time on a link of bucket ``burst``, and (when there is a
+    bucket) its wire time without the bucket's credit: what it takes when its bytes
+    follow another op's on the busy link, which did not refill the bucket."""
+    wire = wire_times(prog, fabric, groups, burst)
+    return wire, wire_times(prog, fabric, groups, 0.0) if burst else None
+
+
 def instance_roles(prog: Program) -> np.ndarray:
     """Role code of each instance (that of its first member)."""
     roles = np.zeros(prog.instances, dtype=np.int64)

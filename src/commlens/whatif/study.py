@@ -22,6 +22,7 @@ from commlens.whatif.durations import (
     modelled,
     node_links,
     scaled_groups,
+    wire_pair,
     wire_times,
     worker_waits,
 )
@@ -418,9 +419,9 @@ def run_study(
     if own is not None:
         release = delta_release(prog, own_times, took) if used == "delta" else None
         if flat and used != "delta":
-            wire = wire_times(prog, fabric, prog.cost_groups, own_burst)
-            timeline = replay(prog, own_times, None, own_links, GLOO_WORKERS, wire)
-            del wire
+            wire, queued = wire_pair(prog, fabric, prog.cost_groups, own_burst)
+            timeline = replay(prog, own_times, None, own_links, GLOO_WORKERS, wire, queued)
+            del wire, queued
         else:
             timeline = replay(prog, own_times, release)
         del own_times, release
@@ -460,9 +461,9 @@ def run_study(
         release = delta_release(prog, times, took) if used == "delta" else None
         if flat and used != "delta":
             links = node_links(prog, fabric)
-            wire = wire_times(prog, fabric, groups, on.burst_bytes)
-            timeline = replay(prog, times, None, links, GLOO_WORKERS, wire)
-            del links, wire
+            wire, queued = wire_pair(prog, fabric, groups, on.burst_bytes)
+            timeline = replay(prog, times, None, links, GLOO_WORKERS, wire, queued)
+            del links, wire, queued
         else:
             timeline = replay(prog, times, release)
         del times, release

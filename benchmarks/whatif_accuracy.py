@@ -38,6 +38,7 @@ its median of 3 steps moves by several percent from run to run: the default
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -65,14 +66,15 @@ UNSHAPED = "unshaped"
 
 @dataclass(frozen=True)
 class Row:
-    """One (scheme, link): the step ``whatif`` predicts from the first capture, and the
-    measured step of every run on the link (seconds, median over the kept steps; on the
-    capture link the first run is the capture)."""
+    """One (scheme, link, capture): the step ``whatif`` predicts from the capture link's
+    run ``capture`` (0-based), and the measured step of every run on the link (seconds,
+    median over the kept steps; on the capture link run ``capture`` is the capture)."""
 
     scheme: str
     link: str
     guess_s: float
     runs_s: list[float]
+    capture: int = 0
 
 
 def capture(
@@ -179,9 +181,10 @@ def main() -> int:
         "--repeats",
         type=int,
         default=1,
-        help="run every (scheme, link) this many times, one after the other: the "
-        "prediction (from the first capture) is scored against each, and the runs' "
-        "spread is the host's noise floor",
+        help="run every (scheme, link) this many times, one after the other: every "
+        "capture-link run is replayed for every link, its prediction scored against "
+        "the mean of the link's runs and against each, and the runs' spread is the "
+        "host's noise floor",
     )
     parser.add_argument(
         "--no-fit",
@@ -223,8 +226,9 @@ def main() -> int:
                 runs[link].append(run)
         real = {link: [measured_step(r) for r in runs[link]] for link in links}
         for mode in modes:
-            guess = predicted(runs[args.capture][0], links, nets, mode, own)
-            found[mode] += [Row(scheme, link, guess[link], real[link]) for link in links]
+            for k, run in enumerate(runs[args.capture]):
+                guess = predicted(run, links, nets, mode, own)
+                found[mode] += [Row(scheme, link, guess[link], real[link], k) for link in links]
     for mode in modes:
         report(found[mode], mode, schemes, links, args, steps)
     print(f"took {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
@@ -251,7 +255,7 @@ def report(
     errors: dict[str, list[float]] = {"self": [], "cross": []}
     for row in rows:
         own = row.link == args.capture
-        real_s = row.runs_s[0] if own else float(np.mean(row.runs_s))
+        real_s = row.runs_s[row.capture] if own else float(np.mean(row.runs_s))
         err = row.guess_s / real_s - 1.0
         errors["self" if own else "cross"].append(abs(err))
         line = (
@@ -263,12 +267,14 @@ def report(
             runs = ", ".join(f"{r * 1e3:.1f}" for r in row.runs_s)
             spread = max(row.runs_s) / min(row.runs_s) - 1.0
             line += f"  {runs:>20s} {spread:7.1%} {min(each):+7.1%} to {max(each):+7.1%}"
-        print(line + (" (self: the first run)" if own and many else " (self)" if own else ""))
+        if many:
+            line += f"  from capture {row.capture + 1}"
+        print(line + (" (self)" if own else ""))
     for kind, errs in errors.items():
         if errs:
             print(f"{kind}-replay: mean |error| {np.mean(errs):.1%}, max {max(errs):.1%}")
     if many:
-        spreads = [max(r.runs_s) / min(r.runs_s) - 1.0 for r in rows]
+        spreads = [max(r.runs_s) / min(r.runs_s) - 1.0 for r in rows if r.capture == 0]
         print(
             f"repeated runs of one (scheme, link): spread mean {np.mean(spreads):.1%}, "
             f"max {max(spreads):.1%} (the host's noise floor)"
@@ -284,6 +290,34 @@ def report(
         )
         print(f"sensitivity ({slow} over {fast}), {which}: {ratios}")
     print(f"ordering {'the same' if sens['predicted'] == sens['measured'] else 'DIFFERS'}")
+    if many:
+        _pairwise_order(rows, schemes, slow, fast)
+
+
+def _ratio_range(rows: list[Row], scheme: str, slow: str, fast: str) -> tuple[float, float]:
+    """The least and the most ``slow`` over ``fast`` any two of the scheme's runs give."""
+    by = {r.link: r.runs_s for r in rows if r.scheme == scheme and r.capture == 0}
+    return min(by[slow]) / max(by[fast]), max(by[slow]) / min(by[fast])
+
+
+def _pairwise_order(rows: list[Row], schemes: list[str], slow: str, fast: str) -> None:
+    """Print whether the prediction orders every two schemes as the runs do, for the
+    pairs the runs tell apart: one scheme's least ratio above the other's most."""
+    told, wrong = 0, []
+    for a, b in itertools.combinations(schemes, 2):
+        (a_lo, a_hi), (b_lo, b_hi) = (_ratio_range(rows, s, slow, fast) for s in (a, b))
+        if a_lo <= b_hi and b_lo <= a_hi:
+            continue  # the runs' ranges overlap: the host's noise cannot order them
+        told += 1
+        more, less = (a, b) if a_lo > b_hi else (b, a)
+        if _ratio(rows, more, slow, fast, True) <= _ratio(rows, less, slow, fast, True):
+            wrong.append(f"{more} over {less}")
+    pairs = len(schemes) * (len(schemes) - 1) // 2
+    verdict = f"DIFFERS ({', '.join(wrong)})" if wrong else "the same"
+    print(
+        f"ordering of the {told} of {pairs} pairs the runs tell apart (their ratios' "
+        f"ranges over the repeats apart): {verdict}"
+    )
 
 
 def _extremes(links: list[str]) -> tuple[str, str]:
@@ -298,12 +332,12 @@ def _extremes(links: list[str]) -> tuple[str, str]:
 
 
 def _ratio(rows: list[Row], scheme: str, slow: str, fast: str, guess: bool) -> float:
-    """Step time on ``slow`` over ``fast`` for ``scheme``, predicted or (the mean over the
-    runs) measured."""
-    by = {
-        r.link: r.guess_s if guess else float(np.mean(r.runs_s)) for r in rows if r.scheme == scheme
-    }
-    return by[slow] / by[fast]
+    """Step time on ``slow`` over ``fast`` for ``scheme``, predicted (the mean over the
+    captures) or measured (the mean over the runs)."""
+    by: dict[str, list[float]] = {}
+    for r in (r for r in rows if r.scheme == scheme):
+        by.setdefault(r.link, []).append(r.guess_s if guess else float(np.mean(r.runs_s)))
+    return float(np.mean(by[slow]) / np.mean(by[fast]))
 
 
 if __name__ == "__main__":

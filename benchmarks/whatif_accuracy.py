@@ -19,7 +19,10 @@ link, kept in ``--out`` as ``LINK-fit.toml``, the capture replayed with
 ``--profile`` of its own link's) and prints, per (scheme, link), the predicted and
 measured median step times and the error; then the schemes ordered by link
 sensitivity (slowest link's step over the fastest's), predicted and measured.
-The self-replay row is the capture predicted on its own link.
+The self-replay row is the capture predicted on its own link. With ``--repeats N``
+every run is made N times and every capture-link run is replayed (a row per
+capture); the sensitivity order is then also checked pair by pair, for the pairs
+of schemes whose ratios over the repeats do not overlap.
 
 The default links are slow so that gpt-tiny's messages (a 564 KB gradient
 all-reduce for dp) keep the link busy: the shaper lets its bucket (4 ms of the rate,

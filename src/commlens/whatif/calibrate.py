@@ -37,7 +37,6 @@ from commlens.whatif.durations import (
     Steps,
     dense_unique,
     host_in_alpha,
-    instance_roles,
     op_steps,
 )
 from commlens.whatif.model import Program
@@ -139,7 +138,7 @@ def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     group spans, role, op)."""
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
-    per_inst = spans[prog.inst_group] * len(tr.role_names) + instance_roles(prog)
+    per_inst = spans[prog.inst_group] * len(tr.role_names) + prog.inst_role
     key = per_inst[prog.inst]
     del per_inst
     key *= len(tr.op_names)

@@ -250,13 +250,6 @@ def wire_pair(
     return wire, wire_times(prog, fabric, groups, 0.0) if burst else None
 
 
-def instance_roles(prog: Program) -> np.ndarray:
-    """Role code of each instance (that of its first member)."""
-    roles = np.zeros(prog.instances, dtype=np.int64)
-    roles[prog.inst[::-1]] = prog.trace.role[::-1]
-    return roles
-
-
 def ring_flows(fabric: Fabric, groups: Iterable[Sequence[int]]) -> int:
     """Flows on the busiest node's inter-node link when every group runs a flat ring in
     its rank order: the ring's edges that leave the node, over the role's groups."""
@@ -377,20 +370,15 @@ def _per_kind(
     """``cost(op, size, group, role)`` of each event (its own op: a pair's send and
     receive differ; its instance's size, group and role), evaluated once per
     distinct combination; of ``events`` only where given."""
-    roles = instance_roles(prog)
     n_roles = len(prog.trace.role_names)
-    sizes, size_of = np.unique(prog.inst_size, return_inverse=True)
-    inst_key = (prog.inst_group * n_roles + roles) * sizes.size + size_of.ravel()
-    inst_kinds, inst_kind = np.unique(inst_key, return_inverse=True)
-    del roles, size_of, inst_key
+    sizes, inst_kinds, inst_kind = prog.inst_kinds
     ops, inst = (
         (prog.trace.op, prog.inst) if events is None else (prog.trace.op[events], prog.inst[events])
     )
     key = ops.astype(np.int64)
     key *= inst_kinds.size
-    key += inst_kind.ravel()[inst]
+    key += inst_kind[inst]
     del ops, inst
-    del inst_kind
     unique, which = dense_unique(key)
     del key
     times = np.array(
@@ -466,7 +454,7 @@ def modelled(
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
     ops = _op_names(prog, flat)
-    roles = instance_roles(prog)
+    roles = prog.inst_role
     colls, channels = _groups_of_roles(prog, cost_groups, roles)
     flows = {role: link_flows(fabric, groups) for role, groups in colls.items()}
     rings = {role: ring_flows(fabric, groups) for role, groups in colls.items()}
@@ -519,7 +507,7 @@ def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:
             "--dp: the run has no data-parallel group (no op with role dp) to scale out"
         )
     dp_code = tr.role_names.index("dp")
-    roles = instance_roles(prog)
+    roles = prog.inst_role
     dp_groups = sorted(set(prog.inst_group[roles == dp_code].tolist()))
     sizes = {len(prog.cost_groups[g]) for g in dp_groups}
     if len(sizes) != 1:

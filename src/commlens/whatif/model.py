@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -101,6 +102,27 @@ class Program:
     @property
     def instances(self) -> int:
         return int(self.first_of_queue.size)
+
+    @property
+    def inst_role(self) -> np.ndarray:
+        """Role code of each instance (that of its first member), int32; made anew at
+        each use (10 ms at 1 M events), not kept beside the program."""
+        roles = np.zeros(self.instances, dtype=np.int32)
+        roles[self.inst[::-1]] = self.trace.role[::-1]
+        return roles
+
+    @cached_property
+    def inst_kinds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct message sizes, distinct kinds, each instance's index into the
+        kinds, int32): an instance's kind is ``(group · roles + role) · sizes + size
+        index``, all that its cost depends on but its op. Made once for every costing
+        of the program (two sorts of the instances, 0.17 s a costing at 1 M events)."""
+        sizes, size_of = np.unique(self.inst_size, return_inverse=True)
+        key = self.inst_group.astype(np.int64) * len(self.trace.role_names) + self.inst_role
+        key *= sizes.size
+        key += size_of.ravel()
+        kinds, kind = np.unique(key, return_inverse=True)
+        return sizes, kinds, kind.ravel().astype(np.int32)
 
 
 BUILD_ONLY = ("group", "peer", "is_async", "t_wait")

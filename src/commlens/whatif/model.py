@@ -111,16 +111,22 @@ class Program:
         roles[self.inst[::-1]] = self.trace.role[::-1]
         return roles
 
+    def size_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the run's distinct message sizes, sorted; each instance's index into them,
+        int32)."""
+        sizes, size_of = np.unique(self.inst_size, return_inverse=True)
+        return sizes, size_of.ravel().astype(np.int32)
+
     @cached_property
     def inst_kinds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(distinct message sizes, distinct kinds, each instance's index into the
         kinds, int32): an instance's kind is ``(group · roles + role) · sizes + size
         index``, all that its cost depends on but its op. Made once for every costing
         of the program (two sorts of the instances, 0.17 s a costing at 1 M events)."""
-        sizes, size_of = np.unique(self.inst_size, return_inverse=True)
+        sizes, size_of = self.size_levels()
         key = self.inst_group.astype(np.int64) * len(self.trace.role_names) + self.inst_role
         key *= sizes.size
-        key += size_of.ravel()
+        key += size_of
         kinds, kind = np.unique(key, return_inverse=True)
         return sizes, kinds, kind.ravel().astype(np.int32)
 

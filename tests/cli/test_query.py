@@ -9,9 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
@@ -227,12 +230,72 @@ def test_ctrl_c_stops_a_running_query(tiny: Path) -> None:
             time.sleep(1)
             proc.kill()
             pytest.fail(f"Ctrl-C after {delay} s did not end the query:\n{proc.stderr.read()}")
-        assert code == 130
+        err = proc.stderr.read()
+        assert code == 130, f"Ctrl-C after {delay} s: exit {code}\n{err}"
         assert time.monotonic() - sent < 20  # uninterrupted, either would run for minutes
         # (a Ctrl-C while the command line is still parsed has no command to name)
-        assert proc.stderr.read() in ("commlens query: interrupted\n", "commlens: interrupted\n")
+        assert err in ("commlens query: interrupted\n", "commlens: interrupted\n")
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt, as in a terminal (a suite started in the
+    background inherits it ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+class _Interrupting:
+    """A class attribute whose ``__set_name__`` gets Ctrl-C, as a dataclass field can
+    while its module imports."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_ctrl_c_while_a_module_imports_is_an_interruption(
+    tiny: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    ctrl_c_raises: None,
+) -> None:
+    # Python reports the KeyboardInterrupt of a __set_name__ as a RuntimeError
+    # (3.11), which once came out as a traceback and exit code 1.
+    def build_parser() -> object:
+        type("Imported", (), {"field": _Interrupting()})
+        raise AssertionError("Ctrl-C did not stop the import")
+
+    monkeypatch.setattr("commlens.cli.main.build_parser", build_parser)
+    assert main(["query", str(tiny), "SELECT 1"]) == 130
+    assert capsys.readouterr().err == "commlens: interrupted\n"
+
+
+def test_ctrl_c_as_the_worker_starts_stops_it_before_the_connection_closes(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Interrupted inside Thread.start, the statement's worker runs but its result was
+    # never returned: the session must still stop it, not close the connection
+    # under it (the interpreter then aborts at exit, "FATAL: exception not rethrown").
+    start = threading.Thread.start
+    started: list[threading.Thread] = []
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        start(thread)
+        started.append(thread)
+        raise KeyboardInterrupt
+
+    cross_join = "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b"
+    session = open_query(tiny)
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt), session:
+        session.execute(cross_join)
+    monkeypatch.undo()
+    assert len(started) == 1 and not started[0].is_alive() and not session.running
+    with pytest.raises(duckdb.ConnectionException):
+        session.con.sql("SELECT 1")
 
 
 def test_a_closed_pipe_ends_the_query_quietly(tiny: Path) -> None:

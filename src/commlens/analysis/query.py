@@ -77,8 +77,12 @@ class QuerySession:
 
     def execute(self, sql: str, batch_rows: int = BATCH_ROWS) -> QueryResult:
         """Start ``sql``; iterate the returned result (a context manager) for its batches."""
-        self._busy = QueryResult(self, sql, batch_rows)
-        return self._busy
+        return QueryResult(self, sql, batch_rows)
+
+    @property
+    def running(self) -> bool:
+        """Whether a statement's worker still runs (DuckDB has not yet stopped it)."""
+        return self._busy is not None and self._busy.running
 
     def close(self) -> None:
         """Stop a statement still running; close the connection (unless the statement is
@@ -164,6 +168,9 @@ class QueryResult:
         self._stop = threading.Event()
         self._schema: pa.Schema | None = None
         self.thread = threading.Thread(target=self._work, name="commlens-query", daemon=True)
+        # Known to the session before the worker starts: a Ctrl-C while it starts
+        # still finds it, so the session stops it before closing the connection.
+        session._busy = self
         self.thread.start()
 
     # worker thread ------------------------------------------------------------------

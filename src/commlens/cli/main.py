@@ -81,7 +81,11 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-    except KeyboardInterrupt:  # Ctrl-C before a command started
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C before a command started
+        # A KeyboardInterrupt raised while a module imports can come out as another
+        # error (a dataclass field's __set_name__ wraps it in a RuntimeError).
+        if not (isinstance(exc, KeyboardInterrupt) or _Sigint.seen):
+            raise
         print("commlens: interrupted", file=sys.stderr)
         return 130
     if getattr(args, "func", None) is None:

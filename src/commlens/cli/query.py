@@ -16,7 +16,7 @@ from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
 
 if TYPE_CHECKING:
-    from commlens.analysis.query import QueryResult
+    from commlens.analysis.query import QueryResult, QuerySession
 
 DEFAULT_MAX_ROWS = 100
 
@@ -64,7 +64,7 @@ def run_query(args: argparse.Namespace) -> int:
     fmt = output_format(args.output, args.format)  # -o /dev/null: text
     if fmt not in ("text", "csv", "json"):
         raise UsageError(f"query output is text, csv or json, not {fmt}")
-    result: QueryResult | None = None
+    session: QuerySession | None = None
     try:
         with open_query(args.run, quiet=False) as session:
             if args.output and args.output != "-":
@@ -76,7 +76,7 @@ def run_query(args: argparse.Namespace) -> int:
                 with session.execute(args.sql) as result:
                     _to_stdout(result, fmt, args)
     except KeyboardInterrupt:
-        if result is not None and result.running:
+        if session is not None and session.running:
             # DuckDB did not stop the statement in time: leaving normally would wait
             # for it at exit (minutes), so the process ends here.
             print("commlens query: interrupted", file=sys.stderr, flush=True)

@@ -409,6 +409,21 @@ def open_run(
     import duckdb
 
     con = duckdb.connect()
+    try:  # closed on any failure, Ctrl-C included: no database is left to finalize
+        return _view(con, source, quiet=quiet, threads=threads, steps=steps)
+    except BaseException:
+        con.close()
+        raise
+
+
+def _view(
+    con: duckdb.DuckDBPyConnection,
+    source: str | Path | Run,
+    *,
+    quiet: bool,
+    threads: int,
+    steps: StepRange | None,
+) -> RunView:
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if isinstance(source, Run):
@@ -434,11 +449,7 @@ def open_run(
         _create_ranks(view)
         return view
     run_dir = Path(source)
-    try:
-        found = open_files(run_dir)
-    except BaseException:
-        con.close()
-        raise
+    found = open_files(run_dir)
     roles, warnings = group_roles(found.manifest)
     found.warnings.extend(warnings)
     view = RunView(

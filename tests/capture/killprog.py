@@ -1,4 +1,4 @@
-"""A rank SIGKILLed well after its last ops: ``python killprog.py OUT FLUSH_S QUIET_S HOW``.
+"""A rank SIGKILLed well after its last ops: ``killprog.py OUT FLUSH_S QUIET_S HOW [DISK_S]``.
 
 Run under :func:`commlens.launch.launch_ranks` with 2 ranks. Each rank traces
 with ``flush_seconds=FLUSH_S`` and records :data:`OPS` ops: DDP's broadcast
@@ -10,7 +10,8 @@ recorder; only the writer thread can write them. Each rank then writes
 ``OUT/marker-R.json`` (when, how many ops, how many steps) and spends QUIET_S
 seconds: HOW ``quiet`` sleeps, HOW ``busy`` keeps issuing blocking
 all-reduces. Then rank 1 writes ``OUT/kill-1.json`` (when) and SIGKILLs
-itself; rank 0 sleeps until the launcher stops it.
+itself; rank 0 sleeps until the launcher stops it. With DISK_S every fsync
+first waits DISK_S seconds, as on a loaded disk.
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ def _record(path: Path, data: dict[str, object]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
+
+
+def _slow_disk(wait_s: float) -> None:
+    fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(wait_s)
+        fsync(fd)
+
+    os.fsync = slow_fsync
 
 
 def main(out: Path, flush_s: float, quiet_s: float, how: str) -> None:
@@ -77,4 +88,6 @@ def main(out: Path, flush_s: float, quiet_s: float, how: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 5:
+        _slow_disk(float(sys.argv[5]))
     main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])

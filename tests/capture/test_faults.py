@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import commlens
+import commlens.capture.recorder as recorder_module
+from commlens.capture.recorder import Recorder
 from commlens.errors import RunFormatError
 from commlens.launch import free_port, launch_ranks
 from commlens.trace.packed import expand, read_packed_parts
@@ -70,11 +73,14 @@ def test_sigkill_of_one_rank_leaves_the_others_readable(tmp_path: Path) -> None:
 
     The killed rank's last ops sit in the recorder, never collected by the
     recording thread: only the writer thread's timed drain writes them.
-    Repeated, with the rank idle and busy at the kill.
+    Repeated, with the rank idle and busy at the kill, and on a disk whose
+    every fsync waits 30 ms (busy, it once kept the writer thread writing
+    one-event parts without end, and its rank json stayed as first written).
     """
-    for attempt, how in enumerate(["quiet", "busy", "quiet", "busy", "quiet"]):
-        out = tmp_path / f"{attempt}-{how}"
-        argv = [sys.executable, str(KILL_PROG), str(out), str(FLUSH_S), str(QUIET_S), how]
+    tries = ["quiet", "busy", "quiet", "busy", "quiet", "busy 0.03", "quiet 0.03"]
+    for attempt, how in enumerate(tries):
+        out = tmp_path / f"{attempt}-{how.replace(' ', '-')}"
+        argv = [sys.executable, str(KILL_PROG), str(out), str(FLUSH_S), str(QUIET_S), *how.split()]
         launch = launch_ranks(argv, 2)
         # Rank 1 died by SIGKILL; the launcher then stopped rank 0 by SIGTERM.
         assert launch.exit_codes == [-15, -9] and launch.first_failed == 1, how
@@ -243,6 +249,78 @@ def test_the_writer_thread_drains_writes_and_checkpoints_on_its_timer(tmp_path: 
     n = 10 * (EventWriter.max_pending + 2)
     assert calls[:4] == ["drain", f"checkpoint {n}", "drain", f"checkpoint {n}"]
     assert pq.read_table(final).column("seq").to_pylist() == list(range(n))
+
+
+def test_a_job_appending_faster_than_parts_are_written_still_gets_its_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timed pass writes what was queued when it began, then checkpoints.
+
+    Each fsync waits 30 ms (a loaded disk) while an op is appended every 5 ms:
+    a pass that wrote until the queue was empty never ended while the job ran.
+    """
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.03)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    checkpoints: list[float] = []
+    writer = EventWriter(
+        tmp_path, 0, flush_events=100_000, flush_seconds=0.05,
+        checkpoint=lambda: checkpoints.append(time.monotonic()),
+    )  # fmt: skip
+    row = _row()
+    t0 = time.monotonic()
+    n = 0
+    while time.monotonic() - t0 < 1.5:
+        writer.append((0, n, *row[2:]))
+        n += 1
+        time.sleep(0.005)
+    during = [t for t in checkpoints if t < t0 + 1.5]
+    final = writer.close()
+    # A pass is one part's write (about 0.1 s here) plus the period: about ten.
+    assert len(during) >= 4, (len(during), n)
+    assert pq.read_table(final).column("seq").to_pylist() == list(range(n))
+
+
+def test_rank_json_rewrites_are_spaced_by_cpu_time_not_by_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow disk never delays the next rewrite; a large json's costly encoding does."""
+    real_write = recorder_module.write_json_atomic
+    big = recorder_module.META_SPACED_FROM
+
+    def rank_json_steps() -> int:
+        return len(json.loads((tmp_path / "rank-00000.json").read_text())["steps"])
+
+    for cost, before, rewritten in (("disk", 0, True), ("disk", big, True), ("cpu", big, False)):
+
+        def costly_write(
+            path: Path, data: dict[str, object], cost: str = cost, **kw: object
+        ) -> None:
+            if cost == "disk":
+                time.sleep(0.2)  # waits, holding no CPU: no spacing
+            else:
+                end = time.thread_time() + 0.02  # 20 ms of CPU: 2 s to the next rewrite
+                while time.thread_time() < end:
+                    pass
+            real_write(path, data, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(recorder_module, "write_json_atomic", costly_write)
+        rec = Recorder(tmp_path)
+        rec.rank, rec.world_size = 0, 1
+        window = {"step": 0, "t_start_ns": 1, "t_end_ns": 2}
+        rec.steps.steps.extend([window] * before)
+        rec._checkpoint()
+        assert rank_json_steps() == before
+        if cost == "disk" and before:  # spaced by its CPU time: the 0.2 s wait would be 20 s
+            assert rec._meta_due - time.monotonic() < 5.0
+            continue
+        rec.steps.steps.append(window)
+        rec._checkpoint()
+        assert rank_json_steps() == before + rewritten, (cost, before)
 
 
 def test_a_failed_close_leaves_the_parts_and_no_rank_file(

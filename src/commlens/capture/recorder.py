@@ -56,8 +56,13 @@ COLLECT_AT = 64
 # After an optimizer step, the first of these starts the next step (a pipeline
 # stage's receive of its next activations comes before its forward).
 P2P_OPS = frozenset(("send", "recv", "send_object", "recv_object"))
-# The writer thread's rank-json rewrites take at most this share of its time.
+# Past META_SPACED_FROM step windows, the writer thread's rank-json rewrites use
+# at most META_SHARE of the CPU time (encoding 100,000 steps holds the GIL for
+# a while). Waiting on the disk is not counted: a slow fsync holds nothing the
+# job needs. A smaller rank json (about 100 kB) is rewritten whenever it
+# changed: one garbage collection inside a write would space it seconds apart.
 META_SHARE = 0.01
+META_SPACED_FROM = 1000
 
 
 @dataclass(slots=True)
@@ -268,27 +273,28 @@ class Recorder:
     def write_meta(self, status: str) -> None:
         """Write this rank's ``rank-NNNNN.json`` whole (temporary file, fsync, rename)."""
         assert self.rank is not None
-        # Copies: another thread may add steps or meta while this one writes.
-        steps, meta, clock_info = list(self.steps.steps), dict(self.meta), self.clock_info
-        data = {
-            "format": FORMAT_NAME + "-rank",
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "status": status,
-            "events": self.writer.n_events if self.writer else 0,
-            "t_start_ns": self.t_start_ns,
-            "t_end_ns": self.clock(),
-            "steps": steps,
-            "clock": clock_info,
-            "recording_error": self.error,
-            "meta": meta,
-        }
         if not self._meta_lock.acquire(timeout=5.0):  # a signal handler never hangs here
             raise TimeoutError(f"rank {self.rank}: rank metadata still being written")
         try:
+            # Copies taken under the lock: another thread may add steps or meta
+            # meanwhile, and a rewrite never replaces a newer one with older copies.
+            steps, meta, clock_info = list(self.steps.steps), dict(self.meta), self.clock_info
+            data = {
+                "format": FORMAT_NAME + "-rank",
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "backend": self.backend,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "status": status,
+                "events": self.writer.n_events if self.writer else 0,
+                "t_start_ns": self.t_start_ns,
+                "t_end_ns": self.clock(),
+                "steps": steps,
+                "clock": clock_info,
+                "recording_error": self.error,
+                "meta": meta,
+            }
             write_json_atomic(rank_meta_path(self.run_dir, self.rank), data, indent=None)
             self._meta_seen = (len(steps), clock_info, meta, data["events"])
         finally:
@@ -319,13 +325,14 @@ class Recorder:
     def _checkpoint(self) -> None:
         """Rewrite the rank json if its steps, clock, meta or events changed (writer thread).
 
-        For a rank json grown large (100,000 steps) rewrites are spaced so
-        that they take at most :data:`META_SHARE` of the time.
+        Past :data:`META_SPACED_FROM` steps, rewrites are spaced so that they
+        use at most :data:`META_SHARE` of the CPU time; a smaller rank json is
+        rewritten at every checkpoint that finds it changed, however slow the disk.
         """
         if self.disabled or self._closing or self.rank is None:
             return
         seen = self._meta_seen
-        now = time.monotonic()
+        now, cpu = time.monotonic(), time.thread_time()
         if now < self._meta_due or (
             seen is not None
             and seen[0] == len(self.steps.steps)
@@ -338,7 +345,8 @@ class Recorder:
             self.write_meta("running")
         except Exception as exc:
             self.fail(exc)
-        self._meta_due = now + (time.monotonic() - now) / META_SHARE
+        if len(self.steps.steps) >= META_SPACED_FROM:
+            self._meta_due = now + (time.thread_time() - cpu) / META_SHARE
 
     # -- recording ---------------------------------------------------------
     def on_call(

@@ -193,9 +193,10 @@ class EventWriter:
     def flush(self) -> None:
         """Write everything queued so far; wait until it is on disk."""
         with self._lock:
+            target = self.n_events  # later appends (other threads) are not waited for
             self._flush_now = True
             self._wake.notify()
-            while (self._queue or self._writing) and self._thread.is_alive():
+            while self._n_written < target and self._thread.is_alive() and self.error is None:
                 self._room.wait(0.1)
         self._raise_error()
 
@@ -215,10 +216,15 @@ class EventWriter:
                 due = now + period
                 if not self._hook(self.drain):
                     return
-            # Full batches only, unless it is time (or asked) to write it all.
-            everything = stop or asked or timed
-            while len(queue) >= size or (queue and everything):
-                n = min(len(queue), size)
+            # What is queued now, no more: a job that queues events faster than
+            # parts are written never keeps this pass from its checkpoint. Full
+            # batches only, unless it is time (or asked) to write it all.
+            todo = len(queue)
+            if not (stop or asked or timed):
+                todo -= todo % size
+            while todo > 0:
+                n = min(todo, size)
+                todo -= n
                 self._writing = n
                 popleft = queue.popleft
                 batch = b"".join([popleft() for _ in range(n)])
@@ -234,7 +240,7 @@ class EventWriter:
                     self._room.notify_all()
             if timed and not self._hook(self.checkpoint):
                 return
-            if stop:
+            if stop and not queue:
                 return
 
     def _hook(self, hook: Callable[[], None] | None) -> bool:

@@ -15,7 +15,9 @@ and whatever is left of them is taken by the writer thread every
 ``flush_seconds``, just before it writes and fsyncs a part; right after, it
 rewrites this rank's ``rank-NNNNN.json`` (step windows so far, clock offsets)
 when that changed. So an op completed, or a step ended, more than
-``flush_seconds`` plus one part's write before a SIGKILL is on disk.
+``flush_seconds`` plus one part's write before a SIGKILL is on disk (a step
+of a rank json past :data:`META_SPACED_FROM` steps, once its spaced rewrite
+comes).
 """
 
 from __future__ import annotations

@@ -7,12 +7,15 @@ fsynced and renamed into place whole) whenever ``flush_events`` events are
 queued, and everything queued at least every ``flush_seconds`` seconds, so
 the caller never converts anything. Before each timed write the thread runs
 the caller's ``drain`` (events the caller holds back join the queue), after
-it the caller's ``checkpoint``. An event appended at time t is therefore on
-disk by t + ``flush_seconds`` + the time one such write takes; a rank killed
-mid-run loses only what came later. ``close()`` turns the parts (one at a
-time: memory stays bounded) into the row groups of ``rank-NNNNN.parquet``,
-written under a temporary name and renamed into place once complete, and
-removes the parts: a reader never sees a partial rank file.
+it the caller's ``checkpoint``. A pass writes what was queued when it began:
+events queued meanwhile wait for the next, so a job that queues faster than
+a slow disk takes parts never keeps the checkpoint from its turn. An event
+appended at time t is therefore on disk by t + ``flush_seconds`` + the time
+one such write takes; a rank killed mid-run loses only what came later.
+``close()`` turns the parts (one at a time: memory stays bounded) into the
+row groups of ``rank-NNNNN.parquet``, written under a temporary name and
+renamed into place once complete, and removes the parts: a reader never sees
+a partial rank file.
 """
 
 from __future__ import annotations

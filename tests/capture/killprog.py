@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,14 +44,14 @@ def _record(path: Path, data: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def _slow_disk(wait_s: float) -> None:
-    fsync = os.fsync
+def slowed(fsync: Callable[[int], None], wait_s: float) -> Callable[[int], None]:
+    """``fsync`` on a loaded disk: each call first waits ``wait_s`` seconds, holding no CPU."""
 
     def slow_fsync(fd: int) -> None:
         time.sleep(wait_s)
         fsync(fd)
 
-    os.fsync = slow_fsync
+    return slow_fsync
 
 
 def main(out: Path, flush_s: float, quiet_s: float, how: str) -> None:
@@ -89,5 +90,5 @@ def main(out: Path, flush_s: float, quiet_s: float, how: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 5:
-        _slow_disk(float(sys.argv[5]))
+        os.fsync = slowed(os.fsync, float(sys.argv[5]))
     main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])

@@ -334,7 +334,7 @@ class Recorder:
         if self.disabled or self._closing or self.rank is None:
             return
         seen = self._meta_seen
-        now, cpu = time.monotonic(), time.thread_time()
+        now = time.monotonic()
         if now < self._meta_due or (
             seen is not None
             and seen[0] == len(self.steps.steps)
@@ -343,6 +343,7 @@ class Recorder:
             and seen[3] == (self.writer.n_events if self.writer else 0)
         ):
             return
+        cpu = time.thread_time()
         try:
             self.write_meta("running")
         except Exception as exc:

@@ -22,6 +22,7 @@ from commlens.errors import CommlensError
 SUBCOMMANDS: tuple[str, ...] = (
     "trace",
     "merge",
+    "imports",
     "run",
     "report",
     "compare",

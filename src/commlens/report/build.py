@@ -13,6 +13,12 @@ from commlens.analysis.rankpass import RankPass, rank_pass
 from commlens.errors import UsageError
 from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
+from commlens.report.provenance import (
+    CALLER_BLOCKED,
+    exposed_meaning,
+    provenance_facts,
+    synthetic_times,
+)
 from commlens.trace.files import format_ranks
 from commlens.trace.layout import MANIFEST
 from commlens.trace.reader import RunView
@@ -161,6 +167,7 @@ def run_facts(run: RunView) -> list[tuple[str, str]]:
                 f"{'' if first is None else first}:{'' if stop is None else stop} (only these)",
             )
         )
+    facts += provenance_facts(m)
     if run.missing_ranks:
         facts.append(
             (
@@ -230,7 +237,7 @@ def _records(table: pa.Table) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def _headline(rp: RankPass) -> list[str]:
+def _headline(rp: RankPass, exposed: str) -> list[str]:
     """The highlights over the pass ``rp`` (the headline's steps)."""
     rank_t = steps.rank_summary(steps.step_table(rp))
     return highlights(
@@ -239,6 +246,7 @@ def _headline(rp: RankPass) -> list[str]:
         breakdown.phase_table(rp),
         skew.skew_table(rp),
         skew.straggler_table(rp),
+        exposed,
     )
 
 
@@ -268,6 +276,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
     tput_t = throughput.throughput_table(rp)
     tput_sum = throughput.throughput_summary(tput_t)
 
+    exposed = exposed_meaning(run.manifest)
     cross_note = (
         f"Ranks {format_ranks(run.missing_ranks)} are missing: groups that "
         "include them are left out."
@@ -288,8 +297,9 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             step_t,
             STEP_COLUMNS,
             max_rows=50,
-            note="comm = union of op intervals (overlaps counted once); exposed = time "
-            "the caller was blocked; overlapped = comm - exposed." + _outside_note(step_t),
+            note="comm = union of op intervals (overlaps counted once); exposed = "
+            f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
+            "overlapped = comm - exposed." + _outside_note(step_t),
             plots=[("Time breakdown per step", plot("step_breakdown", step_t))],
         ),
         Section("ranks", "Ranks (over all steps)", rank_t, RANK_COLUMNS, max_rows=64),
@@ -374,10 +384,16 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         "throughput": _records(tput_t),
     }
     if rp.head is None:  # the view's own steps
-        lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t)
+        lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t, exposed)
     else:
-        lines = _headline(rp.head)
+        lines = _headline(rp.head, exposed)
     lines = [*lines, coverage.line]
+    if synthetic_times(run.manifest):
+        lines = [
+            "imported aggregate-only data: times are synthetic; only op counts and bytes "
+            "are measurements",
+            *[line for line in lines if line.startswith(("top op", "headline"))],
+        ]
     data["highlights"] = lines
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
     return Document(

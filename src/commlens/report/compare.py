@@ -11,6 +11,7 @@ from commlens.analysis.compare import compare_ops, compare_summary, run_labels, 
 from commlens.analysis.rankpass import rank_pass
 from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
+from commlens.report.provenance import provenance_facts
 from commlens.trace.reader import RunView
 
 SUMMARY_COLUMNS = (
@@ -85,6 +86,8 @@ def build_compare(runs: Sequence[RunView]) -> Document:
     ops = compare_ops(passes)
     labels = run_labels(passes)
     facts = [(label, str(run.path)) for label, run in zip(labels, runs, strict=True)]
+    for label, run in zip(labels, runs, strict=True):
+        facts += [(f"{label}: {key}", value) for key, value in provenance_facts(run.manifest)]
     warnings = [
         f"{label}: {w}" for label, run in zip(labels, runs, strict=True) for w in run.warnings
     ]

@@ -12,17 +12,23 @@ def _pct(x: float) -> str:
 
 
 def highlights(
-    ops: pa.Table, ranks: pa.Table, phases: pa.Table, skew: pa.Table, stragglers: pa.Table
+    ops: pa.Table,
+    ranks: pa.Table,
+    phases: pa.Table,
+    skew: pa.Table,
+    stragglers: pa.Table,
+    exposed: str = "the caller blocked",
 ) -> list[str]:
-    """Plain-language answers from the analysis tables (empty parts are skipped)."""
+    """Plain-language answers from the analysis tables (empty parts are skipped);
+    ``exposed`` says what exposed time is in this run."""
     lines: list[str] = []
     step_s = sum(ranks.column("step_s").to_pylist()) if ranks.num_rows else 0.0
     if step_s > 0:
         comm = sum(ranks.column("comm_s").to_pylist())
-        exposed = sum(ranks.column("exposed_s").to_pylist())
+        exposed_s = sum(ranks.column("exposed_s").to_pylist())
         lines.append(
             f"communication covers {_pct(comm / step_s)} of step time over all "
-            f"ranks; {_pct(exposed / step_s)} is exposed (the caller blocked)"
+            f"ranks; {_pct(exposed_s / step_s)} is exposed ({exposed})"
         )
     total = sum(ops.column("service_s").to_pylist()) if ops.num_rows else 0.0
     if total > 0:  # service time: ops queued on one group count once, like the union

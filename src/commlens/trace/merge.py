@@ -37,7 +37,7 @@ from commlens.trace.layout import (
 )
 from commlens.trace.manifest import merge_manifest, read_json, read_manifest, write_json_atomic
 from commlens.trace.nodes import collect_nodes, live_nodes, read_job, write_node
-from commlens.trace.rundir import first_foreign, is_run_dir
+from commlens.trace.rundir import build_beside, first_foreign, is_run_dir
 
 _RANK_META = re.compile(r"^rank-(\d{5,})\.json$")
 # Files of an input that are rebuilt, not copied.
@@ -183,20 +183,7 @@ def merge_runs(out: Path, dirs: Sequence[Path]) -> MergeResult:
     sources = [read_source(Path(d)) for d in dirs]
     _check_out(out, sources)
     world, warnings = check_sources(sources)
-    tmp = out.parent / f".{out.name}.merge-{os.getpid()}.tmp"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
-        _build(tmp, sources)
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        os.rename(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UsageError(f"{out}: cannot write the joined run ({exc.strerror or exc})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    build_beside(out, lambda tmp: _build(tmp, sources), "the joined run", "merge")
     ranks = sorted(r for s in sources for r in s.ranks)
     nodes = len(collect_nodes(out))
     return MergeResult(out, world, ranks, nodes, warnings)

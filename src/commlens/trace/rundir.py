@@ -263,3 +263,28 @@ def join_run_dir(out: Path, job: JobIdentity, force: bool, node: dict[str, objec
             slot = job.slot if job.slot is not None else 0
         write_node(node_path(out, slot), {**node, "slot": slot, "status": "running"})
         return slot
+
+
+def build_beside(out: Path, build: Callable[[Path], None], what: str, tag: str) -> None:
+    """Build a run with ``build(tmp)`` in a temporary directory beside ``out``, then
+    rename it onto ``out`` (absent, empty, or an old commlens run, cleared first):
+    ``out`` holds the whole run or what it held before. ``what`` names the run in
+    the one-line error; ``tag`` the temporary directory."""
+    tmp = out.parent / f".{out.name}.{tag}-{os.getpid()}.tmp"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        build(tmp)
+        if out.is_dir():
+            if is_run_dir(out):
+                clear_run(out)
+            out.rmdir()
+        os.rename(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UsageError(f"{out}: cannot write {what} ({exc.strerror or exc})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

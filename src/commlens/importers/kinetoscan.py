@@ -1,0 +1,199 @@
+"""One pass over one PyTorch profiler (Kineto) trace file, keeping only what an import needs.
+
+:func:`scan` streams the file's events (:mod:`.jsonstream`) and keeps the
+communication CPU ops (``record_param_comms``, ``c10d::*``), the ``gloo:*``
+and ``nccl:*`` annotations, the NCCL/RCCL kernels, the kernel launches'
+correlation ids, the step windows and the spans that name phases and
+modules. Every other kernel is kept as two numbers (its interval on its
+device), for the comm kernels' overlap with compute. What is kept grows with
+the number of kernels and comm ops, not with the rest of the trace.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commlens.importers.commops import is_comm_kernel
+from commlens.importers.jsonstream import TraceStream
+
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+_PHASE_NAMES = {
+    "## forward ##": "forward",
+    "## backward ##": "backward",
+    "## optimizer ##": "optimizer",
+}
+
+
+@dataclass
+class CpuOp:
+    """A CPU op or annotation kept by the scan (times in µs as the file has them)."""
+
+    name: str
+    tid: int
+    ts: float
+    dur: float
+    args: dict[str, Any]
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class Kernel(CpuOp):
+    """A comm kernel: ``tid`` is its stream."""
+
+    device: int = 0
+
+
+@dataclass
+class Spans:
+    """Intervals on CPU threads that name a phase or a module, kept compactly."""
+
+    tid: array = field(default_factory=lambda: array("q"))
+    start: array = field(default_factory=lambda: array("d"))
+    end: array = field(default_factory=lambda: array("d"))
+    label: array = field(default_factory=lambda: array("l"))
+    labels: dict[str, int] = field(default_factory=dict)
+
+    def add(self, tid: int, ts: float, dur: float, label: str) -> None:
+        lid = self.labels.setdefault(label, len(self.labels))
+        self.tid.append(tid)
+        self.start.append(ts)
+        self.end.append(ts + dur)
+        self.label.append(lid)
+
+
+@dataclass
+class FileScan:
+    """What one trace file holds for an import."""
+
+    path: Path
+    top: dict[str, Any] = field(default_factory=dict)
+    bytes: int = 0
+    events: int = 0
+    pids: set[int] = field(default_factory=set)
+    rpc: list[CpuOp] = field(default_factory=list)
+    c10d: list[CpuOp] = field(default_factory=list)
+    annotations: list[CpuOp] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)
+    compute: dict[int, tuple[array, array]] = field(default_factory=dict)
+    launch_corr: array = field(default_factory=lambda: array("q"))
+    launch_tid: array = field(default_factory=lambda: array("q"))
+    launch_ts: array = field(default_factory=lambda: array("d"))
+    steps: list[tuple[int, float, float]] = field(default_factory=list)
+    phases: Spans = field(default_factory=Spans)
+    modules: Spans = field(default_factory=Spans)
+    thread_names: dict[int, str] = field(default_factory=dict)
+
+    def launches(self) -> dict[int, tuple[int, float]]:
+        """correlation -> (tid, ts) of the launches of the kept comm kernels."""
+        wanted = {int(k.args.get("correlation", -1)) for k in self.kernels}
+        corr = np.frombuffer(self.launch_corr, dtype=np.int64) if len(self.launch_corr) else None
+        if corr is None:
+            return {}
+        idx = np.nonzero(np.isin(corr, np.array(sorted(wanted), np.int64)))[0]
+        return {int(corr[i]): (int(self.launch_tid[i]), float(self.launch_ts[i])) for i in idx}
+
+    def compute_union(self, device: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union of the compute kernels' intervals on ``device``, sorted, disjoint."""
+        pair = self.compute.get(device)
+        if pair is None or not len(pair[0]):
+            return np.empty(0), np.empty(0)
+        starts = np.frombuffer(pair[0], dtype=np.float64)
+        ends = np.frombuffer(pair[1], dtype=np.float64)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        new = np.ones(len(starts), bool)
+        new[1:] = starts[1:] > reach[:-1]
+        first = np.nonzero(new)[0]
+        last = np.append(first[1:], len(starts)) - 1
+        return starts[first], reach[last]
+
+
+def _int(value: Any, default: int = -1) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def scan(path: Path) -> FileScan:
+    """Read ``path`` once; keep what :mod:`.kineto` needs."""
+    out = FileScan(path)
+    stream = TraceStream(path)
+    rpc, c10d, anns, kernels = out.rpc, out.c10d, out.annotations, out.kernels
+    compute = out.compute
+    lc, lt, lts = out.launch_corr, out.launch_tid, out.launch_ts
+    pids = out.pids
+    n = 0
+    for ev in stream.events():
+        n += 1
+        ph = ev.get("ph")
+        if ph != "X":
+            if ph == "M" and ev.get("name") == "thread_name":
+                args = ev.get("args") or {}
+                out.thread_names[_int(ev.get("tid"))] = str(args.get("name", ""))
+            continue
+        cat = ev.get("cat")
+        name = ev.get("name")
+        if not isinstance(name, str):
+            continue
+        ts = ev.get("ts")
+        if not isinstance(ts, float | int):
+            continue
+        dur = ev.get("dur")
+        dur = float(dur) if isinstance(dur, float | int) else 0.0
+        if cat == "kernel":
+            args = ev.get("args") or {}
+            device = _int(args.get("device"), _int(ev.get("pid"), 0))
+            if is_comm_kernel(name) or "Collective name" in args:
+                on = _int(args.get("stream"), _int(ev.get("tid"), 0))
+                kernels.append(Kernel(name, on, float(ts), dur, args, device))
+            else:
+                pair = compute.get(device)
+                if pair is None:
+                    pair = compute[device] = (array("d"), array("d"))
+                pair[0].append(ts)
+                pair[1].append(ts + dur)
+        elif cat == "cpu_op":
+            tid = _int(ev.get("tid"))
+            if name == "record_param_comms":
+                rpc.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
+                pids.add(_int(ev.get("pid")))
+            elif name.startswith("c10d::"):
+                c10d.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
+                pids.add(_int(ev.get("pid")))
+            elif name.startswith("autograd::engine::evaluate_function"):
+                out.phases.add(tid, ts, dur, "backward")
+            elif name.startswith("Optimizer.step") or name.startswith("Optimizer.zero_grad"):
+                out.phases.add(tid, ts, dur, "optimizer")
+        elif cat in _LAUNCH_CATS:
+            if "Launch" in name or "launch" in name:
+                corr = (ev.get("args") or {}).get("correlation")
+                if isinstance(corr, int):
+                    lc.append(corr)
+                    lt.append(_int(ev.get("tid")))
+                    lts.append(ts)
+        elif cat == "user_annotation":
+            tid = _int(ev.get("tid"))
+            if name.startswith("ProfilerStep#"):
+                try:
+                    out.steps.append((int(name[13:]), float(ts), float(ts) + dur))
+                except ValueError:
+                    pass
+            elif name.startswith("gloo:") or name.startswith("nccl:"):
+                anns.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
+            elif name in _PHASE_NAMES:
+                out.phases.add(tid, ts, dur, _PHASE_NAMES[name])
+            elif name.startswith("Optimizer.step") or name.startswith("Optimizer.zero_grad"):
+                out.phases.add(tid, ts, dur, "optimizer")
+        elif cat == "python_function" and name.startswith("nn.Module: "):
+            out.modules.add(_int(ev.get("tid")), ts, dur, name[11:])
+    out.events = n
+    out.top = stream.top
+    out.bytes = stream.bytes
+    return out

@@ -5,8 +5,9 @@ clocks' skew (milliseconds under NTP) and no trace holds a handshake. The
 members of a blocking collective (all-reduce, all-gather, reduce-scatter,
 all-to-all, barrier) all finish within microseconds of each other, so the
 median difference of their end times, over the collectives both hosts took
-part in, estimates the offset. Collectives are matched by group, step and
-their index in it, and must agree in op and size. A rank whose host is not
+part in, estimates the offset. Collectives are matched by group and sequence
+number where the source numbers them, else by group, step and their index in
+it, and must agree in op and size. A rank whose host is not
 known is its own clock domain. The offsets go into each rank's ``clock``
 (the run format's one formula moves its times), the residual (the spread of
 matched ends after alignment) into the manifest.
@@ -21,11 +22,11 @@ from commlens.importers.model import ImportedRun
 
 BLOCKING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
 
-Key = tuple[str, int, int]
+Key = tuple[str, str, int, int]
 
 
 def _ends(run: ImportedRun) -> dict[int, dict[Key, tuple[str, int, int]]]:
-    """rank -> (group, step, index) -> (op, size, end) of its blocking collectives."""
+    """rank -> match key -> (op, size, end) of its blocking collectives."""
     out: dict[int, dict[Key, tuple[str, int, int]]] = {}
     for rank, trace in run.ranks.items():
         seen: dict[tuple[str, int], int] = defaultdict(int)
@@ -33,9 +34,12 @@ def _ends(run: ImportedRun) -> dict[int, dict[Key, tuple[str, int, int]]]:
         for op in sorted(trace.ops, key=lambda o: o.t_issue_ns):
             if op.op not in BLOCKING or len(op.pg_ranks) < 2:
                 continue
-            k = seen[(op.pg_name, op.step)]
-            seen[(op.pg_name, op.step)] += 1
-            keyed[(op.pg_name, op.step, k)] = (op.op, op.size_bytes, op.t_end_ns)
+            if op.group_seq is not None:
+                key: Key = (op.pg_name, "seq", 0, op.group_seq)
+            else:
+                key = (op.pg_name, "step", op.step, seen[(op.pg_name, op.step)])
+                seen[(op.pg_name, op.step)] += 1
+            keyed[key] = (op.op, op.size_bytes, op.t_end_ns)
         out[rank] = keyed
     return out
 
@@ -88,7 +92,7 @@ def align_ranks(run: ImportedRun) -> None:
         else "host name, else each rank alone (no host in the trace)",
         "method": (
             "median difference of the ends of blocking collectives matched by "
-            "(group, step, index), same op and size"
+            "(group, sequence number) or (group, step, index), same op and size"
         ),
         "offsets_ns": {d: offsets[d] for d in sorted(offsets)},
         "matched_ends": matched,

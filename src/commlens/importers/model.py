@@ -76,6 +76,10 @@ class Op:
     api: str = ""
     device: str = ""
     """The device the op ran on (for the exposure), empty for a CPU op."""
+    group_seq: int | None = None
+    """The op's sequence number in its group where the source numbers them (Flight
+    Recorder's collective_seq_id, Inspector's coll_sn): the key that matches it
+    across ranks; None: matched by its index in the group and step."""
 
 
 @dataclass

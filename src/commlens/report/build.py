@@ -392,7 +392,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         lines = [
             "imported aggregate-only data: times are synthetic; only op counts and bytes "
             "are measurements",
-            *[line for line in lines if line.startswith(("top op", "headline"))],
+            *[line for line in lines if line.startswith("headline")],
         ]
     data["highlights"] = lines
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
+from commlens.report.provenance import provenance_facts
 from commlens.whatif.study import Answer, Study
 
 
@@ -295,6 +296,7 @@ def build_document(study: Study) -> Document:
                 "peers' issues",
             )
         )
+    facts += provenance_facts(tr.manifest)
     for a in _all(study):
         if a.profile is not None and a.profile.source:
             facts.append((f"profile {a.name}", a.profile.source))

@@ -113,4 +113,8 @@ def sizes(op: str, n_in: int, n_out: int | None, elem: int, group_size: int) -> 
             n_out = n_in
     b_out = n_out * elem
     size = b_out if op in ("all_gather", "gather") else b_in
+    if op == "send":  # a send receives nothing, a recv contributes nothing
+        return Sizes(n_in, b_in, 0, size)
+    if op == "recv":
+        return Sizes(n_in, 0, b_in, size)
     return Sizes(n_in, b_in, b_out, size)

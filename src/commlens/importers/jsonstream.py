@@ -34,10 +34,14 @@ class _Tee:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.saw_events = False
+        """Whether a ``"traceEvents"`` key went past (within one chunk)."""
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n)
         self.total += len(data)
+        if not self.saw_events and b'"traceEvents"' in data:
+            self.saw_events = True
         if len(self.head) < _KEEP:
             self.head += data[: _KEEP - len(self.head)]
         self.tail += data
@@ -72,25 +76,18 @@ class TraceStream:
         self.top: dict[str, Any] = {}
         self.bytes = 0
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[Any]:
+        """The elements of ``traceEvents`` (objects, unless the file is odd)."""
         path = self.path
         try:
             with open_binary(path) as raw:
                 tee = _Tee(raw)
-                found = False
-                for event in ijson.items(tee, "traceEvents.item", use_float=True):
-                    found = True
-                    if isinstance(event, dict):
-                        yield event
+                yield from ijson.items(tee, "traceEvents.item", use_float=True)
                 # the rest of the document (top-level fields after the events)
                 while tee.read(1 << 16):
                     pass
                 self.bytes = tee.total
-                if (
-                    not found
-                    and b'"traceEvents"' not in tee.head
-                    and b'"traceEvents"' not in tee.tail
-                ):
+                if not tee.saw_events:
                     raise SourceError(f"{path}: not a trace (a JSON document without traceEvents)")
                 self.top = {
                     **_top_fields(bytes(tee.tail), "tail"),

@@ -671,7 +671,13 @@ def _provenance(
     if isinstance(info, dict) and info.get("nccl_version"):
         version.append(f"NCCL {info['nccl_version']}")
     has_args = any("Collective name" in o.args for s in by_rank.values() for o in s.rpc)
-    version.append("comm args" if has_args else "old schema (no comm args)")
+    has_rpc = any(s.rpc for s in by_rank.values())
+    if has_args:
+        version.append("comm args")
+    elif has_rpc:
+        version.append("old schema (no comm args)")
+    else:
+        version.append("no record_param_comms: c10d ops and gloo annotations")
     prov.format_version = ", ".join(version)
     prov.files = [
         options.sources[p] for s in by_rank.values() for p in [s.path] if p in options.sources

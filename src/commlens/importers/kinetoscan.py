@@ -121,78 +121,84 @@ def _int(value: Any, default: int = -1) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _annotation(out: FileScan, ev: dict[str, Any]) -> None:
+    name, tid = ev["name"], ev.get("tid", -1)
+    ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
+    if name.startswith("ProfilerStep#"):
+        out.steps.append((int(name[13:]), ts, ts + dur))
+    elif name.startswith(("gloo:", "nccl:")):
+        out.annotations.append(CpuOp(name, tid, ts, dur, ev.get("args") or {}))
+    elif name in _PHASE_NAMES:
+        out.phases.add(tid, ts, dur, _PHASE_NAMES[name])
+    elif name.startswith("Optimizer."):
+        out.phases.add(tid, ts, dur, "optimizer")
+
+
 def scan(path: Path) -> FileScan:
     """Read ``path`` once; keep what :mod:`.kineto` needs."""
     out = FileScan(path)
     stream = TraceStream(path)
-    rpc, c10d, anns, kernels = out.rpc, out.c10d, out.annotations, out.kernels
+    rpc, c10d, kernels = out.rpc, out.c10d, out.kernels
     compute = out.compute
     lc, lt, lts = out.launch_corr, out.launch_tid, out.launch_ts
     pids = out.pids
     n = 0
+    thread_names = out.thread_names
+    phases, modules = out.phases, out.modules
     for ev in stream.events():
         n += 1
-        ph = ev.get("ph")
-        if ph != "X":
-            if ph == "M" and ev.get("name") == "thread_name":
-                args = ev.get("args") or {}
-                out.thread_names[_int(ev.get("tid"))] = str(args.get("name", ""))
+        try:
+            cat = ev.get("cat")
+        except AttributeError:  # not an object
             continue
-        cat = ev.get("cat")
-        name = ev.get("name")
-        if not isinstance(name, str):
-            continue
-        ts = ev.get("ts")
-        if not isinstance(ts, float | int):
-            continue
-        dur = ev.get("dur")
-        dur = float(dur) if isinstance(dur, float | int) else 0.0
-        if cat == "kernel":
-            args = ev.get("args") or {}
-            device = _int(args.get("device"), _int(ev.get("pid"), 0))
-            if is_comm_kernel(name) or "Collective name" in args:
-                on = _int(args.get("stream"), _int(ev.get("tid"), 0))
-                kernels.append(Kernel(name, on, float(ts), dur, args, device))
-            else:
-                pair = compute.get(device)
-                if pair is None:
-                    pair = compute[device] = (array("d"), array("d"))
-                pair[0].append(ts)
-                pair[1].append(ts + dur)
-        elif cat == "cpu_op":
-            tid = _int(ev.get("tid"))
-            if name == "record_param_comms":
-                rpc.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
-                pids.add(_int(ev.get("pid")))
-            elif name.startswith("c10d::"):
-                c10d.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
-                pids.add(_int(ev.get("pid")))
-            elif name.startswith("autograd::engine::evaluate_function"):
-                out.phases.add(tid, ts, dur, "backward")
-            elif name.startswith("Optimizer.step") or name.startswith("Optimizer.zero_grad"):
-                out.phases.add(tid, ts, dur, "optimizer")
-        elif cat in _LAUNCH_CATS:
-            if "Launch" in name or "launch" in name:
-                corr = (ev.get("args") or {}).get("correlation")
-                if isinstance(corr, int):
-                    lc.append(corr)
-                    lt.append(_int(ev.get("tid")))
-                    lts.append(ts)
-        elif cat == "user_annotation":
-            tid = _int(ev.get("tid"))
-            if name.startswith("ProfilerStep#"):
-                try:
-                    out.steps.append((int(name[13:]), float(ts), float(ts) + dur))
-                except ValueError:
-                    pass
-            elif name.startswith("gloo:") or name.startswith("nccl:"):
-                anns.append(CpuOp(name, tid, float(ts), dur, ev.get("args") or {}))
-            elif name in _PHASE_NAMES:
-                out.phases.add(tid, ts, dur, _PHASE_NAMES[name])
-            elif name.startswith("Optimizer.step") or name.startswith("Optimizer.zero_grad"):
-                out.phases.add(tid, ts, dur, "optimizer")
-        elif cat == "python_function" and name.startswith("nn.Module: "):
-            out.modules.add(_int(ev.get("tid")), ts, dur, name[11:])
+        try:
+            if cat == "kernel":
+                name, args = ev["name"], ev.get("args") or {}
+                ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
+                device = args.get("device", ev.get("pid", 0))
+                if is_comm_kernel(name) or "Collective name" in args:
+                    on = args.get("stream", ev.get("tid", 0))
+                    kernels.append(Kernel(name, on, ts, dur, args, device))
+                else:
+                    pair = compute.get(device)
+                    if pair is None:
+                        pair = compute[device] = (array("d"), array("d"))
+                    pair[0].append(ts)
+                    pair[1].append(ts + dur)
+            elif cat == "cpu_op":
+                name = ev["name"]
+                if name == "record_param_comms" or name[:6] == "c10d::":
+                    op = CpuOp(
+                        name,
+                        ev.get("tid", -1),
+                        float(ev["ts"]),
+                        float(ev.get("dur", 0.0)),
+                        ev.get("args") or {},
+                    )
+                    (rpc if name == "record_param_comms" else c10d).append(op)
+                    pids.add(ev.get("pid", -1))
+                elif name[:35] == "autograd::engine::evaluate_function":
+                    phases.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), "backward")
+                elif name[:10] == "Optimizer.":
+                    phases.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), "optimizer")
+            elif cat in _LAUNCH_CATS:
+                name = ev["name"]
+                if "aunch" in name:
+                    corr = (ev.get("args") or {}).get("correlation")
+                    if isinstance(corr, int):
+                        lc.append(corr)
+                        lt.append(ev.get("tid", -1))
+                        lts.append(ev["ts"])
+            elif cat == "user_annotation":
+                _annotation(out, ev)
+            elif cat == "python_function":
+                name = ev["name"]
+                if name[:11] == "nn.Module: ":
+                    modules.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), name[11:])
+            elif cat is None and ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                thread_names[_int(ev.get("tid"))] = str((ev.get("args") or {}).get("name", ""))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue  # an event without the fields its kind needs (or of the wrong type)
     out.events = n
     out.top = stream.top
     out.bytes = stream.bytes

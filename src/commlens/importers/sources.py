@@ -119,12 +119,13 @@ def open_binary(path: Path) -> IO[bytes]:
 
 
 def head(path: Path, size: int = 65536) -> bytes:
-    """The first ``size`` bytes of ``path``'s content (decompressed); b"" when unreadable."""
+    """The first ``size`` bytes of ``path``'s content (decompressed); a one-line
+    :class:`SourceError` for a file that cannot be read (a gzip cut short)."""
     try:
         with open_binary(path) as fh:
             return fh.read(size)
-    except (OSError, EOFError, zlib.error):
-        return b""
+    except (OSError, EOFError, zlib.error) as exc:
+        raise read_error(path, exc) from None
 
 
 def head_text(path: Path, size: int = 65536) -> str:

@@ -55,7 +55,7 @@ def test_write_failing_half_way_is_a_warning_and_leaves_no_temp_file(
     assert len(err) == 1, done.stderr
     assert err[0].startswith("commlens trace: warning: the job ended")
     assert "manifest could not be written" in err[0]
-    assert sorted(os.listdir(out)) == [".run.lock", "rank-00000.json", "run.json"]
+    assert sorted(os.listdir(out)) == [".run.live", ".run.lock", "rank-00000.json", "run.json"]
     assert b'"command"' in (out / "run.json").read_bytes()  # the first manifest, whole
 
 

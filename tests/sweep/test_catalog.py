@@ -122,10 +122,11 @@ def sweep(tmp_path: Path) -> Path:
         record("pp", "unshaped", 0.10, {"recv/pp": (1e4, 0.3), "all_reduce/pp": (1e5, 0.05)}),
         record("pp", "2gbit", 0.10, {}, status="failed"),
     ]
-    (tmp_path / "sweep.toml").write_text('[sweep]\ntitle = "hand-made"\n')
-    (tmp_path / "points").mkdir()
-    write_catalog(tmp_path, recs, ["tcp-10g"])
-    return tmp_path
+    folder = tmp_path / "sweep"  # the tests' outputs go beside it, never into what they read
+    (folder / "points").mkdir(parents=True)
+    (folder / "sweep.toml").write_text('[sweep]\ntitle = "hand-made"\n')
+    write_catalog(folder, recs, ["tcp-10g"])
+    return folder
 
 
 def test_catalog_has_a_row_per_point(sweep: Path) -> None:

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from commlens import load_run
 from commlens.cli.main import main
 from commlens.errors import UsageError
 from commlens.sweep.catalog import clear_sweep
 from commlens.trace.rundir import prepare_run_dir
 
 DATA = Path(__file__).parent.parent / "data"
+COMMLENS = shutil.which("commlens", path=str(Path(sys.executable).parent)) or "commlens"
 RUN_ARGS = ["run", "--model", "gpt-tiny", "--scheme", "dp", "--nproc", "2", "--steps", "2"]
 
 
@@ -55,8 +59,8 @@ def test_force_replaces_a_run_with_every_file_commlens_writes(tmp_path: Path) ->
         ".rank-00001.parquet.tmp",
     ):
         (run / name).write_bytes(b"")
-    prepare_run_dir(run, force=True)
-    assert run.is_dir() and list(run.iterdir()) == []
+    with prepare_run_dir(run, force=True):  # the new run's live lock is all that is left
+        assert run.is_dir() and [p.name for p in run.iterdir()] == [".run.live"]
 
 
 def test_force_refuses_a_run_holding_a_foreign_file(tmp_path: Path) -> None:
@@ -162,3 +166,58 @@ def test_trace_force_replaces_its_own_earlier_run(
     assert main([*cmd[:1], "--force", *cmd[1:]]) == 0
     assert not (out / "rank-00007.json").exists()
     assert json.loads((out / "run.json").read_text())["format"] == "commlens-run"
+
+
+STEP_PROG = str(Path(__file__).with_name("stepprog.py"))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [COMMLENS, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+
+
+def test_force_never_replaces_a_run_still_being_written(tmp_path: Path) -> None:
+    """Issue 31 item 1: a single-node job traced into R, steps still running; then
+    ``trace --force`` and ``run --force`` into R from another shell are refused, the job
+    ends well with both ranks and its own command; once it has ended --force replaces it."""
+    out, signals = tmp_path / "R", tmp_path / "signals"
+    signals.mkdir()
+    job = subprocess.Popen(
+        [COMMLENS, "trace", "--nproc", "2", "--out", str(out), "--", sys.executable, STEP_PROG,
+         str(signals)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (signals / "ready").exists():
+            assert job.poll() is None, job.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the job never took a step"
+            time.sleep(0.05)
+        before = sorted(p.name for p in out.iterdir())
+        assert ".rank-00000.parts" in before and "rank-00001.json" in before
+        for cmd in (
+            ["trace", "--force", "--out", str(out), "--", sys.executable, "-c", "1"],
+            [*RUN_ARGS, "--force", "--out", str(out)],
+        ):
+            done = _cli(*cmd)
+            line = _one_error_line(done.stderr, cmd[0])
+            assert done.returncode == 2 and "still being written" in line, done.stderr
+            assert "pid" in line  # the process that writes it, from the live lock
+        assert sorted(p.name for p in out.iterdir()) == before
+        (signals / "stop").write_text("1")
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 0, err[-3000:]
+    assert "recording stopped" not in err and "(ok)" in err, err[-3000:]
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["command"] == [sys.executable, STEP_PROG, str(signals)]
+    done = _cli("report", str(out))
+    assert done.returncode == 0 and "missing" not in done.stderr, done.stderr
+    run = load_run(out)
+    assert run.ranks == [0, 1] and not run.warnings
+    # ended: the live lock is free again, so --force replaces the run
+    done = _cli("trace", "--force", "--out", str(out), "--", sys.executable, "-c", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "run.json").read_text())["command"] == [sys.executable, "-c", "1"]

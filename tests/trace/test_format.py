@@ -57,7 +57,7 @@ def _python_align(t: int, clock: Clock) -> int:
 def test_a_run_holds_the_files_the_layout_names(tmp_path: Path) -> None:
     run = _run(tmp_path)
     names = sorted(p.name for p in run.iterdir())
-    want = [layout.MANIFEST, layout.MANIFEST_LOCK]
+    want = [layout.MANIFEST, layout.MANIFEST_LOCK, layout.LIVE_LOCK]
     want += [layout.rank_file(run, r).name for r in range(3)]
     want += [layout.rank_meta_path(run, r).name for r in range(3)]
     assert names == sorted(want)

@@ -18,6 +18,7 @@ from commlens.errors import CommandError, UsageError
 from commlens.job.memory import PROCESS_BASELINE_BYTES, check_local_ranks, host_bytes
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
+from commlens.safefile import META_LIMIT, read_text
 
 MAX_ITERS = 10_000
 """Most timed (or warm-up) calls per op and size; every rank gathers all ranks' times."""
@@ -200,7 +201,8 @@ def run_bench(
             raise KeyboardInterrupt
         if not res.ok:
             raise CommandError(f"bench ranks failed (exit codes {res.exit_codes})", res.exit_code)
-        rows = [json.loads(line) for line in results.read_text().splitlines() if line]
+        text = read_text(results, limit=META_LIMIT, follow=False)
+        rows = [json.loads(line) for line in text.splitlines() if line]
     return BenchReport(cfg, rows, topology)
 
 
@@ -211,7 +213,8 @@ def _follow(
     while True:
         done = stop.is_set()
         # Only lines ended by a newline are complete; the last may still be being written.
-        complete = path.read_text().split("\n")[:-1] if path.exists() else []
+        text = read_text(path, limit=META_LIMIT, follow=False) if path.exists() else ""
+        complete = text.split("\n")[:-1]
         for line in complete[seen:]:
             if on_row is not None:
                 on_row(json.loads(line))

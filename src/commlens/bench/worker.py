@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from commlens.bench.ops import DTYPES, all_gather_flat, element_count, make_case
 from commlens.optable import bus_factor
+from commlens.safefile import SMALL_LIMIT, read_json
 
 
 def measure(case_run: Any, iters: int, warmup: int, device: torch.device) -> list[float]:
@@ -101,7 +102,7 @@ def bench_one(op: str, size: int, cfg: dict[str, Any], device: torch.device) -> 
 
 
 def main(argv: list[str]) -> int:
-    cfg = json.loads(Path(argv[0]).read_text())
+    cfg = read_json(argv[0], limit=SMALL_LIMIT)
     backend = cfg["backend"]
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

@@ -78,6 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _check_output(args: argparse.Namespace) -> None:
+    """Every command's ``-o`` lies outside what it reads (its ``run`` or ``runs``)."""
+    output = getattr(args, "output", None)
+    if output and output != "-":
+        from commlens.safefile import refuse_inside
+
+        inputs = [getattr(args, "run", None), *(getattr(args, "runs", None) or [])]
+        refuse_inside(output, [i for i in inputs if i])
+
+
 def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
@@ -93,6 +103,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_output(args)
         return int(args.func(args) or 0)
     except (KeyboardInterrupt, Exception) as exc:
         if isinstance(exc, KeyboardInterrupt) or _Sigint.seen:

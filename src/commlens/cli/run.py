@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.cli.report import add_width_option
 from commlens.errors import CommandError, UsageError
@@ -21,6 +21,9 @@ from commlens.launch.procs import python_argv
 from commlens.units import plural
 from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
+
+if TYPE_CHECKING:
+    from commlens.trace.live import LiveLock
 
 WORKER = "commlens.workloads.worker"
 
@@ -49,13 +52,14 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_command)
 
 
-def _prepare_out(out: Path | None, job: Job, force: bool) -> Path:
-    """The run directory, empty; ``--force`` replaces only a commlens run's own files."""
+def _prepare_out(out: Path | None, job: Job, force: bool) -> tuple[Path, LiveLock]:
+    """The run directory, empty, and its live lock, held while the run is written;
+    ``--force`` replaces only a commlens run's own files, and never a live run."""
     from commlens.trace.rundir import prepare_run_dir
 
     if out is None:
         out = Path("runs") / f"{job.model.name}-{job.scheme}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return prepare_run_dir(out, force)
+    return out, prepare_run_dir(out, force)
 
 
 def _rank_env(job: Job) -> dict[str, str]:
@@ -104,7 +108,13 @@ def run_command(args: argparse.Namespace) -> int:
     job = workload_from_options(args)
     emulated = _check_emulation(args)
     check_fits(job)
-    out = _prepare_out(args.out, job, args.force)
+    out, live = _prepare_out(args.out, job, args.force)
+    with live:
+        return _run(args, job, out, emulated)
+
+
+def _run(args: argparse.Namespace, job: Job, out: Path, emulated: bool) -> int:
+    """Run the prepared job into ``out`` and print its summary; the exit code."""
     d = job.dims
     print(
         f"commlens run: {job.model.name} · {job.scheme} · dp={d.dp} tp={d.tp} pp={d.pp} · "

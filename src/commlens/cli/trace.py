@@ -24,6 +24,7 @@ from commlens.launch.signals import signal_name
 
 if TYPE_CHECKING:
     from commlens.trace.jobid import JobIdentity
+    from commlens.trace.live import LiveLock
 
 _SLURM_NODE_ENV = ("SLURMD_NODENAME", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID")
 
@@ -57,14 +58,15 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def prepare_out(out: Path, force: bool) -> None:
-    """Make ``out`` an empty run directory, refusing to mix two runs.
+def prepare_out(out: Path, force: bool) -> LiveLock:
+    """Make ``out`` an empty run directory, refusing to mix two runs; its live lock.
 
-    ``--force`` replaces only a commlens run, and only commlens's files in it.
+    ``--force`` replaces only a commlens run, and only commlens's files in it,
+    and never a run that a process still writes.
     """
     from commlens.trace.rundir import prepare_run_dir
 
-    prepare_run_dir(out, force)
+    return prepare_run_dir(out, force)
 
 
 def tracing_env(out: Path) -> dict[str, str]:
@@ -127,7 +129,14 @@ def run(args: argparse.Namespace) -> int:
                 "(let torchrun or the program take the rank)"
             )
         return _run_node(out, cmd, job, args.force, env)
-    prepare_out(out, args.force)
+    with prepare_out(out, args.force):  # held until the run is complete
+        return _run_here(args, cmd, out, env, emulated)
+
+
+def _run_here(
+    args: argparse.Namespace, cmd: list[str], out: Path, env: dict[str, str], emulated: bool
+) -> int:
+    """The single-node trace of ``cmd`` into the prepared ``out``; the job's exit code."""
     from commlens.trace.manifest import merge_manifest
 
     try:
@@ -172,10 +181,7 @@ def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dic
     This node's facts go only into its own node file; ``run.json`` is re-merged
     from all of them (:mod:`commlens.trace.nodes`).
     """
-    from commlens.trace.layout import node_path
-    from commlens.trace.manifest import merge_manifest
-    from commlens.trace.nodes import heartbeat, write_node
-    from commlens.trace.rundir import join_run_dir
+    from commlens.trace.live import LiveLock
 
     node: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -185,7 +191,26 @@ def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dic
         "started_unix_s": time.time(),
         "slurm": {k.lower(): v for k, v in os.environ.items() if k in _SLURM_NODE_ENV},
     }
-    slot = join_run_dir(out, job, force, node)
+    with LiveLock(out) as live:  # held until this node's part is complete
+        return _node_run(out, cmd, job, force, env, node, live)
+
+
+def _node_run(
+    out: Path,
+    cmd: list[str],
+    job: JobIdentity,
+    force: bool,
+    env: dict[str, str],
+    node: dict[str, Any],
+    live: LiveLock,
+) -> int:
+    """:func:`_run_node` holding ``live``."""
+    from commlens.trace.layout import node_path
+    from commlens.trace.manifest import merge_manifest
+    from commlens.trace.nodes import heartbeat, write_node
+    from commlens.trace.rundir import join_run_dir
+
+    slot = join_run_dir(out, job, force, node, live)
     path = node_path(out, slot)
     node.update(slot=slot, node=job.node if job.node is not None else str(slot))
     env["COMMLENS_NODE"] = node["node"]

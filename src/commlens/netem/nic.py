@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commlens.safefile import open_binary
+from commlens.safefile import open_binary, open_regular
 
 NIC_FILE = "nic.parquet"
 SCHEMA = pa.schema(
@@ -117,7 +117,10 @@ class NicSampler:
 def read_nic(path: str | os.PathLike[str]) -> pa.Table:
     """The counters file (``nic.parquet`` or a run directory holding one)."""
     p = Path(path)
-    return pq.read_table(p / NIC_FILE if p.is_dir() else p)
+    file = p / NIC_FILE if p.is_dir() else p
+    fd = open_regular(file, follow=not p.is_dir())  # never a FIFO, a device or a planted link
+    with os.fdopen(fd, "rb") as fh:
+        return pq.read_table(fh)
 
 
 def link_utilization(table: pa.Table) -> list[dict[str, float]]:

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commlens.safefile import SMALL_LIMIT, read_json, read_text
+
 KINDS = ("namespaces", "bridges", "veths")
 """The kinds of object a record lists, in the order teardown removes them last to first."""
 
@@ -131,7 +133,7 @@ def stale_pid_files() -> list[Path]:
     stale = []
     for path in state_dir().glob("*.pid"):
         try:
-            pid = int(path.read_text().strip())
+            pid = int(read_text(path, limit=SMALL_LIMIT, follow=False).strip())
         except (OSError, ValueError):
             pid = 0
         if pid <= 0 or not _alive(pid, None):
@@ -145,7 +147,7 @@ def owner_pid(run_id: str) -> int | None:
     if record is not None:
         return record.owner_pid if record.owner_alive() else None
     try:  # a record in the older form
-        pid = int((state_dir() / f"{run_id}.pid").read_text().strip())
+        pid = int(read_text(state_dir() / f"{run_id}.pid", limit=SMALL_LIMIT, follow=False))
     except (OSError, ValueError):
         return None
     return pid if _alive(pid, None) else None
@@ -158,7 +160,7 @@ def owner_alive(run_id: str) -> bool:
 
 def _read(path: Path) -> RunRecord | None:
     try:
-        data: Any = json.loads(path.read_text())
+        data: Any = read_json(path, limit=SMALL_LIMIT, follow=False)
         record = RunRecord(
             run_id=str(data["run_id"]),
             owner_pid=int(data["owner_pid"]),

@@ -32,6 +32,7 @@ parser is refused with one line before anything is computed.
 
 from __future__ import annotations
 
+import errno
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from commlens.errors import UsageError
 from commlens.optable import TENSOR_OPS
+from commlens.safefile import read_text
 
 OPS = TENSOR_OPS  # the ops a profile may override
 SCOPES = ("intra", "inter", "both")
@@ -309,17 +311,17 @@ def load_profile_file(path: str | Path) -> NetworkProfile:
     try:
         if path.is_dir():
             raise UsageError(f"network profile {path} is a folder, not a FILE.toml")
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
+        text = read_text(path, limit=MAX_FILE_BYTES)
+    except FileNotFoundError:
+        raise UsageError(f"network profile file {path} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
             raise UsageError(
                 f"network profile {path} is over {MAX_FILE_BYTES:,} bytes; "
                 "a network profile is a few lines of TOML"
-            )
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"network profile file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+            ) from None
+        raise UsageError(f"cannot read network profile {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read network profile {path}: {_one_line(exc)}") from None
     return parse_profile_text(text, f"network profile {path}")
 

@@ -33,7 +33,7 @@ import duckdb
 import pyarrow as pa
 
 from commlens.errors import UsageError
-from commlens.safefile import check_within, replacing, write_output
+from commlens.safefile import META_LIMIT, check_within, read_json, replacing, write_output
 from commlens.trace.rundir import first_foreign, foreign_in_run, remove_entries
 
 CATALOG = "catalog.duckdb"
@@ -107,7 +107,7 @@ def read_point(sweep: Path, point_id: str) -> dict[str, Any] | None:
     """The point's record, or None when it never finished (or its file is damaged)."""
     path = point_dir(sweep, point_id) / POINT_FILE
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, limit=META_LIMIT, follow=False)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("status") in STATUSES else None

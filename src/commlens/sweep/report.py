@@ -20,10 +20,10 @@ from commlens.units import plural
 
 def _title(spec_file: Path) -> str:
     """The sweep file's title ('' when there is none or the file no longer parses)."""
-    import tomllib
+    from commlens.safefile import read_toml
 
     try:
-        title = tomllib.loads(spec_file.read_text()).get("sweep", {}).get("title", "")
+        title = read_toml(spec_file, follow=False).get("sweep", {}).get("title", "")
     except (OSError, ValueError, AttributeError):
         return ""
     return title if isinstance(title, str) else ""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import UsageError
-from commlens.safefile import check_within, make_dir, write_output
+from commlens.safefile import check_within, make_dir, open_lock, write_output
 from commlens.sweep.catalog import (
     POINT_FILE,
     SPEC_FILE,
@@ -85,7 +85,7 @@ def prepare(spec: SweepSpec, out: Path) -> list[Point]:
 def sweep_lock(out: Path) -> Iterator[None]:
     lock = check_within(out / ".lock", out)
     try:
-        fh = open(lock, "a")
+        fh = os.fdopen(open_lock(lock), "r+b")
     except OSError as exc:
         raise UsageError(f"{lock}: cannot open ({exc.strerror or exc})") from None
     with fh:

@@ -35,6 +35,7 @@ from typing import Any
 
 from commlens.errors import UsageError
 from commlens.job.options import point_defaults, point_keys
+from commlens.safefile import SMALL_LIMIT, parse_toml, read_text
 
 LAUNCH_KEYS: dict[str, type] = {"nodes": int, "link": str}
 """Point keys of where the ranks run (``commlens run``'s --nodes and --link), not of the job."""
@@ -219,7 +220,7 @@ def _scale(where: str, table: Any) -> Scale:
 def parse_spec(text: str, where: str = "sweep") -> SweepSpec:
     """Parse a sweep file's text; a one-line :class:`UsageError` on any mistake."""
     try:
-        data = tomllib.loads(text)
+        data = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise _fail(where, f"not valid TOML ({exc})") from None
     unknown = set(data) - {"sweep", "grid", "schemes", "scale"}
@@ -261,12 +262,13 @@ def parse_spec(text: str, where: str = "sweep") -> SweepSpec:
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and parse a sweep file."""
-    p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(path, limit=SMALL_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such sweep file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: cannot read ({exc})") from None
     spec = parse_spec(text, str(path))
     return SweepSpec(

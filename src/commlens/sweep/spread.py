@@ -14,13 +14,13 @@ sentences here say so instead of the finding a study expected.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commlens.safefile import META_LIMIT, read_json
 from commlens.trace.layout import MANIFEST
 
 
@@ -56,7 +56,8 @@ def spread(times: Sequence[float]) -> Spread | None:
 def run_spread(run_dir: Path) -> Spread | None:
     """The spread of a run's measured steps, from its manifest (None if it has none)."""
     try:
-        records = json.loads((run_dir / MANIFEST).read_text()).get("steps_metrics") or []
+        data = read_json(run_dir / MANIFEST, limit=META_LIMIT, follow=False)
+        records = data.get("steps_metrics") or []
         measured = [r for r in records if not r.get("warmup")] or records
         return spread([float(r["time_s"]) for r in measured])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):

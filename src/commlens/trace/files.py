@@ -19,6 +19,7 @@ then leaves the rank out the same way (``RunView.drop_rank``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
+from commlens.safefile import open_regular
 from commlens.trace.layout import (
     MANIFEST,
     PARTS_DIR,
@@ -169,7 +171,7 @@ def check_rank_file(file: Path, rank: int, warnings: list[str]) -> bool:
     """True when ``file`` is a readable commlens events file of ``rank``; False (with a
     warning) when it is truncated or damaged; a :class:`RunFormatError` when foreign."""
     try:
-        with open(file, "rb") as fh:
+        with os.fdopen(open_regular(file), "rb") as fh:  # never a FIFO or a device
             head = fh.read(4)
             size = fh.seek(0, 2)
             fh.seek(max(0, size - 4))

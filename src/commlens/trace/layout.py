@@ -3,7 +3,8 @@
 A run directory holds
 
 - ``run.json``: the merged manifest (:mod:`commlens.trace.manifest`), and
-  ``.run.lock``, the lock its writers take;
+  ``.run.lock``, the lock its writers take, and ``.run.live``, held by every
+  process still writing the run (never a run's content);
 - per rank ``rank-NNNNN.json`` (the rank's metadata) and ``rank-NNNNN.parquet``
   (its events), rank numbers zero-padded to at least five digits;
 - per rank that has not finished, ``.rank-NNNNN.parts/``: its flushed parts
@@ -29,6 +30,8 @@ from commlens.trace.packed import SITES_FILE
 
 MANIFEST = "run.json"
 MANIFEST_LOCK = ".run.lock"
+LIVE_LOCK = ".run.live"
+"""Held (``flock``) by every process writing the run: :mod:`commlens.trace.live`."""
 NIC_FILE = "nic.parquet"
 JOB_FILE = "job.json"
 JOIN_LOCK = ".join.lock"
@@ -46,7 +49,7 @@ PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 
 _OWN = r"run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet|job\.json|node-\d{5,}\.json"
 OWN_FILES = re.compile(
-    rf"^({_OWN}|\.run\.lock)$"
+    rf"^({_OWN}|\.run\.lock|\.run\.live)$"
     # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
     rf"|^\.?({_OWN})(\.[0-9a-f]+)*\.tmp$"
 )

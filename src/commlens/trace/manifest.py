@@ -54,12 +54,18 @@ def write_json_atomic(path: Path, data: dict[str, Any], *, indent: int | None = 
 
 @contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    with open(run_dir / MANIFEST_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    from commlens.safefile import open_lock
+
+    path = run_dir / MANIFEST_LOCK
+    try:
+        fd = open_lock(path)
+    except OSError as exc:
+        raise RunFormatError(f"{path}: cannot take the lock ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def base_manifest() -> dict[str, Any]:
@@ -89,9 +95,13 @@ def torch_version() -> str | None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object of a run directory (never through a symlink); a one-line error."""
+    from commlens.safefile import META_LIMIT
+    from commlens.safefile import read_json as read_file
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or text
+        data = read_file(path, limit=META_LIMIT, follow=False)
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or text
         reason = " ".join(str(exc).split())[:120] or type(exc).__name__
         raise RunFormatError(f"{path}: not a readable JSON file ({reason})") from None
     if not isinstance(data, dict):

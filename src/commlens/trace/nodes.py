@@ -36,9 +36,11 @@ def write_node(path: Path, data: dict[str, Any]) -> None:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    from commlens.safefile import SMALL_LIMIT, read_json
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        data = read_json(path, limit=SMALL_LIMIT, follow=False)
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 

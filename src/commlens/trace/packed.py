@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from commlens.safefile import DATA_LIMIT, read_bytes, read_text
 from commlens.trace.schema import EVENT_COLUMNS
 
 KIND_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
@@ -57,7 +58,7 @@ def read_kinds(path: Path) -> list[tuple[Any, ...]]:
     kinds: list[tuple[Any, ...]] = []
     if not path.exists():
         return kinds
-    for line in path.read_text().splitlines():
+    for line in read_text(path, limit=DATA_LIMIT, follow=False).splitlines():
         try:
             values = json.loads(line)
         except json.JSONDecodeError:
@@ -101,5 +102,10 @@ def read_packed_parts(part_dir: Path, rank: int, schema: pa.Schema) -> list[pa.T
     """Every part of an unfinished rank, in order, as tables."""
     kinds = read_kinds(part_dir / SITES_FILE)
     return [
-        expand(part.read_bytes(), kinds, rank, schema) for part in sorted(part_dir.glob(PART_GLOB))
+        expand(read_part(part), kinds, rank, schema) for part in sorted(part_dir.glob(PART_GLOB))
     ]
+
+
+def read_part(path: Path) -> bytes:
+    """One flushed part's packed events (a regular file, never through a symlink)."""
+    return read_bytes(path, limit=DATA_LIMIT, follow=False)

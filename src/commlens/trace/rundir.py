@@ -17,20 +17,22 @@ never replaced, not even with ``--force``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from commlens.errors import UsageError
+from commlens.safefile import META_LIMIT, read_json
 from commlens.trace.jobid import JobIdentity
 from commlens.trace.layout import (
     JOB_FILE,
     JOIN_LOCK,
+    LIVE_LOCK,
     MANIFEST,
     OWN_DIRS,
     OWN_FILES,
@@ -38,6 +40,7 @@ from commlens.trace.layout import (
     manifest_probe,
     node_path,
 )
+from commlens.trace.live import LiveLock, describe, is_live
 from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
 from commlens.trace.nodes import live_nodes, read_job, write_node
 
@@ -52,8 +55,8 @@ Checker = Callable[[Path], Path | None]
 def is_run_dir(path: Path) -> bool:
     """Whether ``path`` holds a ``run.json`` that says it is a commlens run."""
     try:
-        data = json.loads((path / MANIFEST).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = read_json(path / MANIFEST, limit=META_LIMIT, follow=False)
+    except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT_NAME
 
@@ -84,18 +87,27 @@ def first_foreign(path: Path, check: Checker) -> Path | None:
 
 
 def _entries(path: Path) -> list[Path]:
-    """The entries of ``path`` but the join lock, which is never a run's content."""
-    return [e for e in sorted(path.iterdir()) if not e.name.startswith(JOIN_LOCK)]
+    """The entries of ``path`` but the join and live locks, which are never a run's content."""
+    return [e for e in sorted(path.iterdir()) if not _is_lock(e.name)]
+
+
+def _drop_live_lock(path: Path) -> None:
+    """Remove ``path``'s live lock file, when it is one (a regular file)."""
+    lock = path / LIVE_LOCK
+    try:
+        if stat.S_ISREG(lock.lstat().st_mode):
+            lock.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _is_lock(name: str) -> bool:
+    return name.startswith(JOIN_LOCK) or name == LIVE_LOCK
 
 
 def remove_entries(path: Path, check: Checker) -> None:
     """Delete every entry of ``path``, after checking that all are commlens's own."""
-    bad = first_foreign(path, check)
-    if bad is not None:
-        raise UsageError(
-            f"{path}: holds {str(bad.relative_to(path))!r}, which commlens did not write; "
-            "refusing to replace it (move it away or pick another directory)"
-        )
+    refuse_foreign_entries(path, check)
     try:
         for entry in _entries(path):
             if entry.is_dir() and not entry.is_symlink():
@@ -134,15 +146,46 @@ def _refuse_foreign(out: Path, flag: str, first: Path) -> None:
         )
 
 
-def _replace_old(out: Path, force: bool, flag: str, first: Path) -> None:
-    """Empty ``out``, which holds ``first``: only an old commlens run, only with ``force``."""
+def _refuse_live(out: Path, flag: str, live: LiveLock | None = None) -> None:
+    """A one-line error unless ``live`` could be held alone (without it: unless no process
+    holds ``out``'s live lock); no process writes ``out`` then."""
+    if not (live.try_exclusive() if live is not None else not is_live(out)):
+        raise UsageError(
+            f"{flag} {out} holds a run that is still being written ({describe(out)}); "
+            "refusing to touch it (pick another directory)"
+        )
+
+
+def _check_replaceable(out: Path, force: bool, flag: str, first: Path) -> None:
+    """A one-line error unless ``out`` (holding ``first``) is a commlens run of commlens's
+    own files and ``force`` is given; checked before anything is created in it."""
     _refuse_foreign(out, flag, first)
-    live = live_nodes(out)
-    if live:
+    if not force:
+        raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")
+    refuse_foreign_entries(out, foreign_in_run)
+
+
+def refuse_foreign_entries(path: Path, check: Checker, doing: str = "replace") -> None:
+    """A one-line error naming the first entry of ``path`` that ``check`` does not recognise."""
+    bad = first_foreign(path, check)
+    if bad is not None:
+        raise UsageError(
+            f"{path}: holds {str(bad.relative_to(path))!r}, which commlens did not write; "
+            f"refusing to {doing} it (move it away or pick another directory)"
+        )
+
+
+def _replace_old(out: Path, force: bool, flag: str, first: Path, live: LiveLock) -> None:
+    """Empty ``out``, which holds ``first``: only an old commlens run, only with ``force``,
+    and only when no process writes it (``live`` then held alone)."""
+    _refuse_foreign(out, flag, first)
+    _refuse_live(out, flag, live)
+    nodes = live_nodes(out)
+    if nodes:
         job = read_job(out) or {}
         raise UsageError(
             f"{flag} {out} holds a run that is still being written (job {job.get('id', '?')!r}, "
-            f"node on {live[0].get('host', '?')}); refusing to touch it (pick another directory)"
+            f"node on {nodes[0].get('host', '?')}); refusing to touch it (pick another directory)"
         )
     if not force:
         raise UsageError(f"{flag} {out} already holds a run; pass --force to replace it")
@@ -159,23 +202,41 @@ def _probe(out: Path, flag: str) -> None:
         raise UsageError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
 
 
-def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> Path:
-    """Make ``out`` an empty directory for a new run.
+def _live_lock(out: Path, flag: str, live: LiveLock | None = None) -> LiveLock:
+    """``live`` (or ``out``'s live lock), its file open; a one-line error when it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return (live or LiveLock(out)).open()
+    except OSError as exc:
+        raise UsageError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def prepare_run_dir(out: Path, force: bool, flag: str = "--out") -> LiveLock:
+    """Make ``out`` an empty directory for a new run; its live lock, held shared.
 
     An empty or missing directory is used as it is; a commlens run there is
-    replaced with ``force`` (its own files only) unless a node is still
-    writing it; anything else is refused. Every refusal is a one-line
-    :class:`UsageError`.
+    replaced with ``force`` (its own files only) unless a process or a node
+    is still writing it; anything else is refused. Every refusal is a
+    one-line :class:`UsageError`. Hold the returned lock (release it, or let
+    the process end) for as long as the run is written.
     """
     _check_path(out, flag)
     first = first_foreign(out, lambda e: e) if out.is_dir() else None
-    if first is not None:
-        _refuse_foreign(out, flag, first)
-        with join_lock(out, flag):  # no node of a job joins while this decides
-            if (first := first_foreign(out, lambda e: e)) is not None:
-                _replace_old(out, force, flag, first)
-    _probe(out, flag)
-    return out
+    if first is not None:  # checked before anything is created in it
+        _refuse_live(out, flag)
+        _check_replaceable(out, force, flag, first)
+    live = _live_lock(out, flag)
+    try:
+        _refuse_live(out, flag, live)  # held alone while this decides, even on an empty one
+        if first is not None:
+            with join_lock(out, flag):  # no node of a job joins while this decides
+                if (first := first_foreign(out, lambda e: e)) is not None:
+                    _replace_old(out, force, flag, first, live)
+        _probe(out, flag)
+        return live.share()
+    except BaseException:
+        live.release()
+        raise
 
 
 @contextmanager
@@ -228,41 +289,61 @@ def _free_slot(out: Path, job: JobIdentity) -> int | None:
     return next((k for k in wanted if not node_path(out, k).exists()), None)
 
 
-def join_run_dir(out: Path, job: JobIdentity, force: bool, node: dict[str, object]) -> int:
+def join_run_dir(
+    out: Path, job: JobIdentity, force: bool, node: dict[str, object], live: LiveLock | None = None
+) -> int:
     """Take a slot of ``job`` in ``out``, creating the run when it is new; the slot.
 
     The decision and the claim (this node's ``node-NNNNN.json``, holding
     ``node`` with ``status: running``) happen under the join lock, so the
     nodes of one job, started in any order, share the directory. A run of
     another job, or with this slot taken, is replaced only with ``force`` and
-    only when none of its nodes is still running; else refused in one line.
+    only when none of its nodes or processes is still running; a run of this
+    job is joined only when it holds nothing commlens did not write; else
+    refused in one line. ``live`` (this node's hold on the run's live lock,
+    see :func:`prepare_run_dir`) is held shared on return; without it the
+    lock is taken for the decision only.
     """
     _check_path(out, "--out")
+    first = first_foreign(out, lambda e: e) if out.is_dir() else None
+    if first is not None:
+        _refuse_foreign(out, "--out", first)  # before anything is created in a foreign folder
+    own = live is None
+    live = _live_lock(out, "--out", live)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
-    with join_lock(out):
-        first = first_foreign(out, lambda e: e)
-        slot = None
-        if first is not None:
-            theirs = read_job(out)
-            if theirs is not None and theirs.get("id") == job.id:
-                slot = _free_slot(out, job)
-            if slot is None:
-                if theirs is not None and theirs.get("id") == job.id and live_nodes(out):
-                    taken = "all its slots are" if job.slot is None else f"slot {job.slot} is"
-                    raise UsageError(
-                        f"--out {out} holds a running run of this job ({job.id}) and "
-                        f"{taken} taken; refusing to touch it"
-                    )
-                _replace_old(out, force, "--out", first)
-        if slot is None:
-            _probe(out, "--out")
-            write_json_atomic(out / JOB_FILE, job.record())
-            slot = job.slot if job.slot is not None else 0
-        write_node(node_path(out, slot), {**node, "slot": slot, "status": "running"})
+        with join_lock(out):
+            slot = _join(out, job, force, node, live)
+        live.share()
         return slot
+    finally:
+        if own:
+            live.release()
+
+
+def _join(out: Path, job: JobIdentity, force: bool, node: dict[str, object], live: LiveLock) -> int:
+    """:func:`join_run_dir` under the join lock."""
+    first = first_foreign(out, lambda e: e)
+    slot = None
+    if first is not None:
+        theirs = read_job(out)
+        if theirs is not None and theirs.get("id") == job.id:
+            slot = _free_slot(out, job)
+            if slot is not None:  # never write through what another planted there
+                refuse_foreign_entries(out, foreign_in_run, "join")
+        if slot is None:
+            if theirs is not None and theirs.get("id") == job.id and live_nodes(out):
+                taken = "all its slots are" if job.slot is None else f"slot {job.slot} is"
+                raise UsageError(
+                    f"--out {out} holds a running run of this job ({job.id}) and "
+                    f"{taken} taken; refusing to touch it"
+                )
+            _replace_old(out, force, "--out", first, live)
+    if slot is None:
+        _probe(out, "--out")
+        write_json_atomic(out / JOB_FILE, job.record())
+        slot = job.slot if job.slot is not None else 0
+    write_node(node_path(out, slot), {**node, "slot": slot, "status": "running"})
+    return slot
 
 
 def build_beside(out: Path, build: Callable[[Path], None], what: str, tag: str) -> None:
@@ -278,8 +359,10 @@ def build_beside(out: Path, build: Callable[[Path], None], what: str, tag: str) 
         tmp.mkdir()
         build(tmp)
         if out.is_dir():
+            _refuse_live(out, "output")
             if is_run_dir(out):
                 clear_run(out)
+            _drop_live_lock(out)  # no process holds it (checked), and the run is gone
             out.rmdir()
         os.rename(tmp, out)
     except OSError as exc:

@@ -31,7 +31,9 @@ from typing import IO, Any
 
 import pyarrow.parquet as pq
 
+from commlens.safefile import make_own_dir, open_own
 from commlens.trace.layout import parts_dir, rank_file
+from commlens.trace.live import LiveLock
 from commlens.trace.packed import (
     KIND_FIELDS,
     NO_PEER,
@@ -41,6 +43,7 @@ from commlens.trace.packed import (
     expand,
     kind_line,
     part_name,
+    read_part,
 )
 from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RANK_KEY
 
@@ -108,8 +111,10 @@ class EventWriter:
         self._flush_now = False
         self.error: BaseException | None = None
         self._parts = parts_dir(self.run_dir, rank)
-        self._parts.mkdir(parents=True, exist_ok=True)
-        self._kinds_file: IO[str] = open(self._parts / SITES_FILE, "a")
+        # held while this rank writes: no --force replaces the run meanwhile
+        self._live = LiveLock(self.run_dir).share()
+        make_own_dir(self._parts)  # never a planted symlink, nor files through one
+        self._kinds_file: IO[str] = os.fdopen(open_own(self._parts / SITES_FILE, append=True), "a")
         self._kinds_written = 0
         self._n_parts = 0
         self.closed = False
@@ -267,7 +272,7 @@ class EventWriter:
             self._kinds_written += len(new)
         path = self._parts / part_name(self._n_parts)
         tmp = path.with_suffix(".tmp")  # not a part to a reader until renamed
-        with open(tmp, "wb") as fh:
+        with os.fdopen(open_own(tmp), "wb") as fh:
             fh.write(packed)
             fh.flush()
             os.fsync(fh.fileno())
@@ -309,18 +314,22 @@ class EventWriter:
         self._raise_error()
         kinds = list(self._kinds)
         tmp = final.with_name(f".{final.name}.tmp")
+        sink = os.fdopen(open_own(tmp), "wb")  # a link or FIFO planted there: refused, kept
         try:
-            with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
+            with sink, pq.ParquetWriter(sink, self.schema, compression="zstd") as out:
                 parts = sorted(self._parts.glob(PART_GLOB))
                 for part in parts:
-                    out.write_table(expand(part.read_bytes(), kinds, self.rank, self.schema))
+                    out.write_table(expand(read_part(part), kinds, self.rank, self.schema))
                 if not parts:
                     out.write_table(self.schema.empty_table())
-            fsync_path(tmp)
+                out.close()
+                sink.flush()
+                os.fsync(sink.fileno())
         except BaseException:
             tmp.unlink(missing_ok=True)  # the parts stay: the rank reads as unfinished
             raise
         os.replace(tmp, final)  # complete: only now does a reader see it
         fsync_path(self.run_dir)
         shutil.rmtree(self._parts, ignore_errors=True)
+        self._live.release()
         return final

@@ -13,7 +13,6 @@ a communication share's error is the difference in percentage points.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pyarrow as pa
 
 from commlens.errors import RunFormatError, UsageError
 from commlens.report.document import Column, Document, Section
+from commlens.safefile import META_LIMIT, read_json
 from commlens.whatif.document import RESULT_FORMAT
 from commlens.whatif.results import Figures
 from commlens.whatif.study import StepRange, kept_steps, self_check
@@ -64,9 +64,9 @@ def load_prediction(path: str | Path, net: str | None) -> Side:
     where = str(path)
     how = "`commlens whatif RUN --net NET --format json -o FILE` writes one"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
+        data = read_json(path, limit=META_LIMIT)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else f"not JSON: {exc}"[:120]
         raise RunFormatError(f"{where}: not a whatif result ({reason}); {how}") from None
     if not isinstance(data, dict) or data.get("format") != RESULT_FORMAT:
         raise RunFormatError(f"{where}: a JSON file but not a whatif result; {how}")

@@ -8,7 +8,6 @@ manifest entry (``meta.steps_metrics``).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 import commlens
 from commlens.job.spec import Job
+from commlens.safefile import SMALL_LIMIT, read_json
 from commlens.units import plural
 from commlens.workloads.groups import build_groups
 from commlens.workloads.parallelize import parallelize
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m commlens.workloads.worker CONFIG.json OUT_DIR", file=sys.stderr)
         return 2
-    job = Job.from_dict(json.loads(Path(args[0]).read_text()))
+    job = Job.from_dict(read_json(args[0], limit=SMALL_LIMIT))
     out = Path(args[1])
     device = device_for(job.run.backend)
     start = time.perf_counter()

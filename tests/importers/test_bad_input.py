@@ -23,7 +23,6 @@ def _fails(args: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> st
     return err[0]
 
 
-
 def test_truncated_gzip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = trace("kineto/hta-nccl_parser_config/nccl_data.json.gz")
     cut = tmp_path / "rank0.json.gz"

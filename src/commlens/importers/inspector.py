@@ -228,7 +228,7 @@ def _say(
     prov = run.provenance
     prov.device_time = timed > 0
     prov.time_fields = {
-        "clock": "each host's gettimeofday (µs); ranks on other hosts aligned (see clock)",
+        "clock": "each host's gettimeofday (µs)",
         "t_issue_ns": "the first channel's kernel start (event_trace_ts); without it the dump "
         "time less the execution time",
         "t_end_ns": "the last channel's kernel stop; without it the dump time (late by up to "

@@ -688,22 +688,21 @@ def _provenance(
     base = (
         "baseTimeNanoseconds + ts"
         if any(_base_ns(s) for s in by_rank.values())
-        else "ts (µs since the epoch)"
+        else "ts, µs since the epoch"
     )
-    where = "ranks on other hosts aligned (see clock)"
     if device:
         issue = "the op's start on its device (its GPU kernel's start); else its CPU op's start"
         end = "the GPU kernel's end; else the CPU op's end"
         wait = (
-            "exposure: the comm kernel's time not overlapped by compute kernels on the same "
-            "device (the CPU does not wait on NCCL); a CPU op's own duration without kernel"
+            "the comm kernel's time not overlapped by compute kernels on its device (the CPU "
+            "does not wait on NCCL); without a kernel, the CPU op's duration"
         )
     else:
         issue = "the c10d CPU op's start (the call)"
         end = "the end of its gloo:* annotation (gloo's thread) when found, else the CPU op's end"
         wait = "the CPU op's own duration (the caller inside the call)"
     prov.time_fields = {
-        "clock": f"the host's wall clock as the profiler wrote it ({base}); {where}",
+        "clock": f"the host's wall clock as the profiler wrote it ({base})",
         "t_issue_ns": issue,
         "t_end_ns": end,
         "t_wait_ns": wait,
@@ -720,11 +719,6 @@ def _provenance(
             prov.missing.append(f"{n} ops: {key}")
         else:
             prov.estimated.append(f"{n} ops: {key}")
-    if ets:
-        prov.estimated.append(
-            "sizes of ops without comm args taken from the execution trace (joined by "
-            "record-function id or order)"
-        )
     stepped = sorted({w[0] for s in by_rank.values() for w in s.steps})
     if stepped:
         prov.notes.append(f"steps {stepped[0]}..{stepped[-1]} only (the profiler's active steps)")

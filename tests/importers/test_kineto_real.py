@@ -108,3 +108,16 @@ def test_b200_all_gather_and_its_group(tmp_path: Path) -> None:
     assert ag["t_end_ns"] - ag["t_issue_ns"] == 21_953  # its kernel, 22 µs
     groups = json.loads((out / "run.json").read_text())["import"]["groups"]
     assert len(groups) == 15 and "3" in groups
+
+
+def test_ranks_read_in_parallel_give_the_same_run(
+    dlrm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from commlens.importers import kineto
+
+    monkeypatch.setattr(kineto, "PARALLEL_BYTES", 0)  # the sample is small: force the pool
+    kineto_src = trace("kineto/param-dlrm-8rank/dlrm_kineto.tar.gz")
+    et = trace("kineto/param-dlrm-8rank/dlrm_pytorch_et.tar.gz")
+    out = tmp_path / "run"
+    assert main(["import", str(kineto_src), str(et), "--out", str(out), "--jobs", "2"]) == 0
+    assert load_run(out).events.equals(load_run(dlrm).events)

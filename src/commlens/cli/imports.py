@@ -11,6 +11,7 @@ its provenance in ``run.json``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +28,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", choices=tuple(FORMATS), help="source format (default: detected)")
     p.add_argument("--world-size", type=int, help="the job's world size, when the files lack it")
     p.add_argument("--force", action="store_true", help="replace an old commlens run at --out")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="read per-rank files in this many processes (default: the CPUs)",
+    )
     p.set_defaults(func=run)
 
 
@@ -46,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
         def warn(line: str) -> None:
             print(f"commlens import: warning: {line}", file=sys.stderr)
 
-        options = ImportOptions(sources=sources, world_size=args.world_size, warn=warn)
+        options = ImportOptions(
+            sources=sources, world_size=args.world_size, jobs=max(1, args.jobs), warn=warn
+        )
         imported = module.read(list(sources), options)
         for line in imported.warnings:
             warn(line)

@@ -243,6 +243,7 @@ def _from_lines(run: ImportedRun, lines: list[_Line], ranks: tuple[int, ...]) ->
         trace.ops.append(op)
     for trace in run.ranks.values():
         trace.files = [str(f.path) for f in prov.files]
+    prov.exposed = "the latency DeepSpeed logged (it times blocking calls)"
     prov.time_fields = {
         "clock": "the logging host's wall clock (log line time, ms resolution, taken as UTC)",
         "t_end_ns": "the log line's time (the logger writes when the op completed)",

@@ -227,6 +227,7 @@ def _say(
 ) -> None:
     prov = run.provenance
     prov.device_time = timed > 0
+    prov.exposed = "the whole kernel time, an upper bound: the log has no compute kernels"
     prov.time_fields = {
         "clock": "each host's gettimeofday (µs)",
         "t_issue_ns": "the first channel's kernel start (event_trace_ts); without it the dump "

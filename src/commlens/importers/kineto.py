@@ -25,6 +25,7 @@ annotations where recorded.
 from __future__ import annotations
 
 import bisect
+import multiprocessing
 import os
 import re
 from collections import defaultdict
@@ -101,11 +102,16 @@ def read(paths: list[Path], options: ImportOptions) -> ImportedRun:
     return run
 
 
+PARALLEL_BYTES = 64 << 20
+"""Below this much input, starting worker processes costs more than it saves."""
+
+
 def _scan_all(paths: list[Path], jobs: int) -> list[FileScan]:
+    """Each file scanned once; in ``jobs`` processes when there is enough to read."""
     workers = min(len(paths), max(1, jobs), os.cpu_count() or 1)
-    if workers <= 1:
+    if workers <= 1 or sum(p.stat().st_size for p in paths) < PARALLEL_BYTES:
         return [scan(p) for p in paths]
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(scan, paths))
 
 

@@ -135,6 +135,9 @@ class Provenance:
     device_time: bool = False
     """True when op times are device (GPU kernel) times and ``t_wait_ns`` is the
     comm-kernel time not overlapped by compute kernels on the same device."""
+    exposed: str = ""
+    """What exposed time (``t_wait_ns``) is here, in a few words for a report's
+    headline; empty: the caller blocked, as in a captured run."""
     aggregate_only: bool = False
     """True when the events stand for aggregate counts (times synthetic)."""
     clock: dict[str, Any] = field(default_factory=dict)

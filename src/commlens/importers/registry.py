@@ -36,7 +36,7 @@ class ImportOptions:
     """Local path -> the file as the user gave it (name, hash)."""
     world_size: int | None = None
     jobs: int = 1
-    """Files read in parallel (processes)."""
+    """Files read in parallel (processes), where the files are large enough to pay."""
     warn: Callable[[str], None] = print
 
 

@@ -29,7 +29,11 @@ def is_imported(manifest: dict[str, Any]) -> bool:
 def exposed_meaning(manifest: dict[str, Any]) -> str:
     """What "exposed" is in this run: the caller blocked, or the device's unoverlapped time."""
     prov = _import(manifest)
-    return DEVICE_EXPOSED if prov is not None and prov.get("device_time") else CALLER_BLOCKED
+    if prov is None:
+        return CALLER_BLOCKED
+    if isinstance(prov.get("exposed"), str) and prov["exposed"]:
+        return str(prov["exposed"])
+    return DEVICE_EXPOSED if prov.get("device_time") else CALLER_BLOCKED
 
 
 def synthetic_times(manifest: dict[str, Any]) -> bool:

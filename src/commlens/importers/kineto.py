@@ -485,30 +485,43 @@ def _build_rank(
             continue
         ops.append((op, c))
         owner.append((c, len(ops) - 1))
-    # 2. device intervals: kernels joined by External id or by their launch
+    # 2. device intervals: kernels joined by External id or by their launch; the
+    # kernel of a coalesced block (launched in its closing "coalesced" record) is
+    # shared by the block's ops
+    groups = _coalesced(s.rpc, ops)
+    owners: list[tuple[CpuOp, int | tuple[int, ...]]] = [*owner, *groups]
     by_ext = {
         o.args.get("External id"): i
-        for o, i in owner
+        for o, i in owners
         if isinstance(o.args.get("External id"), int) and o.name == "record_param_comms"
     }
     launches = s.launches()
-    cpu_at = _Enclosing(owner)
+    cpu_at = _Enclosing(owners)
     kernels_of: dict[int, list[Kernel]] = defaultdict(list)
+    shared: list[tuple[tuple[int, ...], Kernel]] = []
     for kern in s.kernels:
-        idx = by_ext.get(kern.args.get("External id"))
-        if idx is None:
+        found = by_ext.get(kern.args.get("External id"))
+        if found is None:
             launch = launches.get(int(kern.args.get("correlation", -1)))
             if launch is not None:
-                idx = cpu_at.find(launch[0], launch[1])
-        if idx is None:
+                found = cpu_at.find(launch[0], launch[1])
+        if isinstance(found, tuple):
+            shared.append((found, kern))
+            continue
+        if found is None:
             op = _op_from_kernel(kern, run, counts)
             if op is None:
                 counts["comm kernel without an op (left out)"] += 1
                 continue
             ops.append((op, CpuOp(kern.name, -1, kern.ts, kern.dur, kern.args)))
-            idx = len(ops) - 1
+            found = len(ops) - 1
             counts["op from its kernel alone (no CPU op found)"] += 1
-        kernels_of[idx].append(kern)
+        kernels_of[found].append(kern)
+    for block, kern in shared:  # a block's kernel goes to its ops that launched none
+        alone = [i for i in block if i not in kernels_of]
+        for member in alone:
+            kernels_of[member].append(kern)
+        counts["ops of a coalesced block sharing its kernel"] += len(alone)
     members: dict[int, list[int]] = defaultdict(list)  # kernel id -> ops sharing it
     for idx, ks in kernels_of.items():
         for kern in ks:
@@ -527,9 +540,9 @@ def _build_rank(
         if ks:
             start = min(k.ts for k in ks)
             end = max(k.end for k in ks)
-            shared = members[id(ks[0])]
-            if len(shared) > 1:  # one kernel for several ops (coalesced, batched p2p)
-                start, end = _share(shared, idx, start, end, ops)
+            sharing = members[id(ks[0])]
+            if len(sharing) > 1:  # one kernel for several ops (coalesced, batched p2p)
+                start, end = _share(sharing, idx, start, end, ops)
                 counts["kernel split among the ops that share it (by bytes)"] += 1
             device = ks[0].device
             if device not in unions:
@@ -579,6 +592,27 @@ def _build_rank(
     trace.ops = [op for op, _ in ops]
     trace.steps = [(n, to_ns(a), to_ns(b)) for n, a, b in steps]
     return built
+
+
+def _coalesced(
+    rpc: list[CpuOp], ops: list[tuple[Op, CpuOp]]
+) -> list[tuple[CpuOp, tuple[int, ...]]]:
+    """Each ``coalesced`` record_param_comms with the ops it closes: those issued on its
+    thread since the previous one (``_coalescing_manager``, ``batch_isend_irecv``)."""
+    out: list[tuple[CpuOp, tuple[int, ...]]] = []
+    since: dict[int, float] = defaultdict(lambda: float("-inf"))
+    for o in sorted(rpc, key=lambda x: x.ts):
+        if str(o.args.get("Collective name", "")) != "coalesced":
+            continue
+        members = tuple(
+            i
+            for i, (_, cpu) in enumerate(ops)
+            if cpu.tid == o.tid and since[o.tid] <= cpu.ts < o.ts and cpu.name == o.name
+        )
+        since[o.tid] = o.end
+        if members:
+            out.append((o, members))
+    return out
 
 
 def _shown(path: Path, source: Any) -> str:

@@ -15,3 +15,11 @@ def trace(rel: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not here (the shared traces are not laid out beside the project)")
     return path
+
+
+def imported(src: Path, out: Path, *extra: str) -> Path:
+    """``src`` imported at ``out`` (the command must succeed)."""
+    from commlens.cli.main import main
+
+    assert main(["import", str(src), "--out", str(out), *extra]) == 0
+    return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from commlens.cli.main import main
 from commlens.trace.reader import load_run
+from tests.importers.shared import imported
 
 MS = 1000  # µs
 
@@ -120,8 +120,7 @@ def write_logs(folder: Path, skew_us: int = 5 * MS) -> dict[tuple[str, int], int
 def test_inspector_import(tmp_path: Path) -> None:
     src = tmp_path / "nccl-inspector-123"
     write_logs(src)
-    out = tmp_path / "run"
-    assert main(["import", str(src), "--out", str(out)]) == 0
+    out = imported(src, tmp_path / "run")
     run = load_run(out)
     rows = run.events.to_pylist()
     assert sorted({r["rank"] for r in rows}) == [0, 1, 2, 3]

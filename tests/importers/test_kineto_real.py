@@ -78,7 +78,9 @@ def test_dlrm_commands_run(dlrm: Path, tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["whatif", str(dlrm), "--net", "rdma-100g,tcp-10g"]) == 0
     text = capsys.readouterr().out
     assert "tcp-10g" in text and "imported from: kineto" in text
+    capsys.readouterr()
     assert main(["validate", str(dlrm)]) == 0
+    assert "imported from: kineto" in capsys.readouterr().out
 
 
 def test_mi300x_ops_from_args(tmp_path: Path) -> None:

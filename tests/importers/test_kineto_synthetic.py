@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from commlens.cli.main import main
 from commlens.trace.reader import load_run
+from tests.importers.shared import imported
 
 BASE = 1_000_000.0  # µs
 
@@ -113,8 +113,7 @@ def write_trace(path: Path) -> None:
 def test_synthetic_details(tmp_path: Path) -> None:
     src = tmp_path / "trace_rank3.json"
     write_trace(src)
-    out = tmp_path / "run"
-    assert main(["import", str(src), "--out", str(out)]) == 0
+    out = imported(src, tmp_path / "run")
     run = load_run(out)
     assert run.ranks == [3]  # from the file name: distributedInfo has no rank
     rows = sorted(run.events.to_pylist(), key=lambda r: r["t_issue_ns"])

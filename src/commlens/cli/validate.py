@@ -35,9 +35,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from commlens.predict.validate import validate_any
     from commlens.report.output import emit
+    from commlens.report.provenance import provenance_facts
     from commlens.report.validate import validation_document
     from commlens.trace.reader import load_run
 
-    result = validate_any(load_run(args.run), args.tolerance, args.skip_step0)
-    emit(validation_document(result), None, args.format, width=args.width)
+    loaded = load_run(args.run)
+    result = validate_any(loaded, args.tolerance, args.skip_step0)
+    doc = validation_document(result)
+    doc.facts += provenance_facts(loaded.manifest)  # an imported run says where it came from
+    emit(doc, None, args.format, width=args.width)
     return 0 if result.ok else 1

@@ -32,7 +32,7 @@ def _ends(run: ImportedRun) -> dict[int, dict[Key, tuple[str, int, int]]]:
         seen: dict[tuple[str, int], int] = defaultdict(int)
         keyed: dict[Key, tuple[str, int, int]] = {}
         for op in sorted(trace.ops, key=lambda o: o.t_issue_ns):
-            if op.op not in BLOCKING or len(op.pg_ranks) < 2:
+            if op.op not in BLOCKING or len(op.pg_ranks) < 2 or not op.end_known:
                 continue
             if op.group_seq is not None:
                 key: Key = (op.pg_name, "seq", 0, op.group_seq)
@@ -52,6 +52,12 @@ def align_ranks(run: ImportedRun) -> None:
         prov.clock = {"domains": 1, "note": "every rank on one host: one clock, nothing moved"}
         return
     ends = _ends(run)
+    if not any(ends.values()):
+        prov.clock = {
+            "domains": len(set(domain.values())),
+            "note": "no blocking collective with a known end: clocks left as written",
+        }
+        return
     ref_rank = min(run.ranks)
     offsets: dict[str, int] = {domain[ref_rank]: 0}
     matched: dict[str, int] = {}

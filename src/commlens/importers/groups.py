@@ -23,8 +23,39 @@ _ROLE_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+MEGATRON_ROLES = {
+    "DATA_PARALLEL_GROUP": "dp",
+    "DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "INTER_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP": "dp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP": "dp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "EXPERT_DATA_PARALLEL_GROUP": "dp",
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "MODEL_PARALLEL_GROUP": "tp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP": "cp",
+    "HIERARCHICAL_CONTEXT_PARALLEL_GROUPS": "cp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "EMBEDDING_GROUP": "pp",
+    "POSITION_EMBEDDING_GROUP": "pp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": "ep",
+}
+"""Megatron-LM's group descriptions -> the role of the traffic on them: a group of
+data-parallel replicas (with context-parallel ranks, of experts, of the distributed
+optimizer) is dp; tensor x pipeline (MODEL_PARALLEL) carries tp's reductions."""
+
+
 def role_of(desc: str) -> str:
-    """dp, tp, pp, ep, cp, or "" from a group's description (name or desc)."""
+    """dp, tp, pp, ep, cp, or "" from a group's description (name or desc):
+    Megatron's names exactly, else words (DeviceMesh's mesh_tp, "expert", ...)."""
+    exact = MEGATRON_ROLES.get(desc.strip().upper())
+    if exact:
+        return exact
     text = desc.strip().lower()
     if text in ("", "default_pg", "undefined", "world"):
         return ""

@@ -76,6 +76,8 @@ class Op:
     api: str = ""
     device: str = ""
     """The device the op ran on (for the exposure), empty for a CPU op."""
+    end_known: bool = True
+    """False when the source holds no end (``t_end_ns`` is then the issue time)."""
     group_seq: int | None = None
     """The op's sequence number in its group where the source numbers them (Flight
     Recorder's collective_seq_id, Inspector's coll_sn): the key that matches it

@@ -21,7 +21,7 @@ from commlens.importers.model import ImportedRun, SourceFile
 FORMATS: dict[str, str] = {
     "kineto": "commlens.importers.kineto",
     "et": "commlens.importers.et",
-    "fr": "commlens.importers.flight_recorder",
+    "fr": "commlens.importers.frrun",  # over the reader flight_recorder (commlens doctor's)
     "ds-log": "commlens.importers.deepspeed",
     "nccl-inspector": "commlens.importers.inspector",
 }
@@ -62,6 +62,10 @@ def format_module(name: str) -> FormatModule:
         if exc.name != FORMATS[name]:
             raise
         raise NotAvailable(f"{name}: not available in this build") from None
+    if not (hasattr(module, "detect") and hasattr(module, "read")):
+        raise NotAvailable(f"{name}: not available in this build")
+    if hasattr(module, "available") and not module.available():
+        raise NotAvailable(f"{name}: not available in this build")
     return cast(FormatModule, module)
 
 

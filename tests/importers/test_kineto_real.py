@@ -123,3 +123,19 @@ def test_ranks_read_in_parallel_give_the_same_run(
     out = tmp_path / "run"
     assert main(["import", str(kineto_src), str(et), "--out", str(out), "--jobs", "2"]) == 0
     assert load_run(out).events.equals(load_run(dlrm).events)
+
+
+def test_execution_traces_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    et = trace("kineto/param-dlrm-8rank/dlrm_pytorch_et.tar.gz")
+    out = tmp_path / "run"
+    assert main(["import", str(et), "--format", "et", "--out", str(out)]) == 0
+    rows = load_run(out).events.to_pylist()
+    sizes = _et_sizes(et)
+    assert sorted({r["rank"] for r in rows}) == list(range(8))
+    for rank in range(8):
+        assert sorted(r["bytes_in"] for r in rows if r["rank"] == rank) == sorted(
+            b for _, b in sizes[rank]
+        )
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "SYNTHETIC" in capsys.readouterr().out  # no times in an ET: none shown as measured

@@ -83,6 +83,27 @@ def write_trace(path: Path) -> None:
         # a data-parallel all-reduce over 64 ranks whose list the profiler cut short
         _comm(1, BASE + 100, "allreduce", 1000, "5", "DATA_PARALLEL_GROUP", cut, 64, 0, 2),
         _kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", BASE + 200, 1000.0, ext=1),
+        # the module and the backward node the ops ran in (with_modules, autograd)
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "nn.Module: TransformerBlock_3",
+            "pid": 10,
+            "tid": 11,
+            "ts": BASE + 50,
+            "dur": 500.0,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "autograd::engine::evaluate_function: MmBackward0",
+            "pid": 10,
+            "tid": 11,
+            "ts": BASE + 2900,
+            "dur": 400.0,
+            "args": {},
+        },
         # compute overlapping the first half of it
         _kernel("sm90_xmma_gemm", BASE + 150, 550.0, stream=7),
         # a coalesced block: two tensor-parallel all-reduces, one kernel launched at its end
@@ -122,6 +143,8 @@ def test_synthetic_details(tmp_path: Path) -> None:
     assert dp["pg_ranks"] == list(range(0, 128, 2)) and dp["group_size"] == 64
     assert dp["role"] == "dp" and tp1["role"] == "tp" and tp2["role"] == "tp"
     assert dp["size_bytes"] == 2000 and dp["step"] == 7
+    assert dp["module"] == "TransformerBlock_3" and tp1["module"] == ""
+    assert (dp["phase"], tp1["phase"], tp2["phase"]) == ("other", "backward", "backward")
     # kernel 200..1200 µs after BASE; compute covers 150..700: 500 µs overlapped
     assert dp["t_end_ns"] - dp["t_issue_ns"] == 1_000_000
     assert dp["t_wait_ns"] == 500_000

@@ -219,6 +219,7 @@ def op_from_record(
     )
     fill_sizes(op, rec)
     counts["sizes from the execution trace (joined by record-function id, else by order)"] += 1
+    counts["group not in the trace: the world assumed"] += 1
     return op
 
 

@@ -336,6 +336,7 @@ def _op_from_c10d(
     dtype_text = str(types[t_in]) if len(types) > t_in else ""
     dt = dtype_of(dtype_text)
     pg_name, ranks, role = world
+    counts["group not in the trace: the world assumed"] += 1
     peer = None
     concrete = args.get("Concrete Inputs") or []
     if peer_at is not None and len(concrete) > peer_at:

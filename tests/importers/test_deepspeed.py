@@ -74,6 +74,7 @@ def test_summary_is_aggregate_only(tmp_path: Path, capsys: pytest.CaptureFixture
         "broadcast": (147, 146 * 2048 + round(98.25 * 2**20)),
         "reduce_scatter": (40, 40 * round(678.86 * 2**20)),
     }
+    assert json.loads((out / "run.json").read_text())["time_semantics"] == "synthetic"
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out

@@ -72,6 +72,7 @@ def test_manifest_provenance(hta_run: Path) -> None:
     assert prov["device_time"] is True
     assert "kernel" in prov["time_fields"]["t_issue_ns"]
     assert manifest["world_size"] == 2
+    assert manifest["time_semantics"] == "device"
 
 
 def test_report_says_one_rank_of_two(hta_run: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,8 +18,12 @@ from commlens.errors import UsageError
 from commlens.importers.model import ImportedRun, Op, RankTrace
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import (
+    DEVICE_TIMES,
     FORMAT_NAME,
+    HOST_TIMES,
     MANIFEST,
+    SYNTHETIC_TIMES,
+    TIME_SEMANTICS,
     base_manifest,
     merge_manifest,
     write_json_atomic,
@@ -85,6 +89,11 @@ def _build(run: ImportedRun, tmp: Path, command: list[str] | None) -> None:
             "backend": run.backend or "unknown",
             "world_size": run.world_size,
             "command": command,
+            TIME_SEMANTICS: SYNTHETIC_TIMES
+            if prov.aggregate_only
+            else DEVICE_TIMES
+            if prov.device_time
+            else HOST_TIMES,
             IMPORT_KEY: provenance,
         }
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from commlens.trace.manifest import DEVICE_TIMES, SYNTHETIC_TIMES, time_semantics
+
 CALLER_BLOCKED = "the caller blocked"
 DEVICE_EXPOSED = "comm-kernel time not overlapped by compute kernels on its device"
 
@@ -27,20 +29,19 @@ def is_imported(manifest: dict[str, Any]) -> bool:
 
 
 def exposed_meaning(manifest: dict[str, Any]) -> str:
-    """What "exposed" is in this run: the caller blocked, or the device's unoverlapped time."""
+    """What "exposed" is in this run: the caller blocked, or the device's unoverlapped
+    time (the run's :func:`~commlens.trace.manifest.time_semantics`), or what the
+    source says it is."""
     prov = _import(manifest)
-    if prov is None:
-        return CALLER_BLOCKED
-    if isinstance(prov.get("exposed"), str) and prov["exposed"]:
+    if prov is not None and isinstance(prov.get("exposed"), str) and prov["exposed"]:
         return str(prov["exposed"])
-    return DEVICE_EXPOSED if prov.get("device_time") else CALLER_BLOCKED
+    return DEVICE_EXPOSED if time_semantics(manifest) == DEVICE_TIMES else CALLER_BLOCKED
 
 
 def synthetic_times(manifest: dict[str, Any]) -> bool:
     """Whether the run's times are placeholders (an aggregate-only import): only
     counts and volumes are measurements."""
-    prov = _import(manifest)
-    return bool(prov is not None and prov.get("aggregate_only"))
+    return time_semantics(manifest) == SYNTHETIC_TIMES
 
 
 def _join(items: Any, limit: int = 6) -> str:

@@ -151,6 +151,28 @@ def _deep_update(target: dict[str, Any], extra: dict[str, Any]) -> None:
             target[key] = value
 
 
+# -- what the time columns mean -------------------------------------------------
+
+TIME_SEMANTICS = "time_semantics"
+"""The manifest key that says how a run's time columns are read; absent in a run
+commlens captured (:data:`HOST_TIMES`)."""
+HOST_TIMES = "host"
+"""t_issue_ns: the call; t_end_ns: its completion; t_wait_ns: the caller blocked in it."""
+DEVICE_TIMES = "device"
+"""t_issue_ns/t_end_ns: the op's interval on its device (its GPU kernel); t_wait_ns: the
+part of it not overlapped by compute kernels on that device (its exposure), since a
+CPU does not wait on an NCCL kernel. An op without a kernel keeps host times."""
+SYNTHETIC_TIMES = "synthetic"
+"""Placeholders (an aggregate-only import): only counts and sizes are data."""
+TIME_KINDS = (HOST_TIMES, DEVICE_TIMES, SYNTHETIC_TIMES)
+
+
+def time_semantics(manifest: dict[str, Any]) -> str:
+    """How the run's time columns are read: one of :data:`TIME_KINDS`."""
+    value = manifest.get(TIME_SEMANTICS)
+    return value if value in TIME_KINDS else HOST_TIMES
+
+
 # -- reading: the manifest checked once, at the door ---------------------------
 
 MAX_OFFSET_NS = 1 << 60

@@ -144,3 +144,37 @@ def test_inspector_import(tmp_path: Path) -> None:
     assert any("a sample" in n and "5 of 8" in n for n in prov["notes"])
     assert any("kept once" in n for n in prov["notes"])
     assert prov["source_format"] == "nccl-inspector" and prov["format_version"] == "v4.0"
+
+
+def test_inspector_p2p_peers(tmp_path: Path) -> None:
+    """p2p_perf records (v4.1+): the peer, a rank of the communicator, becomes a global rank."""
+    src = tmp_path / "logs"
+    ranks = write_logs(src)
+    for (host, pid), peer, kind in ((("node-a", 100), 1, "Send"), (("node-b", 200), 0, "Recv")):
+        record = {
+            "header": {"id": "0xpp", "rank": 1 - peer, "n_ranks": 2, "nnodes": 2},
+            "metadata": {
+                "inspector_output_format_version": "v4.1",
+                "hostname": host,
+                "pid": pid,
+                "dump_timestamp_us": 1_750_000_000_900_000,
+            },
+            "p2p_perf": {
+                "p2p": kind,
+                "p2p_sn": 1,
+                "p2p_peer": peer,
+                "p2p_msg_size_bytes": 8192,
+                "p2p_exec_time_us": 30.0,
+                "p2p_timing_source": "kernel_gpu",
+            },
+        }
+        with (src / f"{host}-pid{pid}.log").open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+    rows = load_run(imported(src, tmp_path / "run")).events.to_pylist()
+    p2p = sorted(
+        (r["rank"], r["op"], r["peer"], r["size_bytes"])
+        for r in rows
+        if r["op"] in ("send", "recv")
+    )
+    a, b = ranks[("node-a", 100)], ranks[("node-b", 200)]
+    assert p2p == sorted([(a, "send", b, 8192), (b, "recv", a, 8192)])

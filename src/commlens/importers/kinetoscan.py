@@ -21,7 +21,21 @@ import numpy as np
 from commlens.importers.commops import is_comm_kernel
 from commlens.importers.jsonstream import TraceStream
 
-_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+_KINDS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",  # traces of 2021-2022 capitalised their categories
+    "cpu_op": "cpu_op",
+    "Operator": "cpu_op",
+    "cuda_runtime": "launch",
+    "cuda_driver": "launch",
+    "hip_runtime": "launch",
+    "hip_driver": "launch",
+    "Runtime": "launch",
+    "user_annotation": "annotation",
+    "User annotation": "annotation",
+    "python_function": "python",
+}
+"""Event category -> what the scan does with it; other categories are skipped."""
 _PHASE_NAMES = {
     "## forward ##": "forward",
     "## backward ##": "backward",
@@ -148,8 +162,8 @@ def scan(path: Path) -> FileScan:
     for ev in stream.events():
         n += 1
         try:
-            cat = ev.get("cat")
-        except AttributeError:  # not an object
+            cat = _KINDS.get(ev.get("cat"))  # type: ignore[arg-type]
+        except (AttributeError, TypeError):  # not an object, or a category not a string
             continue
         try:
             if cat == "kernel":
@@ -181,7 +195,7 @@ def scan(path: Path) -> FileScan:
                     phases.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), "backward")
                 elif name[:10] == "Optimizer.":
                     phases.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), "optimizer")
-            elif cat in _LAUNCH_CATS:
+            elif cat == "launch":
                 name = ev["name"]
                 if "aunch" in name:
                     corr = (ev.get("args") or {}).get("correlation")
@@ -189,13 +203,13 @@ def scan(path: Path) -> FileScan:
                         lc.append(corr)
                         lt.append(ev.get("tid", -1))
                         lts.append(ev["ts"])
-            elif cat == "user_annotation":
+            elif cat == "annotation":
                 _annotation(out, ev)
-            elif cat == "python_function":
+            elif cat == "python":
                 name = ev["name"]
                 if name[:11] == "nn.Module: ":
                     modules.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), name[11:])
-            elif cat is None and ev.get("ph") == "M" and ev.get("name") == "thread_name":
+            elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
                 thread_names[_int(ev.get("tid"))] = str((ev.get("args") or {}).get("name", ""))
         except (KeyError, TypeError, ValueError, OverflowError):
             continue  # an event without the fields its kind needs (or of the wrong type)

@@ -29,6 +29,7 @@ from commlens.importers.groups import role_of
 from commlens.importers.model import Group, ImportedRun, Op, Provenance, RankTrace, dtype_of
 from commlens.importers.registry import ImportOptions, NotAvailable
 from commlens.importers.sources import head
+from commlens.optable import OPS
 
 NAME = "fr"
 READER = "commlens.importers.flight_recorder"
@@ -102,6 +103,7 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
     for name, g in dumps.groups.items():
         run.groups[name] = Group(name, tuple(g.ranks), g.desc, role_of(g.desc or name))
     states: Counter[str] = Counter()
+    others: Counter[str] = Counter()
     unknown_end = 0
     by_name = {p.name: p for p in paths}
     for rank, fr_rank in sorted(dumps.ranks.items()):
@@ -109,6 +111,9 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
         trace = RankTrace(rank, files=[str(shown.path if shown else fr_rank.path)])
         rank_states: Counter[str] = Counter()
         for e in fr_rank.entries:
+            if e.op not in OPS:
+                others[e.profiling_name] += 1
+                continue
             group = run.groups.get(e.group) or Group(e.group, ())
             dt = dtype_of(e.dtype)
             n_in = sum(_numel(s) for s in e.input_sizes)
@@ -134,8 +139,8 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
                 group_seq=e.seq,
                 end_known=end is not None,
             )
-            if op.op in ("send", "recv", "barrier") or op.op == "":
-                op.size_bytes = 0 if op.op == "barrier" else op.size_bytes
+            if op.op == "barrier":
+                op.size_bytes = 0
             trace.ops.append(op)
             rank_states[e.state] += 1
         trace.meta["fr_states"] = dict(rank_states)
@@ -152,6 +157,8 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
     }
     prov.notes.append("entry states: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
     prov.missing.append("steps: a dump names none (every op has step -1)")
+    for name, n in sorted(others.items()):
+        prov.notes.append(f"{n} entries {name!r} left out (not a communication op commlens knows)")
     if unknown_end:
         prov.missing.append(
             f"{unknown_end} ops' ends (no timing in the dump, or never completed): written "

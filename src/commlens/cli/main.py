@@ -31,6 +31,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "predict",
     "whatif",
     "validate",
+    "doctor",
     "net",
     "bench",
     "sweep",

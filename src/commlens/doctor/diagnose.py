@@ -1,0 +1,405 @@
+"""From evidence to a diagnosis: desync, hang (roots and victims), dead ranks, stragglers.
+
+Order of the checks: a **desync** (members of a group issuing different ops
+at one sequence number) explains a hang that follows it, so it comes first;
+then a **hang**: every op in flight whose group has members that never
+issued it is a wait of its rank on those members. Those waits form a graph
+between ranks; its sinks (ranks that wait on nobody, or a set of ranks
+waiting on each other: a cycle) are the roots, every other waiting rank a
+victim, explained by the chain of waits that leads to a root. A root whose
+process died makes it a **dead_rank**. With nothing in flight: a dead rank
+still is one; then **stragglers** (a rank arriving last in most of its
+collectives, the others' wait a share of the step); else **healthy**.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from commlens.doctor.model import Diagnosis, Evidence, Op, RankFacts, Wait
+from commlens.report.document import format_ranks
+
+ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
+SIZED = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
+"""Ops whose members must pass equal sizes (all_to_all, gather, scatter may differ)."""
+STRAGGLER_LAST_SHARE = 0.6
+"""A straggler arrives last in at least this share of its collectives ..."""
+STRAGGLER_STEP_SHARE = 0.05
+"""... and the others' wait for it is at least this share of the step time."""
+
+
+def _signature(op: Op) -> tuple[object, ...]:
+    return (
+        op.op,
+        op.dtype,
+        op.bytes_in if op.op in SIZED else None,
+        op.peer if op.op in ROOTED else None,
+    )
+
+
+def _describe(op: Op) -> str:
+    root = f", root {op.peer}" if op.op in ROOTED and op.peer is not None else ""
+    return f"{op.op} {op.shape} {op.dtype} ({op.bytes_in:,} B{root})"
+
+
+def find_desync(ev: Evidence) -> list[dict[str, object]]:
+    """Per group, the members' ops at the first collective seq where they disagree."""
+    per: dict[str, dict[int, dict[int, Op]]] = defaultdict(lambda: defaultdict(dict))
+    for rank, ops in ev.ops.items():
+        for op in ops:
+            if not op.p2p:
+                per[op.group][op.seq][rank] = op
+    found: list[dict[str, object]] = []
+    for group in sorted(per, key=lambda g: (len(g), g)):
+        for seq in sorted(per[group]):
+            members = per[group][seq]
+            if len(members) < 2:
+                continue
+            sigs = {r: _signature(op) for r, op in members.items()}
+            if len(set(sigs.values())) == 1:
+                continue
+            counts = Counter(sigs.values())
+            top = max(counts.values())
+            majority = [s for s, n in counts.items() if n == top]
+            usual = sigs[min(members)] if len(majority) > 1 else majority[0]
+            for rank in sorted(members):
+                op = members[rank]
+                found.append(
+                    {
+                        "group": group,
+                        "seq": seq,
+                        "rank": rank,
+                        "op": op.op,
+                        "shape": op.shape,
+                        "dtype": op.dtype,
+                        "bytes": op.bytes_in,
+                        "peer": op.peer,
+                        "site": op.site,
+                        "odd": sigs[rank] != usual,
+                        "what": _describe(op),
+                    }
+                )
+            break
+    return found
+
+
+def _sccs(nodes: list[int], edges: dict[int, set[int]]) -> list[list[int]]:
+    """Strongly connected components (Tarjan, iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on: set[int] = set()
+    out: list[list[int]] = []
+    counter = 0
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                out.append(sorted(comp))
+    return out
+
+
+def _fact_line(f: RankFacts) -> str:
+    if f.signal:
+        return f"its process was killed by {f.signal}"
+    if f.exit_code not in (None, 0):
+        return f"its process exited with code {f.exit_code}"
+    if not f.recorded:
+        return "it left no record at all"
+    return f"its process: {f.status}"
+
+
+def _first_frame(stack: str) -> str:
+    """The innermost frame of the thread that was running Python (faulthandler's text)."""
+    lines = stack.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Current thread") or (
+            line.startswith("Thread") and "(most recent" in line
+        ):
+            for frame in lines[i + 1 :]:
+                if frame.strip().startswith("File"):
+                    return frame.strip()
+                if not frame.strip():
+                    break
+    return ""
+
+
+def _stall_waits(ev: Evidence) -> list[Wait]:
+    """Waits on stalled ranks: a rank's op in flight on a group where a member is stalled
+    (the rank's own stalled groups aside)."""
+    stalled_on: dict[str, set[int]] = defaultdict(set)
+    for rank, where in ev.stalled.items():
+        for group, _, _ in where:
+            stalled_on[group].add(rank)
+    out = []
+    for rank, ops in ev.ops.items():
+        for op in ops:
+            if op.done or op.p2p or op.missing or rank in stalled_on.get(op.group, ()):
+                continue
+            on = tuple(sorted(stalled_on.get(op.group, set()) - {rank}))
+            if on:
+                out.append(Wait(rank, op, on))
+    return out
+
+
+def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
+    edges: dict[int, set[int]] = defaultdict(set)
+    first_wait: dict[int, Wait] = {}
+    for w in waits:
+        edges[w.rank].update(w.on)
+        if w.rank not in first_wait or w.op.t_issue_ns < first_wait[w.rank].op.t_issue_ns:
+            first_wait[w.rank] = w
+    nodes = sorted(set(edges) | {r for targets in edges.values() for r in targets})
+    comps = _sccs(nodes, edges)
+    comp_of = {r: i for i, comp in enumerate(comps) for r in comp}
+    sinks = [
+        comp
+        for i, comp in enumerate(comps)
+        if not any(comp_of[t] != i for r in comp for t in edges.get(r, ()))
+    ]
+    roots = sorted(r for comp in sinks for r in comp)
+    cycle = sorted(r for comp in sinks if len(comp) > 1 for r in comp)
+    victims = sorted(set(edges) - set(roots))
+    lines: list[str] = []
+    waited_in: dict[int, list[Wait]] = defaultdict(list)
+    for w in waits:
+        for r in w.on:
+            waited_in[r].append(w)
+    for r in roots:
+        f = ev.ranks.get(r, RankFacts(r))
+        mine = [op for op in ev.ops.get(r, []) if not op.done]
+        theirs = sorted(waited_in.get(r, []), key=lambda w: w.op.t_issue_ns)
+        stall = ev.stalled.get(r)
+        if stall and not any(r in w.op.missing for w in theirs):
+            group, seq, peers = stall[0]
+            never = (
+                f"never completed collective #{seq} on group {group}, which rank"
+                f"{'s' if len(peers) > 1 else ''} {format_ranks(list(peers))} completed: "
+                "its device or its progress stopped"
+            )
+        elif theirs:
+            w0 = theirs[0]
+            never = f"never issued {w0.op.label()}"
+            if w0.op.p2p:
+                never = f"never issued its side of rank {w0.rank}'s {w0.op.label()}"
+            who = sorted({w.rank for w in theirs})
+            never += f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} wait in it"
+            more = len({(w.op.group, w.op.seq) for w in theirs}) - 1
+            never += f"; {more} more op{'s' if more != 1 else ''} wait on it)" if more else ")"
+        else:
+            never = "waited on"
+        if r in cycle:
+            own = first_wait[r]
+            state = f"it waits itself in {own.op.label()} for rank {format_ranks(list(own.on))}"
+        elif mine:
+            state = (
+                f"its own op{'s' if len(mine) > 1 else ''} in flight: "
+                + ", ".join(op.label() for op in mine[:3])
+                + (f" and {len(mine) - 3} more" if len(mine) > 3 else "")
+            )
+            state += " (every member issued it)" if len(mine) == 1 else " (all joined)"
+        elif f.recorded:
+            state = "no op in flight: it is stuck outside communication"
+        else:
+            state = "no op in flight"
+        line = f"rank {r}: {never}; {state}; {_fact_line(f)}"
+        frame = _first_frame(ev.stacks.get(r, ""))
+        if frame:
+            line += f"; running: {frame}"
+        lines.append(line)
+    for r in victims:
+        w = first_wait[r]
+        chain = [r]
+        seen = {r}
+        node = r
+        while node not in roots:
+            nxt = sorted(t for t in edges.get(node, ()) if t not in seen)
+            if not nxt:
+                break
+            node = nxt[0]
+            chain.append(node)
+            seen.add(node)
+        via = " -> ".join(str(c) for c in chain)
+        lines.append(
+            f"rank {r}: waits in {w.op.label()} for rank {format_ranks(list(w.on))}"
+            + (f" (waits lead {via})" if len(chain) > 2 else "")
+        )
+    dead_roots = [r for r in roots if r in dead]
+    if cycle:
+        kind = "hang"
+        headline = (
+            f"hang: a cycle of waits between ranks {format_ranks(cycle)}: each waits in an op "
+            "the next never issued, because it waits itself"
+        )
+    elif dead_roots:
+        kind = "dead_rank"
+        headline = (
+            f"dead rank: rank{'s' if len(dead_roots) > 1 else ''} {format_ranks(dead_roots)} "
+            f"died; {len(victims)} rank{'s' if len(victims) != 1 else ''} waited on "
+            f"{'them' if len(dead_roots) > 1 else 'it'}"
+        )
+    else:
+        kind = "hang"
+        headline = (
+            f"hang: rank{'s' if len(roots) > 1 else ''} {format_ranks(roots)} at the root; "
+            f"{len(victims)} other rank{'s' if len(victims) != 1 else ''} wait on "
+            f"{'them' if len(roots) > 1 else 'it'}"
+        )
+    return Diagnosis(
+        kind=kind,
+        headline=headline,
+        root_ranks=roots,
+        victims=victims,
+        explanation=lines,
+        waits=waits,
+        cycle=cycle,
+        dead_ranks=dead,
+    )
+
+
+def groups_state(ev: Evidence, waits: list[Wait]) -> list[dict[str, object]]:
+    """Per group with an op in flight, per member: last op completed, ops in flight, and
+    the ranks it waits on there."""
+    on: dict[tuple[int, str], set[int]] = defaultdict(set)
+    for w in waits:
+        on[(w.rank, w.op.group)].update(w.on)
+    rows: list[dict[str, object]] = []
+    busy = sorted({op.group for ops in ev.ops.values() for op in ops if not op.done})
+    for group in busy:
+        g = ev.groups.get(group)
+        members = (
+            list(g.ranks)
+            if g and g.ranks
+            else sorted(r for r, ops in ev.ops.items() if any(op.group == group for op in ops))
+        )
+        for r in members:
+            ops = [op for op in ev.ops.get(r, []) if op.group == group]
+            done = [op for op in ops if op.done]
+            flying = [op for op in ops if not op.done]
+            last = done[-1].label().split(" on group")[0] if done else ""
+            if not last and (r, group) in ev.completed_upto:
+                last = f"collective #{ev.completed_upto[(r, group)]}"
+            shown = ", ".join(op.label().split(" on group")[0] for op in flying[:3])
+            if len(flying) > 3:
+                shown += f" and {len(flying) - 3} more"
+            rows.append(
+                {
+                    "group": group,
+                    "desc": g.desc if g else "",
+                    "rank": r,
+                    "last_completed": last,
+                    "in_flight": shown,
+                    "waits_on": format_ranks(sorted(on.get((r, group), ()))),
+                }
+            )
+    return rows
+
+
+def _stragglers(ev: Evidence) -> list[dict[str, float]]:
+    out = []
+    for row in ev.straggle:
+        share_last = row["last_count"] / row["instances"] if row["instances"] else 0.0
+        step = row.get("step_s", 0.0)
+        cost = row.get("blame_per_step_s", 0.0)
+        if share_last >= STRAGGLER_LAST_SHARE and step > 0 and cost / step >= STRAGGLER_STEP_SHARE:
+            out.append({**row, "share_last": share_last, "cost_share": cost / step})
+    return out
+
+
+def diagnose(ev: Evidence) -> Diagnosis:
+    """The diagnosis of ``ev``: kind, root ranks, and the lines that explain the rest."""
+    dead = sorted(r for r, f in ev.ranks.items() if f.dead)
+    waits = [
+        Wait(op.rank, op, op.missing)
+        for ops in ev.ops.values()
+        for op in ops
+        if not op.done and op.missing
+    ]
+    # A stalled rank waits on nobody: its own device stopped first.
+    waits = [w for w in waits if w.rank not in ev.stalled] + _stall_waits(ev)
+    mismatch = find_desync(ev)
+    if mismatch:
+        odd = sorted({int(str(m["rank"])) for m in mismatch if m["odd"]})
+        first = mismatch[0]
+        lines = [
+            f"rank {m['rank']}: {m['what']}" + (f" at {m['site']}" if m["site"] else "")
+            for m in mismatch
+        ]
+        diag = Diagnosis(
+            kind="desync",
+            headline=(
+                f"desync: on group {first['group']}, collective #{first['seq']}: ranks disagree; "
+                f"rank{'s' if len(odd) > 1 else ''} {format_ranks(odd)} "
+                f"{'differ' if len(odd) > 1 else 'differs'} from the others"
+            ),
+            root_ranks=odd,
+            explanation=lines,
+            mismatch=mismatch,
+            waits=waits,
+            dead_ranks=dead,
+        )
+    elif waits:
+        diag = _hang(ev, waits, dead)
+    elif dead:
+        lines = [f"rank {r}: {_fact_line(ev.ranks[r])}" for r in dead]
+        diag = Diagnosis(
+            kind="dead_rank",
+            headline=f"dead rank: rank{'s' if len(dead) > 1 else ''} {format_ranks(dead)} died",
+            root_ranks=dead,
+            explanation=lines,
+            dead_ranks=dead,
+        )
+    elif stragglers := _stragglers(ev):
+        names = [int(s["rank"]) for s in stragglers]
+        lines = [
+            f"rank {int(s['rank'])}: arrived last in {int(s['last_count'])} of "
+            f"{int(s['instances'])} collectives; the others waited {s['blame_per_step_s']:.3f} s "
+            f"per step for it, {s['cost_share']:.0%} of the {s['step_s']:.3f} s step"
+            for s in stragglers
+        ]
+        diag = Diagnosis(
+            kind="straggler",
+            headline=f"straggler: rank{'s' if len(names) > 1 else ''} {format_ranks(names)} "
+            "arrive last, step after step",
+            root_ranks=names,
+            explanation=lines,
+            stragglers=stragglers,
+        )
+    else:
+        wait = ev.largest_wait
+        diag = Diagnosis(
+            kind="healthy",
+            headline="healthy: no hang, desync, straggler or dead rank"
+            + (f"; the largest wait: {wait[0] * 1e3:.3f} ms ({wait[1]})" if wait else ""),
+            root_ranks=[],
+        )
+    diag.groups_state = groups_state(ev, diag.waits)
+    return diag

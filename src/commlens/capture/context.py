@@ -50,11 +50,15 @@ ROOT_NAME = "(root)"
 class ThreadState:
     """Per-thread capture state: nesting depth and the phase the caller named."""
 
-    __slots__ = ("depth", "phase_hint")
+    __slots__ = ("depth", "inflight", "phase_hint")
 
     def __init__(self) -> None:
         self.depth = 0  # 1 while an intercepted call runs (calls inside are not recorded)
         self.phase_hint = ""  # from commlens.phase()
+        # (call, calling frame, t_issue) of the intercepted call running on this thread,
+        # read by the writer thread's checkpoint (Recorder.inflight); left set when the
+        # call raised, until the thread's next call.
+        self.inflight: tuple[Any, Any, int] | None = None
 
 
 # By thread id: a dict lookup and slot reads cost less per call than threading.local.

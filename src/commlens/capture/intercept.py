@@ -140,12 +140,14 @@ def intercept(
         state.depth = 1
         try:
             t0 = _time_ns()
+            state.inflight = (call, frame, t0)
             if rec.below_autograd is None or not below_autograd:
                 result = orig(*args, **kwargs)
             else:
                 with _ExcludeKeys(rec.below_autograd):
                     result = orig(*args, **kwargs)
             t1 = _time_ns()
+            state.inflight = None
         finally:
             state.depth = 0
         try:

@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from commlens.capture.context import StepTracker, current_phase_and_module
 from commlens.capture.groups import GroupRegistry
+from commlens.capture.inflight import StackDumps, write_inflight
 from commlens.capture.intercept import Intercepted
 from commlens.capture.ops import dtype_name
 from commlens.capture.threads import keep_thread_state
@@ -142,6 +143,8 @@ class Recorder:
         self._closing = False  # the writer thread's hooks do nothing from now on
         self._meta_seen: tuple[Any, ...] | None = None  # what the last rank json held
         self._meta_due = 0.0  # monotonic time before which no rewrite is made
+        self._inflight_key: tuple[Any, ...] | None = None  # what inflight-NNNNN.json holds
+        self.stack_dumps = StackDumps()
 
     def forked(self) -> None:
         """A forked child records on its own, under its own rank, once it has one."""
@@ -179,6 +182,7 @@ class Recorder:
                 checkpoint=self._checkpoint,
             )
             self.write_meta("running")
+            self.stack_dumps.register(self.run_dir, self.rank)
         except Exception as exc:
             self.fail(exc)
         return self.writer
@@ -223,6 +227,8 @@ class Recorder:
         try:
             self.note_roles()
             self.write_meta("ok" if not self.error else "recording-failed")
+            self._inflight_key = write_inflight(self, self._inflight_key)
+            self.stack_dumps.unregister()
             merge_manifest(self.run_dir)
         except Exception as exc:
             self.fail(exc)
@@ -268,6 +274,7 @@ class Recorder:
         try:
             writer.close(timeout=5.0)
             self.write_meta(status)
+            self._inflight_key = write_inflight(self, self._inflight_key)
             merge_manifest(self.run_dir)
         except Exception:
             pass
@@ -325,7 +332,8 @@ class Recorder:
             self._drain_lock.release()
 
     def _checkpoint(self) -> None:
-        """Rewrite the rank json if its steps, clock, meta or events changed (writer thread).
+        """Rewrite the rank's ops in flight if they changed, and the rank json if its steps,
+        clock, meta or events changed (writer thread).
 
         Past :data:`META_SPACED_FROM` steps, rewrites are spaced so that they
         use at most :data:`META_SHARE` of the CPU time; a smaller rank json is
@@ -333,6 +341,10 @@ class Recorder:
         """
         if self.disabled or self._closing or self.rank is None:
             return
+        try:
+            self._inflight_key = write_inflight(self, self._inflight_key)
+        except Exception as exc:
+            self.fail(exc)
         seen = self._meta_seen
         now = time.monotonic()
         if now < self._meta_due or (

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commlens.cli.doctor import add_hang_options, check_hang_options, watching
 from commlens.cli.report import add_width_option
 from commlens.errors import CommandError, UsageError
 from commlens.job.memory import check_local_ranks
@@ -48,6 +49,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", type=Path, help="run directory (default runs/MODEL-SCHEME-TIME)")
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    add_hang_options(p)
     add_width_option(p)
     p.set_defaults(func=run_command)
 
@@ -103,6 +105,7 @@ def _launch(
 
 
 def run_command(args: argparse.Namespace) -> int:
+    check_hang_options(args)
     resolve_nproc(args)
     check_local_ranks(args.nproc)
     job = workload_from_options(args)
@@ -128,7 +131,8 @@ def _run(args: argparse.Namespace, job: Job, out: Path, emulated: bool) -> int:
         config = Path(tmp) / "workload.json"
         config.write_text(json.dumps(job.to_dict()))
         argv = python_argv(WORKER, str(config), str(out))
-        result, topology = _launch(argv, job, args, out, emulated)
+        with watching(out, args, "commlens run"):
+            result, topology = _launch(argv, job, args, out, emulated)
     if result.interrupted:  # the ranks are stopped; one line, as for any Ctrl-C
         print(f"commlens run: {result.failure()}", file=sys.stderr)
         return result.exit_code

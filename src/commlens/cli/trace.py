@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commlens.cli.doctor import add_hang_options, check_hang_options, watching
 from commlens.errors import CommandError, CommlensError, UsageError
 from commlens.launch import LaunchResult, launch_ranks, run_job
 from commlens.launch.signals import signal_name
@@ -54,6 +55,7 @@ def register(subparsers: Any) -> None:
         "--link", help="with --nproc: shape each node's uplink to RATE (e.g. 500mbit, 2gbit)"
     )
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    add_hang_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     p.set_defaults(func=run)
 
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no command to trace; usage: commlens trace --out DIR -- COMMAND ...")
+    check_hang_options(args)
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     emulated = args.nodes != 1 or args.link is not None
@@ -128,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
                 f"--nproc starts the ranks of a single node, but this is {job.id} "
                 "(let torchrun or the program take the rank)"
             )
-        return _run_node(out, cmd, job, args.force, env)
+        with watching(out, args, "commlens trace"):
+            return _run_node(out, cmd, job, args.force, env)
     with prepare_out(out, args.force):  # held until the run is complete
         return _run_here(args, cmd, out, env, emulated)
 
@@ -147,14 +151,15 @@ def _run_here(
     t0 = time.time()
     topology: dict[str, Any] = {"nodes": 1, "link": None, "intra_node": "loopback"}
     launcher: dict[str, Any]
-    if args.nproc and emulated:
-        from commlens.netem import launch_emulated
+    with watching(out, args, "commlens trace"):
+        if args.nproc and emulated:
+            from commlens.netem import launch_emulated
 
-        emu = launch_emulated(cmd, args.nproc, args.nodes, args.link, env=env, run_dir=out)
-        code, topology = emu.exit_code, emu.topology
-        launcher, status = _ranks_fields(emu), _ranks_status(emu)
-    else:
-        code, launcher, status = _launch(cmd, args.nproc, env)
+            emu = launch_emulated(cmd, args.nproc, args.nodes, args.link, env=env, run_dir=out)
+            code, topology = emu.exit_code, emu.topology
+            launcher, status = _ranks_fields(emu), _ranks_status(emu)
+        else:
+            code, launcher, status = _launch(cmd, args.nproc, env)
     launcher["wall_s"] = time.time() - t0
     extra = {"launcher": launcher, "topology": topology, "link": topology.get("link")}
     return _finish(out, code, status, extra)

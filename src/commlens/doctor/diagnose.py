@@ -137,19 +137,47 @@ def _fact_line(f: RankFacts) -> str:
     return f"its process: {f.status}"
 
 
+OWN_FRAMES = ("/commlens/", "/torch/", "/threading.py")
+"""Frames of these files are skipped when naming where a rank runs."""
+
+
 def _first_frame(stack: str) -> str:
-    """The innermost frame of the thread that was running Python (faulthandler's text)."""
-    lines = stack.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("Current thread") or (
-            line.startswith("Thread") and "(most recent" in line
-        ):
-            for frame in lines[i + 1 :]:
-                if frame.strip().startswith("File"):
-                    return frame.strip()
-                if not frame.strip():
-                    break
+    """Where the rank's interrupted thread was (faulthandler's text): the innermost frame
+    outside commlens, torch and threading, of the current thread (else of the last)."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in stack.splitlines():
+        if line.startswith(("Current thread", "Thread")):
+            blocks.append((line, []))
+        elif blocks and line.strip().startswith("File"):
+            blocks[-1][1].append(line.strip())
+    if not blocks:
+        return ""
+    current = [b for b in blocks if b[0].startswith("Current thread")]
+    frames = (current or blocks[-1:])[0][1]
+    for frame in frames:
+        if not any(part in frame for part in OWN_FRAMES):
+            return frame
+    return frames[0] if frames else ""
+
+
+def _step_shift(ev: Evidence, root: int, waiter: int, group: str) -> str:
+    """Where the root's collectives on ``group`` start to come in later steps than the
+    waiter's (a collective skipped), or ''."""
+    mine = {op.seq: op for op in ev.ops.get(root, []) if op.group == group and not op.p2p}
+    for op in ev.ops.get(waiter, []):
+        if op.group != group or op.p2p or op.seq not in mine:
+            continue
+        other = mine[op.seq]
+        if other.step >= 0 and op.step >= 0 and other.step != op.step:
+            return (
+                f"; its {op.op} #{op.seq} there came in step {other.step}, rank {waiter}'s in "
+                f"step {op.step}: it skipped one before"
+            )
     return ""
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
 
 
 def _stall_waits(ev: Evidence) -> list[Wait]:
@@ -211,9 +239,18 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
             if w0.op.p2p:
                 never = f"never issued its side of rank {w0.rank}'s {w0.op.label()}"
             who = sorted({w.rank for w in theirs})
-            never += f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} wait in it"
+            never += (
+                f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
+                f"{_plural(len(who), 'waits', 'wait')} in it"
+            )
             more = len({(w.op.group, w.op.seq) for w in theirs}) - 1
-            never += f"; {more} more op{'s' if more != 1 else ''} wait on it)" if more else ")"
+            never += (
+                f"; {more} more op{'s' if more != 1 else ''} {_plural(more, 'waits', 'wait')} on "
+                "it)"
+                if more
+                else ")"
+            )
+            never += _step_shift(ev, r, w0.rank, w0.op.group)
         else:
             never = "waited on"
         if r in cycle:
@@ -250,6 +287,7 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
         via = " -> ".join(str(c) for c in chain)
         lines.append(
             f"rank {r}: waits in {w.op.label()} for rank {format_ranks(list(w.on))}"
+            + (f" at {w.op.site}" if w.op.site else "")
             + (f" (waits lead {via})" if len(chain) > 2 else "")
         )
     dead_roots = [r for r in roots if r in dead]
@@ -270,7 +308,8 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
         kind = "hang"
         headline = (
             f"hang: rank{'s' if len(roots) > 1 else ''} {format_ranks(roots)} at the root; "
-            f"{len(victims)} other rank{'s' if len(victims) != 1 else ''} wait on "
+            f"{len(victims)} other rank{'s' if len(victims) != 1 else ''} "
+            f"{_plural(len(victims), 'waits', 'wait')} on "
             f"{'them' if len(roots) > 1 else 'it'}"
         )
     return Diagnosis(
@@ -349,6 +388,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
     if mismatch:
         odd = sorted({int(str(m["rank"])) for m in mismatch if m["odd"]})
         first = mismatch[0]
+        odd_what = next(str(m["what"]) for m in mismatch if m["odd"])
+        usual_what = next((str(m["what"]) for m in mismatch if not m["odd"]), "")
         lines = [
             f"rank {m['rank']}: {m['what']}" + (f" at {m['site']}" if m["site"] else "")
             for m in mismatch
@@ -356,9 +397,9 @@ def diagnose(ev: Evidence) -> Diagnosis:
         diag = Diagnosis(
             kind="desync",
             headline=(
-                f"desync: on group {first['group']}, collective #{first['seq']}: ranks disagree; "
-                f"rank{'s' if len(odd) > 1 else ''} {format_ranks(odd)} "
-                f"{'differ' if len(odd) > 1 else 'differs'} from the others"
+                f"desync: on group {first['group']}, collective #{first['seq']}: rank"
+                f"{'s' if len(odd) > 1 else ''} {format_ranks(odd)} called {odd_what}, "
+                f"the others {usual_what}"
             ),
             root_ranks=odd,
             explanation=lines,
@@ -388,7 +429,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         diag = Diagnosis(
             kind="straggler",
             headline=f"straggler: rank{'s' if len(names) > 1 else ''} {format_ranks(names)} "
-            "arrive last, step after step",
+            f"{_plural(len(names), 'arrives', 'arrive')} last, step after step",
             root_ranks=names,
             explanation=lines,
             stragglers=stragglers,

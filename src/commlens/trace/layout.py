@@ -9,6 +9,10 @@ A run directory holds
   (its events), rank numbers zero-padded to at least five digits;
 - per rank that has not finished, ``.rank-NNNNN.parts/``: its flushed parts
   (``sites.jsonl`` and ``part-NNNNNN.bin``, named by :mod:`commlens.trace.packed`);
+- per rank ``inflight-NNNNN.json``: the rank's ops in flight, as of its last
+  checkpoint (rewritten by the writer thread when they change), and
+  ``stacks-NNNNN.txt``: its threads' Python stacks, written when the hang
+  watchdog asked for them;
 - ``nic.parquet``: NIC byte counters, when ``commlens.netem`` sampled them;
 - for a job of several nodes (:mod:`commlens.trace.nodes`): ``job.json``, the
   job's identity and node slots, and per slot ``node-NNNNN.json``, what that
@@ -47,7 +51,10 @@ RANK_EVENTS = re.compile(r"^rank-(\d{5,})\.parquet$")
 PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 """A rank's parts directory; group 1 is the rank."""
 
-_OWN = r"run\.json|rank-\d{5,}\.(parquet|json)|nic\.parquet|job\.json|node-\d{5,}\.json"
+_OWN = (
+    r"run\.json|rank-\d{5,}\.(parquet|json)|inflight-\d{5,}\.json|stacks-\d{5,}\.txt"
+    r"|nic\.parquet|job\.json|node-\d{5,}\.json"
+)
 OWN_FILES = re.compile(
     rf"^({_OWN}|\.run\.lock|\.run\.live)$"
     # temporary files of the above: ".NAME.PID[.TOKEN].tmp", ".NAME.tmp", "NAME.tmp"
@@ -74,6 +81,20 @@ def rank_file(run_dir: Path, rank: int) -> Path:
 def rank_meta_path(run_dir: Path, rank: int) -> Path:
     """``rank``'s metadata file in ``run_dir``."""
     return run_dir / f"rank-{rank:05d}.json"
+
+
+def inflight_path(run_dir: Path, rank: int) -> Path:
+    """``rank``'s ops in flight at its last checkpoint."""
+    return run_dir / f"inflight-{rank:05d}.json"
+
+
+def stacks_path(run_dir: Path, rank: int) -> Path:
+    """``rank``'s Python stacks, dumped when the hang watchdog signalled it."""
+    return run_dir / f"stacks-{rank:05d}.txt"
+
+
+INFLIGHT_FILE = re.compile(r"^inflight-(\d{5,})\.json$")
+STACKS_FILE = re.compile(r"^stacks-(\d{5,})\.txt$")
 
 
 def node_path(run_dir: Path, slot: int) -> Path:

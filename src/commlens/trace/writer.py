@@ -134,6 +134,11 @@ class EventWriter:
                     self._kinds.append(fields)
         return kid
 
+    def kinds(self) -> list[tuple[Any, ...]]:
+        """The event kinds so far, in id order (a copy)."""
+        with self._lock:
+            return list(self._kinds)
+
     def append_packed(self, event: bytes) -> None:
         """Add one event packed by :data:`PACKED_EVENT` (``kind`` from :meth:`kind`)."""
         queue = self._queue

@@ -86,9 +86,9 @@ def killed(tmp_path: Path, fault: str, nproc: int) -> Path:
     return run
 
 
-def _both(tmp_path: Path, fault: str, nproc: int, capsys: pytest.CaptureFixture[str]) -> list[
-    tuple[str, dict[str, Any], int, str]
-]:
+def _both(
+    tmp_path: Path, fault: str, nproc: int, capsys: pytest.CaptureFixture[str]
+) -> list[tuple[str, dict[str, Any], int, str]]:
     run, stderr = watched(tmp_path, fault, nproc)
     code, data = _doctor(run, capsys)
     out = [("watched", data, code, stderr)]

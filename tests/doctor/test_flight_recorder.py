@@ -116,3 +116,24 @@ def test_cli_json_and_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["kind"] == "hang" and data["root_ranks"] == [10, 15]
     assert main(["doctor", str(GLOO), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "healthy"
+
+
+def test_import_fr_megatron(tmp_path: Path) -> None:
+    """commlens import --format fr: 16 ranks, Megatron roles, ops matched by sequence id,
+    each rank's entry states kept."""
+    from commlens.trace.reader import load_run
+
+    out = tmp_path / "run"
+    assert (
+        main(["import", str(MEGATRON / "gpu_error_1st"), "--format", "fr", "--out", str(out)]) == 0
+    )
+    run = load_run(out, quiet=True)
+    assert run.world_size == 16 and sorted(run.ranks) == list(range(16))
+    events = run.events.to_pylist()
+    roles = {e["pg_name"]: e["role"] for e in events}
+    assert roles["43"] == "pp" and roles["41"] == "tp" and roles["74"] == "ep"
+    meta = json.loads((out / "rank-00012.json").read_text())["meta"]
+    assert meta["fr_states"] == {"scheduled": 27}
+    # the all_to_all #20530 of EP group 74: issued by all four members, one size each
+    a2a = [e for e in events if e["pg_name"] == "74" and e["op"] == "all_to_all"]
+    assert {e["rank"] for e in a2a} == {12, 13, 14, 15}

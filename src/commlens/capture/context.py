@@ -56,9 +56,9 @@ class ThreadState:
         self.depth = 0  # 1 while an intercepted call runs (calls inside are not recorded)
         self.phase_hint = ""  # from commlens.phase()
         # (call, calling frame, t_issue) of the intercepted call running on this thread,
-        # read by the writer thread's checkpoint (Recorder.inflight); left set when the
-        # call raised, until the thread's next call.
-        self.inflight: tuple[Any, Any, int] | None = None
+        # read by the writer thread's checkpoint (capture.inflight); when the call raised,
+        # (call, frame, t_issue, error) until the thread's next call.
+        self.inflight: tuple[Any, ...] | None = None
 
 
 # By thread id: a dict lookup and slot reads cost less per call than threading.local.

@@ -7,7 +7,8 @@ pending table. The writer thread's checkpoint (every ``flush_seconds``) reads
 both and, when they changed, rewrites ``inflight-NNNNN.json``
 (:func:`write_inflight`): each op's group, op, sizes, dtype, peer, issue time
 and call site (``file:line function`` of the calling frame, interned per code
-object). So a rank killed or hung keeps its ops in flight as of its last
+object); a call that raised stays there with its error until the thread's
+next call. So a rank killed or hung keeps its ops in flight as of its last
 checkpoint.
 
 :class:`StackDumps` registers :mod:`faulthandler` on :data:`STACK_SIGNAL`: the
@@ -78,11 +79,12 @@ def snapshot(rec: Recorder) -> list[dict[str, Any]]:
         held = state.inflight
         if held is None:
             continue
-        call, frame, t_issue = held
+        call, frame, t_issue = held[:3]
+        error = held[3] if len(held) > 3 else ""
         try:
             ops.append(
                 {**_op_fields(rec, call), "t_issue_ns": t_issue, "site": call_site(frame),
-                 "thread": ident, "blocking": True}
+                 "thread": ident, "blocking": True, "error": error}
             )  # fmt: skip
         except Exception:
             continue  # a group destroyed meanwhile: its op is gone too
@@ -113,7 +115,10 @@ def write_inflight(rec: Recorder, last: tuple[Any, ...] | None) -> tuple[Any, ..
         return last
     ops = snapshot(rec)
     events = rec.writer.n_events
-    key = (events, tuple((o["t_issue_ns"], o["op"], o["pg_name"], o["site"]) for o in ops))
+    key = (
+        events,
+        tuple((o["t_issue_ns"], o["op"], o["pg_name"], o["site"], o.get("error")) for o in ops),
+    )
     if key == last:
         return last
     data = {

@@ -148,6 +148,9 @@ def intercept(
                     result = orig(*args, **kwargs)
             t1 = _time_ns()
             state.inflight = None
+        except BaseException as exc:  # the op failed: kept in flight, with why
+            state.inflight = (call, frame, t0, f"{type(exc).__name__}: {exc}"[:300])
+            raise
         finally:
             state.depth = 0
         try:

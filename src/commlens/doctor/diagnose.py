@@ -217,6 +217,8 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
     cycle = sorted(r for comp in sinks if len(comp) > 1 for r in comp)
     victims = sorted(set(edges) - set(roots))
     lines: list[str] = []
+    # A peer's op that failed while waiting on a root: the root's process is gone.
+    failed = {r: w for w in waits if w.op.error for r in w.on}
     waited_in: dict[int, list[Wait]] = defaultdict(list)
     for w in waits:
         for r in w.on:
@@ -268,6 +270,11 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
         else:
             state = "no op in flight"
         line = f"rank {r}: {never}; {state}; {_fact_line(f)}"
+        if r in failed and r not in dead:
+            w = failed[r]
+            line += (
+                f"; it is gone: rank {w.rank}'s {w.op.label()} failed waiting on it ({w.op.error})"
+            )
         frame = _first_frame(ev.stacks.get(r, ""))
         if frame:
             line += f"; running: {frame}"
@@ -290,7 +297,7 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
             + (f" at {w.op.site}" if w.op.site else "")
             + (f" (waits lead {via})" if len(chain) > 2 else "")
         )
-    dead_roots = [r for r in roots if r in dead]
+    dead_roots = [r for r in roots if r in dead or r in failed]
     if cycle:
         kind = "hang"
         headline = (
@@ -320,7 +327,7 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
         explanation=lines,
         waits=waits,
         cycle=cycle,
-        dead_ranks=dead,
+        dead_ranks=sorted(set(dead) | set(dead_roots)),
     )
 
 

@@ -26,9 +26,12 @@ import numpy as np
 
 from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
+from commlens.safefile import read_bytes
 from commlens.trace.layout import inflight_path, stacks_path
 from commlens.trace.manifest import read_manifest
 
+MAX_SIDE_FILE = 64 << 20
+"""Largest in-flight or stacks file read (a rank's are kilobytes)."""
 P2P = frozenset(("send", "recv", "send_object", "recv_object"))
 ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
 COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "peer",
@@ -38,7 +41,7 @@ COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "p
 def _read_inflight(run_dir: Path, rank: int) -> list[dict[str, Any]]:
     path = inflight_path(run_dir, rank)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(path, limit=MAX_SIDE_FILE))
     except (OSError, ValueError):
         return []
     ops = data.get("ops") if isinstance(data, dict) else None
@@ -115,7 +118,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
                 if (o.get("pg_name"), o.get("op"), o.get("t_issue_ns")) in seen:
                     continue
                 rows.append({**{c: o.get(c) for c in COLUMNS}, "done": False,
-                             "site": o.get("site", "")})  # fmt: skip
+                             "site": o.get("site", ""), "error": o.get("error", "")})  # fmt: skip
             rows.sort(key=lambda r: (int(r["t_issue_ns"] or 0), not r["done"]))
             ops[rank] = _ops(rank, rows, groups)
             info = manifest.ranks.get(rank)
@@ -126,7 +129,8 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     stacks = {}
     for rank in range(world):
         try:
-            text = stacks_path(run_dir, rank).read_text(errors="replace")
+            raw = read_bytes(stacks_path(run_dir, rank), limit=MAX_SIDE_FILE)
+            text = raw.decode(errors="replace")
         except OSError:
             continue
         if text.strip():
@@ -177,6 +181,7 @@ def _ops(rank: int, rows: list[dict[str, Any]], groups: dict[str, Group]) -> lis
                 t_end_ns=None if not r["done"] else int(r["t_end_ns"] or 0),
                 step=int(r["step"]) if r.get("step") is not None else -1,
                 site=str(r.get("site") or ""),
+                error=str(r.get("error") or ""),
             )
         )
     return out

@@ -42,6 +42,8 @@ class Op:
     """where it was called (file:line function), when known"""
     missing: tuple[int, ...] = ()
     """for an op in flight: the members that never issued their side of it"""
+    error: str = ""
+    """for an op in flight: the error it raised, when it failed"""
 
     def label(self) -> str:
         """``all_reduce #7 on group 0`` (the seq names the instance)."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import RunFormatError
+from commlens.safefile import read_bytes
 
 MAX_DUMP_BYTES = 1 << 30
 """Largest dump file read (a 2,000-entry dump with stacks is a few MB)."""
@@ -154,10 +155,7 @@ class _Restricted(pickle.Unpickler):
 def load_dump(path: Path) -> dict[str, Any]:
     """One dump file as a dict (pickle through the restricted unpickler, or JSON)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_DUMP_BYTES:
-            raise RunFormatError(f"{path}: {size:,} bytes, larger than any Flight Recorder dump")
-        raw = path.read_bytes()
+        raw = read_bytes(path, limit=MAX_DUMP_BYTES)
     except OSError as exc:
         raise RunFormatError(f"cannot read {path}: {exc.strerror or exc}") from None
     data: Any
@@ -185,39 +183,17 @@ def rank_of_name(path: Path) -> int | None:
 
 
 def dump_files(src: Path) -> list[Path]:
-    """The dump files of ``src`` (a directory of them, or one file); hidden files skipped."""
+    """The dump files of ``src`` (a directory of them, or one file): files whose name ends
+    in a rank; hidden files skipped."""
     if src.is_file():
         return [src]
     if not src.is_dir():
         raise RunFormatError(f"{src}: no such file or directory")
-    files = [p for p in sorted(src.iterdir()) if p.is_file() and not p.name.startswith(".")]
-    by_rank: dict[int, Path] = {}
-    for path in files:
-        rank = rank_of_name(path)
-        if rank is None:
-            continue
-        # A pickle and its JSON twin (rank_0, rank_0.json): the pickle is read.
-        if rank in by_rank and by_rank[rank].suffix != ".json" and path.suffix == ".json":
-            continue
-        if rank in by_rank and not (by_rank[rank].suffix == ".json" and path.suffix != ".json"):
-            raise RunFormatError(f"{src}: rank {rank} twice ({by_rank[rank].name}, {path.name})")
-        by_rank[rank] = path
-    return [by_rank[r] for r in sorted(by_rank)]
-
-
-def is_dump_dir(src: Path) -> bool:
-    """Whether ``src`` looks like Flight Recorder dumps (checks one file's head)."""
-    try:
-        files = dump_files(src)
-    except RunFormatError:
-        return False
-    for path in files[:1]:
-        try:
-            load_dump(path)
-            return True
-        except RunFormatError:
-            return False
-    return False
+    return [
+        p
+        for p in sorted(src.iterdir())
+        if p.is_file() and not p.name.startswith(".") and rank_of_name(p) is not None
+    ]
 
 
 def _ranks_list(text: Any) -> tuple[int, ...]:
@@ -347,20 +323,35 @@ def _progress(
 
 
 def read_dumps(src: Path | str) -> FrDumps:
-    """Every rank's dump under ``src`` (a directory, or one file).
+    """Every rank's dump under ``src`` (a directory, or one file): :func:`read_files`."""
+    src = Path(src)
+    return read_files(dump_files(src), src)
+
+
+def read_files(files: list[Path], src: Path) -> FrDumps:
+    """The dumps ``files`` (one per rank) of the job at ``src``.
 
     Groups are the union of the ranks' ``pg_config``; a rank is taken from
     the file name. Dumps of two jobs (a group with two member lists, or two
     schema versions) are an error; ranks missing from the files are listed.
     """
-    src = Path(src)
-    files = dump_files(src)
+    seen_ranks: dict[int, Path] = {}
+    for path in files:
+        rank = rank_of_name(path)
+        if rank is None:
+            raise RunFormatError(f"{path}: no rank at the end of its name (_dump_12, rank_3)")
+        other = seen_ranks.get(rank)
+        if other is not None:
+            # A pickle and its JSON twin (rank_0, rank_0.json): the pickle is read.
+            pair = sorted([other, path], key=lambda p: p.suffix == ".json")
+            if pair[1].name != pair[0].name + ".json":
+                raise RunFormatError(f"{src}: rank {rank} twice ({other.name}, {path.name})")
+            path = pair[0]
+        seen_ranks[rank] = path
     if not files:
         raise RunFormatError(f"{src}: no Flight Recorder dump (files named ..._<rank>)")
     loaded: list[tuple[int, Path, dict[str, Any]]] = []
-    for path in files:
-        rank = rank_of_name(path)
-        assert rank is not None
+    for rank, path in sorted(seen_ranks.items()):
         loaded.append((rank, path, load_dump(path)))
     groups: dict[str, FrGroup] = {}
     versions = {str(d.get("version")) for _, _, d in loaded}
@@ -415,3 +406,93 @@ def read_dumps(src: Path | str) -> FrDumps:
     warnings = [f"no dump for rank(s) {', '.join(map(str, missing))}"] if missing else []
     backend = "/".join(sorted(b for b in backends if b)) or "unknown"
     return FrDumps(src, ranks, groups, backend, versions.pop(), world, missing, warnings)
+
+
+# -- commlens import --format fr ---------------------------------------------------
+NAME = "fr"
+
+
+def detect(path: Path) -> bool:
+    """A file named for its rank that reads as a dump."""
+    if rank_of_name(path) is None:
+        return False
+    try:
+        load_dump(path)
+    except RunFormatError:
+        return False
+    return True
+
+
+def _size_s(e: FrEntry) -> int:
+    """The nccl-tests size S: the gathered output of an all-gather, else the input."""
+    return e.bytes_out if e.op == "all_gather" else max(e.bytes_in, e.bytes_out)
+
+
+def read(paths: list[Path], options: Any) -> Any:
+    """The dumps as an :class:`~commlens.importers.model.ImportedRun`: each entry an op,
+    issued at ``time_created_ns``; its state kept per rank (``fr_states``)."""
+    from commlens.importers.groups import role_of
+    from commlens.importers.model import Group, ImportedRun, Op, Provenance, RankTrace
+
+    dumps = read_files(list(paths), Path(paths[0]).parent if paths else Path("."))
+    timed = sum(1 for fr in dumps.ranks.values() for e in fr.entries if e.t_end_ns is not None)
+    prov = Provenance(
+        NAME,
+        format_version=dumps.version,
+        files=[options.sources[p] for p in paths if p in options.sources],
+        time_fields={
+            "t_issue_ns": "time_created_ns: the CPU enqueue, epoch ns",
+            "t_end_ns": "discovered start + duration_ms (GPU time, TORCH_NCCL_ENABLE_TIMING=1)"
+            + ("" if timed else "; no entry has one here, so t_end_ns = t_issue_ns"),
+        },
+        missing=[
+            "steps: a dump names none (every op is in step -1)",
+            "ops older than each rank's ring buffer (its newest entries only)",
+        ]
+        + (["end times: the job ran without TORCH_NCCL_ENABLE_TIMING"] if not timed else []),
+        notes=[
+            "matched across ranks on (group, collective_seq_id); sends and receives are not",
+            "each rank's entry states (scheduled, started, completed) are in its meta "
+            "(fr_states); `commlens doctor DUMP_DIR` reads the dumps themselves",
+        ],
+    )
+    run = ImportedRun(prov, dumps.world_size, backend=dumps.backend, warnings=list(dumps.warnings))
+    for name, g in dumps.groups.items():
+        run.groups[name] = Group(name, g.ranks, g.desc, role_of(g.desc), dumps.backend)
+    for rank, fr in sorted(dumps.ranks.items()):
+        trace = RankTrace(rank, files=[str(fr.path)])
+        states: dict[str, int] = {}
+        for e in fr.entries:
+            states[e.state] = states.get(e.state, 0) + 1
+            group = dumps.groups.get(e.group)
+            members = group.ranks if group else ()
+            elements = sum(_prod(s) for s in e.input_sizes)
+            trace.ops.append(
+                Op(
+                    e.op,
+                    e.t_issue_ns,
+                    e.t_end_ns if e.t_end_ns is not None else e.t_issue_ns,
+                    pg_name=e.group,
+                    pg_ranks=members,
+                    group_size=len(members),
+                    role=role_of(e.group_desc),
+                    dtype=e.dtype,
+                    count=elements,
+                    bytes_in=e.bytes_in,
+                    bytes_out=e.bytes_out,
+                    size_bytes=_size_s(e),
+                    peer=e.peer,
+                    api=f"flight_recorder:{e.profiling_name}",
+                    group_seq=None if e.is_p2p else e.collective_seq_id,
+                )
+            )
+        trace.meta["fr_states"] = states
+        run.ranks[rank] = trace
+    return run
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

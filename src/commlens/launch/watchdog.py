@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from commlens.safefile import read_bytes
 from commlens.trace.layout import INFLIGHT_FILE, rank_meta_path, stacks_path
 
 STACK_SIGNAL = signal.SIGUSR2
@@ -33,7 +34,7 @@ STACKS_WAIT_S = 2.0
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(path, limit=1 << 26))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -127,3 +127,9 @@ def test_fr_format_dispatches(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert line == "commlens import: error: fr: not available in this build"
         return
     assert main(["import", str(dumps), "--format", "fr", "--out", str(tmp_path / "run")]) == 0
+
+
+def test_a_file_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = trace("kineto/generated-gloo-cpu")
+    line = _fails([str(folder), str(folder / "rank0.pt.trace.json.gz")], tmp_path / "run", capsys)
+    assert "rank0.pt.trace.json.gz is given twice" in line

@@ -46,6 +46,7 @@ def is_archive(path: Path) -> bool:
 def expand_sources(args: list[str], scratch: Path) -> dict[Path, SourceFile]:
     """Local file -> the file as given, for every source argument, in order."""
     out: dict[Path, SourceFile] = {}
+    seen: dict[str, str] = {}  # real path -> the file as given
     for arg in args:
         matches = sorted(glob.glob(arg, recursive=True)) if glob.has_magic(arg) else [arg]
         if not matches:
@@ -61,12 +62,14 @@ def expand_sources(args: list[str], scratch: Path) -> dict[Path, SourceFile]:
             else:
                 raise UsageError(f"{path}: no such file or directory")
             for file in files:
+                real = os.path.realpath(file)
+                if real in seen:
+                    raise UsageError(f"{file} is given twice (also as {seen[real]})")
+                seen[real] = str(file)
                 if is_archive(file):
                     out.update(_extract(file, scratch / f"archive-{len(out)}"))
                 else:
                     out[file] = SourceFile(str(file), sha256_of(file), file.stat().st_size)
-    if len({os.path.realpath(p) for p in out}) < len(out):
-        raise UsageError("a file is given twice")
     return out
 
 

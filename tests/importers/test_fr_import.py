@@ -33,6 +33,7 @@ def test_megatron_dumps(tmp_path: Path) -> None:
     assert all(set(s) == {"scheduled"} for s in states.values())
     assert sum(sum(s.values()) for s in states.values()) == run.events.num_rows
     assert any("ends" in m for m in prov["missing"])  # no timing: ends unknown, said so
+    assert manifest["time_semantics"] == "synthetic"  # no duration shown as measured
 
 
 def test_gloo_dumps(tmp_path: Path) -> None:

@@ -159,6 +159,12 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
     prov.missing.append("steps: a dump names none (every op has step -1)")
     for name, n in sorted(others.items()):
         prov.notes.append(f"{n} entries {name!r} left out (not a communication op commlens knows)")
+    if unknown_end and unknown_end == sum(len(t.ops) for t in run.ranks.values()):
+        prov.aggregate_only = True  # no op has a duration: none is shown as measured
+        prov.times_note = (
+            "no op's end is in the dumps; issue times (time_created_ns) are the dumps', "
+            "durations are not known"
+        )
     if unknown_end:
         prov.missing.append(
             f"{unknown_end} ops' ends (no timing in the dump, or never completed): written "

@@ -140,6 +140,8 @@ class Provenance:
     exposed: str = ""
     """What exposed time (``t_wait_ns``) is here, in a few words for a report's
     headline; empty: the caller blocked, as in a captured run."""
+    times_note: str = ""
+    """For a run whose times are not measurements: what of them is data, if any."""
     aggregate_only: bool = False
     """True when the events stand for aggregate counts (times synthetic)."""
     clock: dict[str, Any] = field(default_factory=dict)

@@ -59,7 +59,8 @@ def provenance_facts(manifest: dict[str, Any]) -> list[tuple[str, str]]:
     version = f" ({prov['format_version']})" if prov.get("format_version") else ""
     facts = [("imported from", f"{prov.get('source_format', '?')}{version}, {len(files)} file(s)")]
     if synthetic_times(manifest):
-        facts.append(("times", "SYNTHETIC (not measured): only op counts and bytes are data"))
+        note = prov.get("times_note") or "only op counts and bytes are data"
+        facts.append(("times", f"SYNTHETIC (not measured): {note}"))
     fields: dict[str, Any] = prov.get("time_fields") or {}
     for key, label in (
         ("t_issue_ns", "issue/start"),

@@ -15,6 +15,11 @@ NCCL Inspector logs into a run directory that every command reads.
   (:mod:`commlens.trace.writer`), into a temporary directory renamed onto
   ``--out`` at the end;
 - :mod:`.clocks`: offsets between hosts from the ends of blocking collectives;
-- one module per format: :mod:`.kineto`, :mod:`.et`, :mod:`.deepspeed`,
-  :mod:`.inspector` and ``flight_recorder``.
+- :mod:`.commops` and :mod:`.groups`: other tools' names of ops, dtypes and
+  groups, shared by every reader;
+- one module per format: :mod:`.kineto` (with :mod:`.kinetoscan`, one
+  streaming pass over a file through :mod:`.jsonstream`; :mod:`.kinetoops`,
+  what one event says; :mod:`.kinetojoin`, CPU ops joined to kernels), :mod:`.et`,
+  :mod:`.deepspeed`, :mod:`.inspector`, and :mod:`.frrun` over
+  :mod:`.flight_recorder` (the reader ``commlens doctor`` shares).
 """

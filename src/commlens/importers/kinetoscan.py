@@ -190,7 +190,9 @@ def scan(path: Path) -> FileScan:
                         ev.get("args") or {},
                     )
                     (rpc if name == "record_param_comms" else c10d).append(op)
-                    pids.add(ev.get("pid", -1))
+                    pid = ev.get("pid")
+                    if isinstance(pid, int):
+                        pids.add(pid)
                 elif name[:35] == "autograd::engine::evaluate_function":
                     phases.add(ev.get("tid", -1), ev["ts"], ev.get("dur", 0.0), "backward")
                 elif name[:10] == "Optimizer.":

@@ -137,12 +137,53 @@ def test_loss_between_forward_and_backward_is_forward() -> None:
         model = nn.Linear(4, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         phases = []
-        out = model(torch.ones(2, 4))
-        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # the loss
-        out.sum().backward()
-        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # grad clip
-        opt.step()
-        phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # a metric
+        for _ in range(3):  # the same in every step, not only the first
+            out = model(torch.ones(2, 4))
+            phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # the loss
+            out.sum().backward()
+            phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # grad clip
+            opt.step()
+            phases.append(current_phase_and_module(tracker, sys._getframe(), "")[0])  # a metric
     finally:
         tracker.uninstall()
-    assert phases == ["forward", "other", "other"]
+    assert phases == ["forward", "other", "other"] * 3
+
+
+def _setup_then_train(rank: int, world: int, out: str) -> None:
+    with commlens.capture(f"{out}/model"):
+        dist.init_process_group("gloo")
+        model = nn.Linear(4, 4)
+        for p in model.parameters():  # the weights broadcast before training: set-up
+            dist.broadcast(p.data, src=0)
+        work = dist.all_reduce(torch.ones(1), async_op=True)  # completes after the forward
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        work.wait()
+        dist.destroy_process_group()
+
+
+def _marked_loop(rank: int, world: int, out: str) -> None:
+    with commlens.capture(f"{out}/marked"):  # no forwards: ops before the first mark are step 0
+        dist.init_process_group("gloo")
+        for _ in range(3):
+            dist.all_reduce(torch.ones(1))
+            commlens.step()
+        dist.destroy_process_group()
+
+
+def test_setup_ops_outside_constructors_are_setup_unless_no_forward_follows(
+    tmp_path: Path,
+) -> None:
+    run_ranks(_setup_then_train, 2, str(tmp_path), timeout=60)
+    run_ranks(_marked_loop, 2, str(tmp_path), timeout=60)
+    model = commlens.load_run(tmp_path / "model")
+    windows = [(s["step"], s.get("segment")) for s in model.manifest["ranks"]["0"]["steps"]]
+    assert windows == [(-1, "setup"), (0, None), (1, None)]
+    got = model.duckdb().execute("select op, step from events where rank = 0 order by seq")
+    assert got.fetchall() == [("broadcast", -1), ("broadcast", -1), ("all_reduce", -1)]
+    marked = commlens.load_run(tmp_path / "marked")
+    assert [s["step"] for s in marked.manifest["ranks"]["0"]["steps"]] == [0, 1, 2]
+    got = marked.duckdb().execute("select step from events where rank = 0 order by seq")
+    assert [s for (s,) in got.fetchall()] == [0, 1, 2]

@@ -35,17 +35,20 @@ class Net(nn.Module):
 
 
 def job(
-    rank: int, world: int, out: str, stage: int, hpz: int = 1
+    rank: int, world: int, out: str, stage: int, hpz: int = 1, gas: int = 1, steps: int = STEPS
 ) -> tuple[dict[str, int], dict[str, tuple[str, list[int]]]]:
     """(torch.profiler's c10d calls per op, the groups DeepSpeed holds by name) of a
-    ZeRO-``stage`` job whose parameters have ``hpz`` ranks per secondary partition."""
+    ZeRO-``stage`` job whose parameters have ``hpz`` ranks per secondary partition:
+    ``steps`` optimizer steps of ``gas`` micro-batches each, ``engine.step()`` after
+    every micro-batch, the loss all-reduced (a logged metric) before each backward."""
     os.environ.setdefault("LOCAL_RANK", str(rank))
     import deepspeed
     from torch.profiler import ProfilerActivity, profile
 
     config = {
-        "train_batch_size": 8 * world,
+        "train_batch_size": 8 * world * gas,
         "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": gas,
         "zero_optimization": {"stage": stage, "zero_hpz_partition_size": hpz},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
@@ -58,8 +61,9 @@ def job(
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config)
             torch.manual_seed(rank)
-            for _ in range(STEPS):
+            for _ in range(steps * gas):
                 loss = engine(torch.randn(8, 32)).square().mean()
+                torch.distributed.all_reduce(loss.detach().clone())  # the logged loss
                 engine.backward(loss)
                 engine.step()
         seen = profiled_ops(prof)

@@ -6,6 +6,7 @@ import collections
 from pathlib import Path
 from typing import Any
 
+from commlens.analysis.expectations import GRADIENTS
 from tests.distributed import event_rows
 
 # profiler record -> commlens op
@@ -46,3 +47,43 @@ def recorded_ops(run: Path, rank: int) -> dict[str, int]:
 
 def rows(run: Path, sql: str) -> list[tuple[Any, ...]]:
     return event_rows(run, sql)
+
+
+def validated(run: Path) -> tuple[int, dict[str, Any]]:
+    """``commlens validate RUN --format json``: (exit code, its verdict)."""
+    import contextlib
+    import io
+    import json
+
+    from commlens.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["validate", str(run), "--format", "json"])
+    return code, json.loads(out.getvalue())
+
+
+def holds_with_gradients(run: Path, tmp: Path) -> dict[str, Any]:
+    """Assert that ``run`` validates with its gradient-bytes check formed, and that a
+    copy of it with every op's bytes tripled fails; the verdict on ``run``."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    code, verdict = validated(run)
+    assert code == 0 and verdict["ok"], verdict
+    grads = [e for e in verdict["expectations"] if e["name"] == GRADIENTS]
+    assert grads and all(e["formed"] and e["ok"] for e in grads), grads
+    tampered = tmp / f"{run.name}-tripled"
+    shutil.copytree(run, tampered)
+    for path in sorted(tampered.glob("rank-*.parquet")):
+        table = pq.read_table(path)
+        i = table.schema.get_field_index("size_bytes")
+        tripled = pc.multiply(table.column(i), pa.scalar(3, pa.int64()))
+        pq.write_table(table.set_column(i, "size_bytes", tripled), path)
+    code, bad = validated(tampered)
+    assert code == 1 and not bad["ok"]
+    assert [e for e in bad["expectations"] if e["name"] == GRADIENTS and not e["ok"]]
+    return verdict

@@ -9,35 +9,41 @@ import pytest
 import commlens
 from tests.distributed import run_ranks
 from tests.frameworks.deepspeed_job import STEPS, job, pipe_job
-from tests.frameworks.observe import recorded_ops, rows
+from tests.frameworks.observe import holds_with_gradients, recorded_ops, rows
 
 pytest.importorskip("deepspeed")
 WORLD = 2
 
 
-@pytest.mark.parametrize("stage", [0, 2, 3])
-def test_zero_ops_land_in_their_step_phase_and_module(tmp_path: Path, stage: int) -> None:
-    seen = [ops for ops, _ in run_ranks(job, WORLD, str(tmp_path), stage, timeout=240)]
+@pytest.mark.parametrize(("stage", "gas", "steps"), [(0, 2, 6), (2, 2, 6), (3, 1, STEPS)])
+def test_zero_ops_land_in_their_step_phase_and_module(
+    tmp_path: Path, stage: int, gas: int, steps: int
+) -> None:
+    run = tmp_path / "run"
+    got = run_ranks(job, WORLD, str(run), stage, 1, gas, steps, timeout=240)
     for rank in range(WORLD):  # every op, against torch.profiler's c10d records
-        assert recorded_ops(tmp_path, rank) == seen[rank]
-    # deepspeed.initialize is set-up; each step holds its post-step all-gathers.
-    steps = [s["step"] for s in commlens.load_run(tmp_path).manifest["ranks"]["0"]["steps"]]
-    assert steps == [-1, *range(STEPS)]
+        assert recorded_ops(run, rank) == got[rank][0]
+    # deepspeed.initialize is set-up; one step per optimizer step (not per micro-batch,
+    # though engine.step() runs after each); each holds its post-step all-gathers.
+    windows = [s["step"] for s in commlens.load_run(run).manifest["ranks"]["0"]["steps"]]
+    assert windows == [-1, *range(steps)]
     per_step = rows(
-        tmp_path,
+        run,
         "select step, phase, op, count(*) from events where rank = 0 and step >= 0 "
         "group by all order by all",
     )
-    assert {step for step, *_ in per_step} == set(range(STEPS))  # no step the job never ran
-    for step in range(STEPS):
-        mine = {(phase, op) for s, phase, op, _ in per_step if s == step}
+    assert {step for step, *_ in per_step} == set(range(steps))  # no step the job never ran
+    for step in range(steps):
+        mine = {(phase, op): n for s, phase, op, n in per_step if s == step}
         if stage:  # updated shards, gathered inside engine.step()
             assert ("optimizer", "all_gather") in mine
         assert ("backward", "reduce_scatter" if stage == 3 else "all_reduce") in mine
+        assert mine[("forward", "all_reduce")] == gas  # the loss, in every step
         assert not {p for p, _ in mine} - {"forward", "backward", "optimizer"}
+    holds_with_gradients(run, tmp_path)
     if stage == 3:  # gathers in forward and the re-gathers in backward name their module
         mods = rows(
-            tmp_path,
+            run,
             "select distinct phase, module from events where rank = 0 and op = 'all_gather' "
             "and step = 0 and phase in ('forward', 'backward') order by all",
         )

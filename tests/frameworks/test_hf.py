@@ -1,5 +1,6 @@
 """Hugging Face Trainer (DDP, gradient accumulation), accelerate and FSDP2 over GPT-2:
-every op against torch.profiler, and each op's step, phase and module, with no annotation."""
+every op against torch.profiler, and each op's step, phase and module, with no annotation;
+each validates with its gradient-bytes check formed, and fails with its bytes tripled."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import commlens
 from tests.distributed import run_ranks
 from tests.frameworks import hf_job
 from tests.frameworks.hf_job import STEPS
-from tests.frameworks.observe import recorded_ops, rows
+from tests.frameworks.observe import holds_with_gradients, recorded_ops, rows
 
 pytest.importorskip("transformers")
 WORLD = 2
@@ -45,6 +46,7 @@ def test_trainer_ddp_with_accumulation(tmp_path: Path) -> None:
         assert mine.get(("other", "all_gather", "python"), 0) >= 1
     modules = rows(out, "select distinct module from events where phase = 'backward'")
     assert all(m.startswith("module.") for (m,) in modules)  # paths under DDP, not classes
+    holds_with_gradients(out, tmp_path)  # though its logging gathers vary in size
 
 
 def test_accelerate_loop(tmp_path: Path) -> None:
@@ -60,6 +62,7 @@ def test_accelerate_loop(tmp_path: Path) -> None:
     for step in range(n_steps):  # the gathered metric stays in the step it measured
         mine = {(phase, op): n for s, phase, op, n in got if s == step}
         assert mine[("backward", "all_reduce")] == 1 and mine[("other", "all_gather")] == 1
+    holds_with_gradients(tmp_path, tmp_path.parent)
 
 
 def test_fsdp2_over_gpt2(tmp_path: Path) -> None:
@@ -76,3 +79,4 @@ def test_fsdp2_over_gpt2(tmp_path: Path) -> None:
         + [("backward", "all_gather", m, STEPS) for m in blocks]  # re-gathers in backward
         + [("backward", "reduce_scatter", m, STEPS) for m in ["(root)", *blocks]]
     )
+    holds_with_gradients(tmp_path, tmp_path.parent)

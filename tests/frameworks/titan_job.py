@@ -1,5 +1,7 @@
 """torchtitan-style jobs from torch's own APIs (gloo, CPU): a named device mesh,
-tensor + sequence parallel with a loss metric all-reduced after the step, and
+tensor + sequence parallel with the weights broadcast before training and a
+loss metric all-reduced after the step; FSDP2 with each batch's token count
+all-reduced before its forward and the loss all-reduced before backward; and
 a 1F1B pipelining schedule. No annotation."""
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ def tp_sp_job(rank: int, world: int, out: str) -> dict[str, int]:
     with commlens.capture(out, align_clocks=False):
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            torch.manual_seed(0)
+            torch.manual_seed(rank)
             model = Block()
+            for p in model.parameters():  # one set of initial weights: set-up
+                dist.broadcast(p.data, src=0)
             plan = {
                 "norm": SequenceParallel(),
                 "w1": ColwiseParallel(input_layouts=Shard(1)),
@@ -92,3 +96,31 @@ def pipeline_job(rank: int, world: int, out: str) -> dict[str, int]:
         seen = profiled_ops(prof)
         dist.destroy_process_group()
     return seen
+
+
+def fsdp_job(rank: int, world: int, out: str) -> None:
+    """FSDP2 over a ("dp",) mesh, torchtitan's way: each batch's token count all-reduced
+    before its forward (after the previous optimizer step), the loss before backward."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    warnings.simplefilter("ignore")
+    with commlens.capture(out, align_clocks=False):
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+        torch.manual_seed(0)
+        model = nn.Sequential(Block(), Block())
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(rank)
+        for _ in range(STEPS):
+            x = torch.randn(4, 8, 32)
+            tokens = torch.tensor([x.shape[0] * x.shape[1]])
+            dist.all_reduce(tokens, group=mesh.get_group())  # the global token count
+            loss = model(x).square().sum() / tokens
+            dist.all_reduce(loss.detach().clone(), group=mesh.get_group())  # the logged loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        dist.destroy_process_group()

@@ -7,17 +7,26 @@ step left out):
 
 - every collective matched across its group (the k-th call of an op on a
   group on each member) has the same ``size_bytes`` on every member;
-- data-parallel gradient all-reduces (``all_reduce`` on a ``dp`` group, or
-  issued in backward on a group without a role): every synced step (a step
-  with any) all-reduces the same bytes in the same number of calls, on every
-  rank of the group — the sum of the bucket sizes, once per step;
+- data-parallel gradient all-reduces (``all_reduce`` issued in backward on a
+  ``dp`` group or a group without a role): every synced step (a step with
+  any) all-reduces the same bytes in the same number of calls, on every rank
+  of the group — the sum of the bucket sizes, once per step;
 - sharded data parallel (FSDP, ZeRO): each group's ``reduce_scatter`` and
-  ``all_gather`` bytes per step are the same on every step and rank.
+  ``all_gather`` bytes per step, issued by the model's forward, backward or
+  optimizer step, are the same on every step and rank;
+- the gradients of what the job wrapped (the manifest's ``wrapped``, noted
+  by the capture when DDP, FSDP2 or a DeepSpeed engine was built): each
+  synced step reduces, over the wrapper's group in backward (all-reduce or
+  reduce-scatter), the wrapped parameters' gradient elements (a whole
+  number of times: ZeRO-2 reduces each micro-batch's), in as many bytes as
+  those elements take in the dtype reduced;
+- point-to-point: over the whole run, what each rank sends to a peer that
+  peer receives from it, in as many calls and bytes.
 
-Expectations that need what the job wrapped (DDP all-reduce bytes = the
-gradient bytes of its parameters, FSDP all-gather/reduce-scatter = shard
-bytes) can only be formed when the manifest records the wrapped parameters;
-they are listed as not formed otherwise, saying why.
+A job's own metric traffic (a logged loss all-reduced, a logging gather, a
+token count, ``sync_dist`` metrics: ops outside the model's backward, or
+outside its forward, backward and optimizer step for the sharded checks)
+is held only by the same-size check: its volume may vary from step to step.
 """
 
 from __future__ import annotations
@@ -29,6 +38,11 @@ from typing import Any
 import pyarrow as pa
 
 P2P = {"send", "recv", "send_object", "recv_object", "isend", "irecv"}
+_RECEIVES = {"send": "recv", "isend": "recv", "send_object": "recv_object"}
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
+_FLOATS = {"float64", "float32", "float16", "bfloat16"}
+MODEL_PHASES = ("forward", "backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,8 @@ class TracedValidation:
 
 
 def _rows(events: pa.Table) -> list[dict[str, Any]]:
-    cols = ["rank", "seq", "step", "op", "pg_name", "role", "phase", "size_bytes", "group_size"]
+    cols = ["rank", "seq", "step", "op", "pg_name", "role", "phase", "size_bytes", "group_size",
+            "count", "dtype", "peer", "pg_ranks"]  # fmt: skip
     return events.select([c for c in cols if c in events.schema.names]).to_pylist()
 
 
@@ -148,9 +163,9 @@ def _constant(
 
 
 def _gradient_sync(row: dict[str, Any]) -> bool:
-    """A data-parallel gradient all-reduce: on a ``dp`` group, or issued in backward on
-    a group without a role (not a tensor-parallel one)."""
-    return bool(row["role"] == "dp" or (not row["role"] and row["phase"] == "backward"))
+    """Gradient traffic: issued in backward on a ``dp`` group or a group without a role
+    (not a tensor-parallel one); a metric reduced on the same group is not."""
+    return bool(row["phase"] == "backward" and row["role"] in ("dp", "", None))
 
 
 def _wrapped(manifest: dict[str, Any]) -> Any:
@@ -164,6 +179,116 @@ def _wrapped(manifest: dict[str, Any]) -> Any:
     return None
 
 
+GRADIENTS = "gradient bytes per synced step = gradients of the wrapped parameters"
+
+
+def _gradients(
+    rows: list[dict[str, Any]],
+    steps: set[int],
+    wrapped: Any,
+    roles: dict[str, str],
+    synced: set[str],
+) -> list[Expectation]:
+    """Each wrapped group's gradient reductions per synced step against its wrapped
+    parameters' gradient elements (and their bytes in the dtype reduced)."""
+    groups = wrapped.get("groups") if isinstance(wrapped, dict) else None
+    if not isinstance(groups, dict):
+        why = (
+            "the manifest records no wrapped parameters"
+            if wrapped is None
+            else "the manifest's wrapped section is not one this version reads"
+        )
+        return [Expectation(GRADIENTS, pg, roles.get(pg, ""), False, False, f"not formed: {why}")
+                for pg in sorted(synced)]  # fmt: skip
+    # A wrapper's group is known by its members: a framework may reduce over a
+    # group of the same ranks made apart from the one it names (DeepSpeed ZeRO-3).
+    members = {pg: _members(entry, pg, rows) for pg, entry in groups.items()}
+    per: dict[tuple[int, ...], dict[tuple[int, int], list[int]]] = defaultdict(dict)
+    for r in rows:
+        if (
+            r["op"] in ("all_reduce", "reduce_scatter")
+            and r["step"] in steps
+            and _gradient_sync(r)
+            and str(r["dtype"]) in _FLOATS  # not DDP's used-parameter map (int32)
+        ):
+            got = per[tuple(r["pg_ranks"] or ())].setdefault(
+                (int(r["rank"]), int(r["step"])), [0, 0, 0]
+            )
+            count = int(r["count"] or 0)
+            got[0] += count
+            got[1] += int(r["size_bytes"] or 0)
+            got[2] += count * _ITEMSIZE.get(str(r["dtype"]), 0)
+    out = []
+    for pg in sorted(groups):
+        entry = groups[pg]
+        want = sum(int(e.get("elements", 0)) for g, e in groups.items()
+                   if isinstance(e, dict) and members[g] == members[pg])  # fmt: skip
+        by = ", ".join(entry.get("by", [])) if isinstance(entry, dict) else ""
+        seen = per.get(members[pg])
+        if not seen:
+            detail = f"not formed: no gradient reduction on the group {by} wraps in a held step"
+            out.append(Expectation(GRADIENTS, pg, roles.get(pg, ""), False, False, detail))
+            continue
+        bad = [(k, v) for k, v in sorted(seen.items())
+               if not want or v[0] % want or not v[0] or v[1] != v[2]]  # fmt: skip
+        if bad:
+            (rank, step), (elements, nbytes, expected) = bad[0]
+            detail = (
+                f"rank {rank} step {step}: {elements:,} gradient elements in {nbytes:,} bytes; "
+                f"{by} wrapped {want:,} elements, which take {expected:,} bytes as reduced"
+            )
+        else:
+            elements, nbytes, _ = next(iter(seen.values()))
+            times = "" if elements == want else f" {elements // want} times (each micro-batch)"
+            detail = (
+                f"{want:,} gradient elements of {entry.get('params', 0)} parameters ({by})"
+                f"{times}, {nbytes:,} bytes, in each of {len({s for _, s in seen})} step(s) "
+                "on every rank"
+            )
+        out.append(Expectation(GRADIENTS, pg, roles.get(pg, ""), True, not bad, detail))
+    return out
+
+
+def _members(entry: Any, pg: str, rows: list[dict[str, Any]]) -> tuple[int, ...]:
+    """The ranks of a wrapped group: as the capture noted them, else as its events say."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    if isinstance(ranks, list):
+        return tuple(int(r) for r in ranks)
+    return next((tuple(r["pg_ranks"] or ()) for r in rows if r["pg_name"] == pg), ())
+
+
+def _pairs(rows: list[dict[str, Any]]) -> list[Expectation]:
+    """Point-to-point: what each rank sent each peer, received by it (calls and bytes)."""
+    sent: dict[tuple[str, int, int], list[int]] = defaultdict(lambda: [0, 0])
+    got: dict[tuple[str, int, int], list[int]] = defaultdict(lambda: [0, 0])
+    ranks = {int(r["rank"]) for r in rows}
+    for r in rows:
+        op, peer = r["op"], r["peer"]
+        if op not in P2P or peer is None or peer < 0:
+            continue
+        if op in _RECEIVES:
+            key, side = (_RECEIVES[op], int(r["rank"]), int(peer)), sent
+        else:
+            key, side = (op, int(peer), int(r["rank"])), got
+        side[key][0] += 1
+        side[key][1] += int(r["size_bytes"] or 0)
+    pairs = {k for k in set(sent) | set(got) if k[1] in ranks and k[2] in ranks}
+    if not pairs:
+        return []
+    bad = sorted(k for k in pairs if sent.get(k, [0, 0]) != got.get(k, [0, 0]))
+    if bad:
+        op, a, b = bad[0]
+        s, g = sent.get(bad[0], [0, 0]), got.get(bad[0], [0, 0])
+        detail = (
+            f"rank {a} sent rank {b} {s[0]} message(s), {s[1]:,} bytes; "
+            f"rank {b} received {g[0]} ({op}), {g[1]:,} bytes"
+        )
+    else:
+        calls = sum(sent[k][0] for k in pairs)
+        detail = f"{calls} message(s) between {len(pairs)} ordered pair(s), each received as sent"
+    return [Expectation("every send received as sent", "", "pp", True, not bad, detail)]
+
+
 def traced_expectations(
     events: pa.Table, manifest: dict[str, Any], windows: list[int]
 ) -> TracedValidation:
@@ -174,46 +299,19 @@ def traced_expectations(
     result = TracedValidation(steps=steps, ranks=sorted({int(r["rank"]) for r in rows}))
     roles = {r["pg_name"]: r["role"] or "" for r in rows if r["role"]}
     result.expectations.extend(_matched_sizes(rows))
-    ddp = _per_step(
-        rows, kept, "all_reduce", lambda r: r["phase"] == "backward" or r["role"] == "dp"
-    )
+    ddp = _per_step(rows, kept, "all_reduce", _gradient_sync)
     for pg, per in sorted(ddp.items()):
         name = "dp all-reduce bytes per synced step constant"
         result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
     sharded = []
     for op in ("reduce_scatter", "all_gather"):
-        for pg, per in sorted(_per_step(rows, kept, op, lambda r: True).items()):
+        model = _per_step(rows, kept, op, lambda r: r["phase"] in MODEL_PHASES)
+        for pg, per in sorted(model.items()):
             sharded.append(pg)
             name = f"{op} bytes per step constant"
             result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
-    wrapped = _wrapped(manifest)
-    why = (
-        "the manifest records no wrapped parameters"
-        if wrapped is None
-        else "the manifest's wrapped section is not one this version reads"
-    )
-    for pg in sorted(ddp):
-        result.expectations.append(
-            Expectation(
-                "dp all-reduce bytes = gradient bytes of the wrapped parameters",
-                pg,
-                roles.get(pg, ""),
-                False,
-                False,
-                f"not formed: {why}",
-            )
-        )
-    for pg in sorted(set(sharded)):
-        result.expectations.append(
-            Expectation(
-                "all-gather / reduce-scatter bytes = shard bytes of the wrapped parameters",
-                pg,
-                roles.get(pg, ""),
-                False,
-                False,
-                f"not formed: {why}",
-            )
-        )
+    result.expectations.extend(_gradients(rows, kept, _wrapped(manifest), roles, set(ddp)))
+    result.expectations.extend(_pairs(_rows(events)))
     if steps:
         result.notes.append(
             f"held steps {steps[0]}..{steps[-1]}: the job's steps after the first; set-up and "

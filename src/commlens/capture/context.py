@@ -4,8 +4,11 @@ Steps: a step runs from its first module forward to the next step's first
 forward, so what a job issues after its optimizer step (ZeRO's parameter
 all-gathers, metric all-reduces, logging gathers) stays in it; in a loop
 without module forwards, from one optimizer step (or ``commlens.step()``) to
-the next. Ops issued from module constructors before the first step
-(DDP's parameter checks, ``deepspeed.initialize``) are set-up, step -1; a
+the next. Ops issued before the first step (DDP's parameter checks,
+``deepspeed.initialize``, a broadcast of the weights before the first
+forward) are set-up, step -1, unless no forward starts the first step: in a
+loop without forwards, what comes before its first optimizer step or
+``commlens.step()`` is that step's own; a
 last step that ran forwards but no optimizer step is the tail after the last
 step (its window's ``segment``). The phase comes from a hint (framework
 hooks, ``commlens.phase()``), the optimizer depth and autograd's current
@@ -82,8 +85,12 @@ class StepTracker:
     """Counts steps and remembers when each one started and ended.
 
     ``step`` is -1 (set-up) until the first step starts: at the first module
-    forward, the first step boundary, or the first op issued outside a module
-    constructor (:meth:`begin`). Where modules run forward, an optimizer step
+    forward or the first step boundary (:meth:`begin`). Ops issued before it
+    outside a module constructor (a broadcast of the weights) are undecided:
+    if a forward then starts step 0 they were set-up; if an optimizer step or
+    ``commlens.step()`` ends step 0 (a loop without forwards) they were its,
+    and :attr:`on_decided` is told so (they are written as set-up, and the
+    reader counts them in step 0). Where modules run forward, an optimizer step
     leaves its step open until the next forward, or the next point-to-point op
     (:meth:`p2p_after_step`), starts the next one.
     """
@@ -98,6 +105,9 @@ class StepTracker:
         self.forward_seen = False  # a module forward has run: steps start at forwards
         self.stepped = False  # the open step has had its optimizer step
         self.setup_ops = False  # ops were issued in set-up: it gets a window
+        self.undecided = 0  # ops issued in set-up outside constructors, not yet placed
+        self.t_undecided = 0  # when the first of them was issued (the recorder says)
+        self.on_decided: Callable[[], None] | None = None  # they were the first step's
         self.forwarded = False  # a forward ran in this step, before its optimizer step
         self.roots: weakref.WeakSet[Module] = weakref.WeakSet()  # outermost modules run
         self.spans = ForwardSpans()  # which module call made each autograd node
@@ -159,7 +169,7 @@ class StepTracker:
         if self.explicit:
             return
         if self.step == SETUP_STEP:
-            self.begin()
+            self.begin(ends_step=True)
         if self.forward_seen:  # the step goes on until the next forward
             self.stepped = True
             self._t_stepped = self.clock()
@@ -216,8 +226,6 @@ class StepTracker:
         """An outermost module's forward begins: the first forward, or the next step's."""
         self.roots.add(module)
         self.spans.claim()
-        self.forwarded = True
-        self.backward_began = False
         if not self.forward_seen:
             self.forward_seen = True
             if self.on_first_forward is not None:
@@ -226,6 +234,9 @@ class StepTracker:
             self.begin()
         elif self.stepped and not self.explicit:
             self.advance()
+        # After the step boundary, which clears them: this step's forward has begun.
+        self.forwarded = True
+        self.backward_began = False
 
     def p2p_after_step(self) -> None:
         """A point-to-point op after the optimizer step: the next step has begun.
@@ -242,23 +253,43 @@ class StepTracker:
         if self.step == SETUP_STEP and not self.steps:
             self._t_start = self.clock()
 
-    def begin(self) -> None:
-        """The first step starts now; what came before was set-up."""
+    def undecide(self) -> None:
+        """An op outside a module constructor in set-up: placed when the first step shows."""
+        if not self.undecided:
+            self.t_undecided = self.clock()
+        self.undecided += 1
+
+    def begin(self, ends_step: bool = False) -> None:
+        """The first step starts now; what came before was set-up.
+
+        With ``ends_step`` (an optimizer step, ``commlens.step()``) the first
+        step ends here instead: ops issued since the first undecided one were
+        its own, and it started then.
+        """
         if self.step != SETUP_STEP:
             return
         now = self.clock()
+        start = now
+        undecided = self.undecided > 0
+        if undecided and ends_step:
+            start = min(self.t_undecided, now)
+        elif undecided:
+            self.setup_ops = True
         if self.setup_ops:
-            window = {"step": SETUP_STEP, "t_start_ns": self._t_start, "t_end_ns": now}
+            window = {"step": SETUP_STEP, "t_start_ns": self._t_start, "t_end_ns": start}
             self.steps.append({**window, "segment": "setup"})
-        self._t_start = now
+        self._t_start = start
         self.step = 0
+        if undecided and ends_step and self.on_decided is not None:
+            self.on_decided()
 
     def mark(self) -> None:
         """An explicit step boundary; from now on optimizer steps and forwards are not counted."""
         self.explicit = True
-        if self.step == SETUP_STEP:
+        if self.step == SETUP_STEP and not self.undecided:
             self.begin()
         else:
+            self.begin(ends_step=True)  # ops before the first mark: its step
             self.advance()
 
     def advance(self) -> None:
@@ -279,6 +310,8 @@ class StepTracker:
         no optimizer step, after earlier steps did, is the tail after the last
         step (``segment`` "after last step").
         """
+        if self.step == SETUP_STEP and self.undecided:  # no step ever shown: a loop's first
+            self.begin(ends_step=True)
         if self.step == SETUP_STEP or len(self.steps) >= self.max_steps_kept:
             return
         if self.stepped:
@@ -420,7 +453,7 @@ def current_phase_and_module(
         if _in_constructor(start):
             steps.setup_ops = True
         else:
-            steps.begin()
+            steps.undecide()
     in_backward = _graph_task_id() != -1
     if phase_hint:
         phase = phase_hint

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from commlens.capture import wrapped
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import patch
 from commlens.capture.recorder import Recorder
@@ -59,6 +60,8 @@ def _patch_init() -> None:
             except Exception as exc:  # never break training
                 rec.fail(exc)
         orig_init(self, *args, **kwargs)
+        if ACTIVE.recorder is not None:
+            wrapped.ddp_built(self)
 
     patch(DDP, "__init__", __init__)
 

@@ -5,7 +5,8 @@ DeepSpeed's engines (its data-parallel group, the ZeRO++ hpZ group, and the
 default group when it runs without model parallelism) use their groups for
 data parallelism; a pipeline stage (``PipelineStage``'s group) for pipeline
 parallelism; DeepSpeed's pipeline grid names its own groups. DDP's is named
-by :mod:`commlens.capture.ddp`.
+by :mod:`commlens.capture.ddp`. FSDP2's parameter groups and DeepSpeed's
+engines are noted with their gradients once built (:mod:`commlens.capture.wrapped`).
 
 Importing these frameworks costs seconds, so nothing is imported here: each
 is patched as soon as its module is imported (now, if it is already), by a
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commlens.capture import wrapped
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import change, patch
 
@@ -104,7 +106,11 @@ def _fsdp2(module: ModuleType) -> None:
             if getattr(info, name, None) is not None
         ]
 
-    _before_init(module.FSDPParamGroup, "dp", groups)
+    def built(group: Any) -> Sequence[Any]:
+        wrapped.fsdp2_group_built(group)
+        return []
+
+    _before_init(module.FSDPParamGroup, "dp", groups, built)
 
 
 def _zero(module: ModuleType) -> None:
@@ -149,6 +155,8 @@ def _deepspeed_engine(module: ModuleType) -> None:
         if ACTIVE.recorder is not None and kwargs.get("mpu") is None:
             _suggest([None], "dp")
         orig(self, *args, **kwargs)
+        if ACTIVE.recorder is not None:
+            wrapped.deepspeed_built(self)
 
     patch(engine, "__init__", __init__)
 

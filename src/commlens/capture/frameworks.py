@@ -4,8 +4,9 @@
 phase of the action they carry (a stage's ``get_fwd_*_ops`` are forward, its
 ``get_bwd_*_ops`` backward; a batch mixing both takes its first op's, the
 action just done). DeepSpeed: ``engine.backward`` is backward (ZeRO's
-gradient reductions after autograd returns) and ``engine.step`` is one
-optimizer step (its parameter all-gathers inside are optimizer traffic); its
+gradient reductions after autograd returns) and ``engine.step`` at a
+gradient accumulation boundary is one optimizer step (its parameter
+all-gathers inside are optimizer traffic; a step between boundaries is none); its
 PipelineEngine's sends and receives of activations are forward, of
 gradients backward, its gradient reductions backward and its optimizer
 instruction one optimizer step.
@@ -110,11 +111,36 @@ def _stepping(steps: StepTracker, orig: Callable[..., Any]) -> Callable[..., Any
     return step
 
 
+def _at_boundary(steps: StepTracker, orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``engine.step``: optimizer traffic inside; one optimizer step only when it
+    stepped the model (its ``global_steps`` moved).
+
+    DeepSpeed's engine is stepped after every micro-batch and steps its
+    optimizer only when the micro-batch closes an accumulation; a step in
+    between is no training step (the next micro-batch's forward stays in it).
+    """
+
+    def step(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        before = getattr(engine, "global_steps", None)
+        steps._pre()
+        try:
+            return orig(engine, *args, **kwargs)
+        finally:
+            if before is None or getattr(engine, "global_steps", None) != before:
+                steps._post()
+            else:
+                steps.optimizer_depth = max(0, steps.optimizer_depth - 1)
+
+    step.__name__ = getattr(orig, "__name__", "step")
+    step.__wrapped__ = orig  # type: ignore[attr-defined]
+    return step
+
+
 def _deepspeed(steps: StepTracker) -> None:
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     patch(DeepSpeedEngine, "backward", _hinted(DeepSpeedEngine.backward, "backward"))
-    patch(DeepSpeedEngine, "step", _stepping(steps, DeepSpeedEngine.step))  # the whole engine step
+    patch(DeepSpeedEngine, "step", _at_boundary(steps, DeepSpeedEngine.step))  # the engine step
 
 
 _PIPE_PHASES = {  # DeepSpeed PipelineEngine's instructions that communicate

@@ -48,6 +48,7 @@ from commlens.capture.timing import CudaTimer
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import FORMAT_NAME, merge_manifest, write_json_atomic
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
+from commlens.trace.schema import STEP0_FROM_SEQ
 from commlens.trace.writer import EventWriter
 
 Work = torch._C._distributed_c10d.Work
@@ -132,6 +133,8 @@ class Recorder:
         self._kinds: dict[tuple[Any, ...], int] = {}
         self.groups.on_change = self._kinds_changed
         self.steps.on_advance = self._collect
+        self.steps.on_decided = self._setup_was_step0
+        self._first_undecided: int | None = None  # seq of the first op set-up may not own
         self._new_locks()
 
     def _new_locks(self) -> None:
@@ -401,6 +404,9 @@ class Recorder:
         if kind is None:
             kind = self._new_kind(raw)
         seq = next(self._seq)
+        if self._first_undecided is None and self.steps.undecided:
+            self._first_undecided = seq
+            self.steps.t_undecided = t_issue
         if peer is None:
             peer = NO_PEER
         if result is None and gpu_token is None and not defer:  # a blocking CPU op
@@ -540,6 +546,12 @@ class Recorder:
         )  # fmt: skip
         self._kinds[raw] = kind
         return kind
+
+    def _setup_was_step0(self) -> None:
+        """No forward started the first step: the ops written as set-up from the first
+        one outside a constructor on are step 0's (the reader counts them there)."""
+        if self._first_undecided is not None:
+            self.meta[STEP0_FROM_SEQ] = self._first_undecided
 
     def _kinds_changed(self) -> None:
         """Group names or roles changed: kinds are looked up afresh."""

@@ -28,7 +28,7 @@ from commlens.trace.layout import MANIFEST as MANIFEST  # re-exported for writer
 from commlens.trace.layout import MANIFEST_LOCK, RANK_META_GLOB
 from commlens.trace.layout import rank_meta_path as rank_meta_path  # re-exported
 from commlens.trace.nodes import combine_nodes
-from commlens.trace.schema import FORMAT_VERSION, MAX_TIME_NS, MAX_WORLD
+from commlens.trace.schema import FORMAT_VERSION, MAX_TIME_NS, MAX_WORLD, STEP0_FROM_SEQ
 
 FORMAT_NAME = "commlens-run"
 
@@ -208,6 +208,9 @@ class RankInfo:
     events: int | None = None
     clock: Clock | None = None
     steps: tuple[StepWindow, ...] = ()
+    step0_from_seq: int | None = None
+    """Events written as set-up (step -1) from this seq on are step 0's (a loop
+    without forwards whose first step ended at an optimizer step or a mark)."""
 
 
 @dataclass
@@ -320,6 +323,12 @@ def check_rank_info(rank: int, meta: dict[str, Any]) -> tuple[RankInfo, dict[str
         except _Bad as exc:
             problems.append(str(exc))
             del kept[key]
+    inner = meta.get("meta")
+    if isinstance(inner, dict) and inner.get(STEP0_FROM_SEQ) is not None:
+        try:
+            checked["step0_from_seq"] = _int(inner[STEP0_FROM_SEQ], 0, MAX_TIME_NS, STEP0_FROM_SEQ)
+        except _Bad as exc:
+            problems.append(str(exc))
     if meta.get("world_size") is not None:
         try:
             _int(meta["world_size"], 1, MAX_WORLD, "world_size")

@@ -284,6 +284,9 @@ class RunView:
         wanted = columns
         if self.roles and "role" in columns and "pg_name" not in columns:
             columns = [*columns, "pg_name"]  # the role comes from the group
+        step0 = _step0_from(self.info, rank) if "step" in columns else None
+        if step0 is not None and "seq" not in columns:
+            columns = [*columns, "seq"]
         if isinstance(src, Path):
             path = src
             strings = [c for c in columns if pa.types.is_string(EVENT_SCHEMA.field(c).type)]
@@ -298,6 +301,8 @@ class RunView:
         else:
             table = src.select(columns)
         table = apply_roles(table, self.roles)
+        if step0 is not None:
+            table = _step0_events(table, step0)
         if columns is not wanted:
             table = table.select(wanted)
         clock = self.clocks.get(rank, NO_CLOCK) if align else NO_CLOCK
@@ -465,11 +470,12 @@ def _view(
     )
     for rank, file in found.files.items():
         view.sources[rank] = file
-        view.scans[rank] = f"SELECT * FROM read_parquet('{_quote(file)}')"
+        select = _step0_sql(found.manifest, rank)
+        view.scans[rank] = f"SELECT {select} FROM read_parquet('{_quote(file)}')"
     for rank, table in found.parts.items():
         con.register(f"parts_{rank}", table)
         view.sources[rank] = table
-        view.scans[rank] = f"SELECT * FROM parts_{rank}"
+        view.scans[rank] = f"SELECT {_step0_sql(found.manifest, rank)} FROM parts_{rank}"
     con.register("empty_events", EVENT_SCHEMA.empty_table())
     _create_raw_events(view)
     con.register("clocks", clock_table(found.manifest))
@@ -497,6 +503,30 @@ def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True
         for line in run.warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
     return run
+
+
+def _step0_from(manifest: Manifest, rank: int) -> int | None:
+    """The seq from which ``rank``'s set-up events are step 0's, if any
+    (:data:`commlens.trace.schema.STEP0_FROM_SEQ`)."""
+    info = manifest.ranks.get(rank)
+    return None if info is None else info.step0_from_seq
+
+
+def _step0_sql(manifest: Manifest, rank: int) -> str:
+    """The select list of a rank's scan: its events, set-up ones from the rank's
+    step-0 seq on counted in step 0."""
+    since = _step0_from(manifest, rank)
+    if since is None:
+        return "*"
+    return f"* REPLACE (CASE WHEN step = -1 AND seq >= {int(since)} THEN 0 ELSE step END AS step)"
+
+
+def _step0_events(table: pa.Table, since: int) -> pa.Table:
+    """``table`` with its set-up events from seq ``since`` on in step 0."""
+    step = table.column("step")
+    moved = pc.and_(pc.equal(step, -1), pc.greater_equal(table.column("seq"), since))
+    fixed = pc.if_else(moved, pa.scalar(0, step.type), step)
+    return table.set_column(table.schema.get_field_index("step"), "step", fixed)
 
 
 def _create_raw_events(view: RunView) -> None:

@@ -45,14 +45,20 @@ _COLUMNS: list[tuple[str, pa.DataType, str]] = [
     # A step runs from its first module forward to the next step's first forward, so
     # traffic after its optimizer step (ZeRO's all-gathers, metric reductions, logging
     # gathers) stays in it; without module forwards, from one optimizer step (or
-    # commlens.step()) to the next. -1 is set-up: ops from module constructors before
-    # the first step (DDP's checks, deepspeed.initialize). A rank json's step windows
-    # have step -1 with "segment": "setup" for it, and a last window that ran forwards
-    # but no optimizer step has "segment": "after last step" (the tail).
+    # commlens.step()) to the next. -1 is set-up: ops before the first step (DDP's
+    # checks, deepspeed.initialize, a weights broadcast before the first forward). A
+    # rank json's step windows have step -1 with "segment": "setup" for it, and a last
+    # window that ran forwards but no optimizer step has "segment": "after last step"
+    # (the tail). In a loop without forwards the ops before its first optimizer step or
+    # commlens.step() are step 0's: written as -1 (their step was not known yet), they
+    # are counted in step 0 by the reader from the rank's meta.STEP0_FROM_SEQ on.
     ("step", pa.int32(), "training step from 0; -1 = set-up before the first step"),
     ("phase", pa.string(), "forward, backward, optimizer or other"),
     ("module", pa.string(), "innermost module running when the op was issued"),
 ]
+
+STEP0_FROM_SEQ = "step0_from_seq"
+"""Rank meta key: events written as set-up from this seq on belong to step 0."""
 
 EVENT_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in _COLUMNS)
 COLUMN_DOCS: dict[str, str] = {name: doc for name, _, doc in _COLUMNS}

@@ -76,7 +76,7 @@ def fsdp2_group_built(group: Any) -> None:
 def deepspeed_built(engine: Any) -> None:
     """A DeepSpeed engine was built: its module's gradients are reduced over its ZeRO
     optimizer's group (ZeRO-3's is its parameters'), else its data-parallel group."""
-    optimizer = getattr(engine, "optimizer", None)
+    optimizer: Any = getattr(engine, "optimizer", None)
     if hasattr(optimizer, "dp_process_group"):
         group = optimizer.dp_process_group
     else:

@@ -19,3 +19,13 @@ def plural(count: int, noun: str, many: str = "") -> str:
     if count == 1:
         return f"{count} {noun}"
     return f"{count} {many or noun + 's'}"
+
+
+def ascii_int(text: str, limit: int | None = None) -> int | None:
+    """``text`` as a non-negative integer written in ASCII digits (at most ``limit``),
+    else None. ``str.isdigit`` also accepts "²" (which ``int`` refuses) and Arabic-Indic
+    digits (which ``int`` reads): neither is a number a launcher or user writes here."""
+    if not text or not text.isascii() or not text.isdigit() or len(text) > 30:
+        return None
+    value = int(text)
+    return value if limit is None or value <= limit else None

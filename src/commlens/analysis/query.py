@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from commlens.errors import UsageError
+from commlens.tempdirs import make_temp_dir
 from commlens.trace.reader import RunView, open_run
 from commlens.trace.schema import EVENT_SCHEMA
 
@@ -103,7 +103,7 @@ class QuerySession:
 def open_query(run: str | Path, *, quiet: bool = True) -> QuerySession:
     """A :class:`QuerySession` over the run directory ``run``."""
     view = open_run(run, quiet=quiet)
-    temp_dir = Path(tempfile.mkdtemp(prefix="commlens-query-"))
+    temp_dir = make_temp_dir("query")  # a killed query's is reclaimed at the next
     try:
         _scan_with_arrow(view)
         view.con.execute(f"SET temp_directory = '{_quote(str(temp_dir))}'")

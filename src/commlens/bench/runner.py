@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from commlens.job.memory import PROCESS_BASELINE_BYTES, check_local_ranks, host_
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
 from commlens.safefile import META_LIMIT, read_text
+from commlens.tempdirs import temp_dir
 
 MAX_ITERS = 10_000
 """Most timed (or warm-up) calls per op and size; every rank gathers all ranks' times."""
@@ -175,7 +175,7 @@ def run_bench(
 ) -> BenchReport:
     """Run the benchmark; ``on_row`` is called (from a helper thread) per finished row."""
     backend = cfg.resolved_backend()
-    with tempfile.TemporaryDirectory(prefix="commlens-bench-") as tmp:
+    with temp_dir("bench") as tmp:
         results = Path(tmp) / "results.jsonl"
         results.touch()
         config = Path(tmp) / "config.json"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from commlens.errors import UsageError
+from commlens.units import ascii_int
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]?)(i?b)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -39,8 +40,8 @@ def parse_sizes(text: str) -> list[int]:
         if len(parts) not in (2, 3):
             raise UsageError(f"bad --sizes {text!r}: use MIN:MAX, MIN:MAX:FACTOR or a list")
         low, high = parse_size(parts[0]), parse_size(parts[1])
-        factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else 2
-        if len(parts) == 3 and (not parts[2].strip().isdigit() or factor < 2):
+        factor = ascii_int(parts[2].strip(), 1 << 20) if len(parts) == 3 else 2
+        if factor is None or factor < 2:
             raise UsageError(f"bad --sizes factor {parts[2]!r}: an integer of at least 2")
         if low > high:
             raise UsageError(f"bad --sizes {text!r}: MIN is larger than MAX")

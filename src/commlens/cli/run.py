@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from commlens.job.options import RUN, add_job_options, add_node_options, resolve
 from commlens.job.spec import Job
 from commlens.launch import LaunchResult, launch_ranks
 from commlens.launch.procs import python_argv
+from commlens.tempdirs import temp_dir
 from commlens.units import plural
 from commlens.workloads.config import workload_from_options
 from commlens.workloads.fit import check_fits
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, job: Job, out: Path, emulated: bool) -> int:
         flush=True,
     )
     print(f"starting {plural(d.world_size, 'rank')}...", flush=True)
-    with tempfile.TemporaryDirectory(prefix="commlens-run-") as tmp:
+    with temp_dir("run") as tmp:  # a killed run's is reclaimed at the next start
         config = Path(tmp) / "workload.json"
         config.write_text(json.dumps(job.to_dict()))
         argv = python_argv(WORKER, str(config), str(out))

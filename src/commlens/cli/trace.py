@@ -222,13 +222,15 @@ def _node_run(
     try:
         write_node(path, {**node, "status": "running"})
         merge_manifest(out)
-    except (OSError, CommlensError) as exc:
+    except BaseException as exc:  # whatever failed, the slot is not left looking running
         _remove_temp_manifests(out)
-        try:  # the slot is not left looking like a running node
+        try:
             write_node(path, {**node, "status": "ended", "result": "not started"})
         except (OSError, CommlensError):
             pass
-        raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
+        if isinstance(exc, (OSError, CommlensError)):
+            raise CommandError(f"cannot write the manifest in {out}: {exc}") from None
+        raise
     print(f"commlens trace: {job.id}: node slot {slot} of {job.slots} -> {out}", file=sys.stderr)
     t0 = time.time()
     with heartbeat(path):

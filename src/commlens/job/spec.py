@@ -10,6 +10,7 @@ learning rate, backend) sits apart in :class:`RunSettings`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,10 @@ SCHEDULES = ("1f1b", "gpipe")
 """Pipeline schedules."""
 SHAPES = ("seq_len", "micro_batch", "microbatches")
 """The positive integer shapes of a step."""
+
+
+MAX_STEPS = (1 << 31) - 1
+"""The most steps a run may take: a step number is an int32 in the run format."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,12 @@ class RunSettings:
     """torch.distributed backend (gloo or nccl)."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise UsageError(f"--steps must be at least 1, got {self.steps}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(f"--steps must be in 1..{MAX_STEPS:,}, got {self.steps}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise UsageError(f"--lr must be a positive finite number, got {self.lr}")
+        if not 0 <= self.seed < 1 << 63:
+            raise UsageError(f"--seed must be in 0..2^63-1, got {self.seed}")
         if not 0 <= self.warmup_steps < self.steps:
             raise UsageError(
                 f"--warmup-steps must be between 0 and --steps − 1 ({self.steps - 1}), "

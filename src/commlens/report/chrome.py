@@ -160,6 +160,7 @@ def _lane_tid(tid: int, lane: int) -> int:
 
 def write_chrome_trace(run: RunView, out: IO[str]) -> int:
     """Write the trace JSON to ``out``; returns the number of op events."""
+    run.check_pages()  # a rank with damaged pages is left out before anything is written
     out.write('{"displayTimeUnit": "ms", "otherData": ')
     out.write(
         json.dumps(

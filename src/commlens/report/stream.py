@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from commlens.report.csv import tidy
+from commlens.report.csv import defuse, tidy
 from commlens.report.document import Column, Document, Section
 from commlens.report.json import dumps
 from commlens.report.text import TextRenderer
@@ -104,7 +104,7 @@ def _csv_table(table: pa.Table) -> pa.Table:
             field = table.schema.field(i)
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
             table = table.set_column(i, field.name, pc.fill_null(table.column(i), ""))
-    return table
+    return defuse(table)
 
 
 def _write_csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Sink) -> int:

@@ -30,6 +30,7 @@ from rich.text import Text
 
 from commlens.report.base import Renderer
 from commlens.report.document import Document, Section, hidden_rows, rows
+from commlens.units import ascii_int
 
 TEXT_FLOOR = 12
 """A text column shrinks to no fewer columns than this (or its longest title word)."""
@@ -41,8 +42,8 @@ the table is shown in parts instead."""
 def default_width() -> int | None:
     """``$COLUMNS`` when set, else the terminal's width; None when stdout is no terminal."""
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    if (width := ascii_int(columns, 1 << 20)) is not None and width > 0:
+        return width
     try:
         if sys.stdout.isatty():
             return os.get_terminal_size(sys.stdout.fileno()).columns

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import UsageError
+from commlens.units import ascii_int
 
 # torchrun options that take no value (every other option does).
 _FLAGS = frozenset({"--standalone", "--no-python", "--module", "-m", "--run-path", "--no_python"})
@@ -35,6 +36,9 @@ _NOT_SRUN_STEPS = frozenset(
     {"batch", "extern", "interactive", "4294967294", "4294967292", "4294967290"}
 )
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+MAX_WORLD = 1_000_000
+"""The most tasks or nodes a job may have: a run's ranks are bounded the same
+(``commlens.trace.schema.MAX_WORLD``; not imported here, to keep pyarrow out of startup)."""
 
 
 # A rank's launch facts and the variables they are read from, first found wins.
@@ -76,9 +80,12 @@ def job_identity(cmd: Sequence[str], env: Mapping[str, str]) -> JobIdentity | No
 
 def _int_env(env: Mapping[str, str], name: str) -> int:
     value = env.get(name, "")
-    if not value.isdigit():
-        raise UsageError(f"{name}={value!r} is not a number (under Slurm, set by srun)")
-    return int(value)
+    number = ascii_int(value, MAX_WORLD)
+    if number is None:
+        raise UsageError(
+            f"{name}={value[:40]!r} is not a number of 0..{MAX_WORLD:,} (under Slurm, set by srun)"
+        )
+    return number
 
 
 def _slurm(env: Mapping[str, str]) -> JobIdentity | None:
@@ -134,19 +141,18 @@ def _torchrun(cmd: Sequence[str], env: Mapping[str, str]) -> JobIdentity | None:
     # torchrun takes an option it is not given from PET_<NAME> in its environment
     given = {k[4:].lower(): v for k, v in env.items() if k.startswith("PET_")}
     opts = {**given, **torchrun_options(cmd[start:])}
-    nnodes_text = opts.get("nnodes", "1").split(":")[-1]
-    if not nnodes_text.isdigit():
-        raise UsageError(f"torchrun --nnodes {opts.get('nnodes')!r} is not a node count")
-    nnodes = int(nnodes_text)
+    nnodes = ascii_int(opts.get("nnodes", "1").split(":")[-1], MAX_WORLD)
+    if nnodes is None:
+        raise UsageError(f"torchrun --nnodes {opts.get('nnodes', '')[:40]!r} is not a node count")
     if nnodes < 2:
         return None
     backend = opts.get("rdzv_backend", "static")
     if backend == "static":
         endpoint = f"{opts.get('master_addr', '127.0.0.1')}:{opts.get('master_port', '29500')}"
         node_rank = opts.get("node_rank", "0")
-        if not node_rank.isdigit() or int(node_rank) >= nnodes:
-            raise UsageError(f"torchrun --node_rank {node_rank!r} is not in 0..{nnodes - 1}")
-        slot: int | None = int(node_rank)
+        slot: int | None = ascii_int(node_rank, nnodes - 1)
+        if slot is None:
+            raise UsageError(f"torchrun --node_rank {node_rank[:40]!r} is not in 0..{nnodes - 1}")
         ident = f"torchrun static {endpoint} nnodes={nnodes}"
     else:
         endpoint = opts.get("rdzv_endpoint", "")
@@ -170,7 +176,7 @@ def launch_facts(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     )
     facts: dict[str, Any] = {"host": host, "node": node}
     for name, keys in _LAUNCH_ENV.items():
-        value = next((env[k] for k in keys if env.get(k, "").isdigit()), None)
+        value = next((v for k in keys if (v := ascii_int(env.get(k, ""))) is not None), None)
         if value is not None:
-            facts[name] = int(value)
+            facts[name] = value
     return facts

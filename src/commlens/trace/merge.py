@@ -44,7 +44,13 @@ from commlens.trace.layout import (
     node_path,
 )
 from commlens.trace.live import is_live
-from commlens.trace.manifest import merge_manifest, read_json, read_manifest, write_json_atomic
+from commlens.trace.manifest import (
+    collect_rank_meta,
+    merge_manifest,
+    read_json,
+    read_manifest,
+    write_json_atomic,
+)
 from commlens.trace.nodes import collect_nodes, live_nodes, read_job, write_node
 from commlens.trace.rundir import build_beside, first_foreign, is_run_dir
 
@@ -67,6 +73,8 @@ class Source:
     """Its files to copy, checked (:func:`_own_entries`)."""
     with_events: set[int] = field(default_factory=set)
     """Ranks with an events file or flushed parts."""
+    rank_meta: dict[str, Any] = field(default_factory=dict)
+    """Its ranks' metadata files, as read."""
 
 
 @dataclass
@@ -150,6 +158,7 @@ def read_source(path: Path) -> Source:
         read_json(path / MANIFEST),
         entries,
         with_events,
+        collect_rank_meta(path),
     )
 
 
@@ -200,7 +209,7 @@ def _check_one_job(sources: Sequence[Source]) -> None:
         )
     if ids:
         return
-    spans = [(s.path, span) for s in sources if (span := _span(s.manifest)) is not None]
+    spans = [(s.path, span) for s in sources if (span := _span(s.rank_meta)) is not None]
     if len(spans) > 1:
         late = max(spans, key=lambda ps: ps[1][0])
         early = min(spans, key=lambda ps: ps[1][1])
@@ -216,11 +225,10 @@ SPAN_SLACK_NS = 1_000_000_000
 """How far spans may miss each other and still be one job (clock alignment error)."""
 
 
-def _span(manifest: dict[str, Any]) -> tuple[int, int] | None:
-    """(first start, last end) of the run's ranks on the job's aligned clock; None unknown."""
+def _span(rank_meta: dict[str, Any]) -> tuple[int, int] | None:
+    """(first start, last end) of the ranks on the job's aligned clock; None unknown."""
     starts, ends = [], []
-    ranks = manifest.get("ranks")
-    for meta in (ranks if isinstance(ranks, dict) else {}).values():
+    for meta in rank_meta.values():
         if not isinstance(meta, dict):
             continue
         clock = meta.get("clock")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.trace.layout import JOB_FILE, NODE_FILE, NODE_GLOB
+from commlens.units import ascii_int
 
 NODE_FORMAT = "commlens-run-node"
 HEARTBEAT_S = 5.0
@@ -105,7 +106,7 @@ def cluster_topology(ranks: dict[str, Any]) -> dict[str, Any] | None:
     for key, meta in ranks.items():
         inner = meta.get("meta") if isinstance(meta, dict) else None
         launch = inner.get("launch") if isinstance(inner, dict) else None
-        if not isinstance(launch, dict) or not key.isdigit():
+        if not isinstance(launch, dict) or ascii_int(key) is None:
             continue
         node = str(launch.get("node", launch.get("host", "")))
         per_node.setdefault(node, []).append(int(key))
@@ -148,8 +149,9 @@ def combine_nodes(run_dir: Path, manifest: dict[str, Any], *, fill_topology: boo
         manifest["command"] = first["command"]
     codes = [n.get("exit_code") for n in nodes.values()]
     failed = [c for c in codes if isinstance(c, int) and c != 0]
+    launcher = first.get("launcher")
     manifest["launcher"] = {
-        **(first.get("launcher") or {}),
+        **(launcher if isinstance(launcher, dict) else {}),
         "exit_code": None if None in codes else (failed[0] if failed else 0),
         "nodes_joined": len(nodes),
     }

@@ -239,6 +239,8 @@ class RunView:
             except duckdb.Error as exc:
                 rank = self._rank_named_in(str(exc))
                 if rank is None:
+                    rank = self._first_damaged()  # DuckDB's message names no file
+                if rank is None:
                     raise
                 self.drop_rank(rank, one_line(exc))
 
@@ -247,6 +249,24 @@ class RunView:
             if isinstance(src, Path) and src.name in message:
                 return rank
         return None
+
+    def _first_damaged(self) -> int | None:
+        """The first rank whose events file cannot be read whole (every page decoded)."""
+        for rank, src in sorted(self.sources.items()):
+            if isinstance(src, Path):
+                try:
+                    pq.read_table(src)
+                except (OSError, pa.ArrowException, ValueError):
+                    return rank
+        return None
+
+    def check_pages(self) -> None:
+        """Decode every page of every rank file once, before a stream that cannot be
+        restarted: a rank whose pages are damaged is left out (a warning), as any
+        query does."""
+        if any(isinstance(src, Path) for src in self.sources.values()):
+            query = "SELECT min(COLUMNS(*)) FROM raw_events"
+            self._retry(lambda: self.con.execute(query).fetchall())
 
     def drop_rank(self, rank: int, reason: str) -> str:
         """Leave out ``rank``, whose file turned out damaged: it joins the missing

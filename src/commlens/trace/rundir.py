@@ -262,11 +262,27 @@ def join_lock(out: Path, flag: str = "--out") -> Iterator[None]:
                 f"{LOCK_WAIT_S:.0f} s; remove it if no trace is starting there"
             )
         time.sleep(0.05)
+    _bury_graves(out)
     try:
         yield
     finally:
         try:
             os.rmdir(lock)
+        except OSError:
+            pass
+
+
+def _bury_graves(out: Path) -> None:
+    """Remove the stale locks that a process renamed and then died (or failed) before
+    removing (``.join.lock.stale.HOST.PID``); only empty directories, never a link."""
+    try:
+        graves = list(out.glob(f"{JOIN_LOCK}.stale.*"))
+    except OSError:
+        return
+    for grave in graves:
+        try:
+            if stat.S_ISDIR(grave.lstat().st_mode):
+                os.rmdir(grave)  # an empty directory only
         except OSError:
             pass
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from commlens.errors import UsageError
 from commlens.predict.cost import flat_time
+from commlens.predict.limits import check_scale
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.model import Program
@@ -513,9 +514,11 @@ def scaled_groups(prog: Program, dp: int) -> tuple[list[tuple[int, ...]], int]:
     if len(sizes) != 1:
         raise UsageError(f"--dp: the run's dp groups differ in size ({sorted(sizes)})")
     (n,) = sizes
+    check_scale("dp", dp)  # a scale the replay can hold, before any memory is taken
     if dp < n or dp % n:
         raise UsageError(f"--dp {dp} must be a multiple of the run's dp degree {n}")
     copies, world = dp // n, tr.world_size
+    check_scale("world_size", copies * world)
     groups = list(prog.cost_groups)
     for g in dp_groups:
         groups[g] = tuple(r + k * world for k in range(copies) for r in prog.cost_groups[g])

@@ -86,9 +86,10 @@ class Figures:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Figures:
-        """The figures :meth:`to_dict` wrote (a whatif JSON answer); KeyError or
-        TypeError when ``data`` is not one."""
-        return cls(
+        """The figures :meth:`to_dict` wrote (a whatif JSON answer); KeyError,
+        TypeError or ValueError when ``data`` is not one (its steps and their
+        times must pair up, at least one of each)."""
+        figures = cls(
             steps=[int(s) for s in data["steps"]],
             step_s=[float(s) for s in data["step_s"]],
             comm_s=float(data["comm_s"]),
@@ -100,6 +101,9 @@ class Figures:
             median_held_s=float(data["median_rank_held_s"]),
             critical=[PathShare(**p) for p in data["critical_path_last_step"]],
         )
+        if not figures.steps or len(figures.steps) != len(figures.step_s):
+            raise ValueError("no steps, or steps and step times that do not pair up")
+        return figures
 
 
 def _union_by(key: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_keys: int) -> np.ndarray:

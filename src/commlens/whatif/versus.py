@@ -66,7 +66,7 @@ def load_prediction(path: str | Path, net: str | None) -> Side:
     try:
         data = read_json(path, limit=META_LIMIT)
     except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else f"not JSON: {exc}"[:120]
+        reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
         raise RunFormatError(f"{where}: not a whatif result ({reason}); {how}") from None
     if not isinstance(data, dict) or data.get("format") != RESULT_FORMAT:
         raise RunFormatError(f"{where}: a JSON file but not a whatif result; {how}")

@@ -52,7 +52,14 @@ from commlens.analysis.rankagg import (
     rank_aggregate,
     split_aggregate,
 )
-from commlens.analysis.timeline import GLOO_WORKERS, queue_service, segments, spread, step_rows
+from commlens.analysis.timeline import (
+    GLOO_WORKERS,
+    Windows,
+    queue_service,
+    segments,
+    spread,
+    step_rows,
+)
 from commlens.netem.nic import read_nic
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
@@ -220,6 +227,8 @@ def _run_pass(
     util_parts: list[tuple[int, np.ndarray]] = []
     agg_parts: list[pa.Table] = []
     matches: list[MatchPart] = []
+    windows = run.sql("SELECT * FROM steps")
+    by_rank = _windows_by_rank(windows)
     for rank in ranks:
         t = run.read_rank(rank, _COLUMNS)
         if not t.num_rows:
@@ -243,7 +252,7 @@ def _run_pass(
         learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
         inside = _in_steps(step, headline) if headline is not None else None
         agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, service, inside))
-        step_parts.append(step_rows(rank, step, s, e, wait, size))
+        step_parts.append(step_rows(rank, step, s, e, wait, size, by_rank.get(rank)))
         if util_bins:
             factor = _factors(op, gsize, ops.values)
             util_parts.append((rank, spread(s, e, size * factor, t0, bin_ns, n_bins_total)))
@@ -281,7 +290,7 @@ def _run_pass(
         world_size=run.world_size,
         missing_ranks=tuple(run.missing_ranks),
         step_range=run.steps,
-        windows=run.sql("SELECT * FROM steps"),
+        windows=windows,
         span=span,
         steps=_steps_table(step_parts),
         agg=agg,
@@ -300,6 +309,20 @@ def _run_pass(
     whole, inner = split_aggregate(agg)
     head = _head(replace(result, agg=inner, matched=head_matched), headline)
     return replace(result, agg=whole, head=head)
+
+
+def _windows_by_rank(windows: pa.Table) -> dict[int, Windows]:
+    """Each rank's recorded step windows (step, start, end), sorted by step."""
+    rank = windows.column("rank").to_numpy()
+    step = windows.column("step").to_numpy()
+    start = windows.column("t_start_ns").to_numpy()
+    end = windows.column("t_end_ns").to_numpy()
+    out: dict[int, Windows] = {}
+    for r in np.unique(rank).tolist():
+        mine = np.flatnonzero(rank == r)
+        mine = mine[np.argsort(step[mine], kind="stable")]
+        out[int(r)] = (step[mine], start[mine], end[mine])
+    return out
 
 
 def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:

@@ -1,16 +1,19 @@
 """Where each step goes, per rank: step time, communication, exposed time.
 
-- ``comm_s``: time covered by at least one communication op of the step (the
-  union of ``[t_issue, t_end]``), so overlapping async ops count once;
-  ``comm_sum_s`` is the plain sum of op durations, for comparison. The
-  unions are the rank pass's (:mod:`commlens.analysis.rankpass`).
+- ``comm_s``: time of the step's window covered by at least one communication
+  op of the step (the union of ``[t_issue, t_end]`` cut to the window), so
+  overlapping async ops count once and the part of an op outside its step's
+  window (a pipeline stage's receive posted before its step began) counts in
+  no step; ``comm_sum_s`` is the plain sum of op durations, uncut, for
+  comparison. The unions are the rank pass's (:mod:`commlens.analysis.rankpass`).
 - ``exposed_s``: time the training thread was blocked on communication, the
   union of ``[t_end − t_wait, t_end]`` (a blocking op blocks from issue to
-  end; an async op blocks from its ``wait()`` until it completes). The rest of
-  ``comm_s`` ran under compute: ``overlapped_s``.
-- ``step_s``: the step's wall time from the manifest; for a step without a
-  recorded window (e.g. ops after the last optimizer step) the span of its
-  ops, flagged by ``step_source = 'ops'``.
+  end; an async op blocks from its ``wait()`` until it completes), cut to the
+  window too. The rest of ``comm_s`` ran under compute: ``overlapped_s``.
+- ``step_s``: the length of the step's recorded window on rank 0's clock (the
+  clock of the unions); for a step without a recorded window (e.g. ops after
+  the last optimizer step) the span of its ops, flagged by ``step_source =
+  'ops'``. So ``comm_s <= step_s`` and every share is at most 1 by construction.
 - ``kind``: ``step`` for a recorded step (or any step of a run that recorded
   none); ``setup`` for the set-up window (step −1) and events before the
   first recorded step, ``after last
@@ -34,7 +37,7 @@ def step_table(run: Source) -> pa.Table:
         """
         WITH joined AS (
             SELECT coalesce(o.rank, st.rank) AS rank, coalesce(o.step, st.step) AS step,
-                   CASE WHEN st.step IS NOT NULL THEN st.duration_s
+                   CASE WHEN st.step IS NOT NULL THEN (st.t_end_ns - st.t_start_ns) / 1e9
                         ELSE (o.last_ns - o.first_ns) / 1e9 END AS step_s,
                    CASE WHEN st.step IS NOT NULL THEN 'manifest' ELSE 'ops' END AS step_source,
                    coalesce(st.t_start_ns, o.first_ns) AS t_start_ns,

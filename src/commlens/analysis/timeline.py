@@ -44,16 +44,55 @@ def order_by(step: np.ndarray, t: np.ndarray) -> np.ndarray:
     return order[np.argsort(step[order], kind="stable")]
 
 
+Windows = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""One rank's step windows: (step, start, end), sorted by step; times in ns (int64)
+or seconds (float64), as the ops' times."""
+
+
+def clip_to_windows(
+    step: np.ndarray, s: np.ndarray, e: np.ndarray, windows: Windows | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[s, e]`` of each op cut to the window of its step (ops of a step without a
+    window, or with an unknown end (NaN), are kept whole): the part of an op that
+    lies outside its step's window is no part of that step's time."""
+    if windows is None or not windows[0].size or not step.size:
+        return s, e
+    w_step, w_start, w_end = windows
+    at = np.minimum(np.searchsorted(w_step, step), w_step.size - 1)
+    has = w_step[at] == step
+    if np.issubdtype(s.dtype, np.floating):
+        has &= ~(np.isnan(w_start[at]) | np.isnan(w_end[at]))
+        low, high = -np.inf, np.inf
+    else:
+        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    lo = np.where(has, w_start[at], low)
+    hi = np.where(has, np.maximum(w_end[at], w_start[at]), high)
+    return np.clip(s, lo, hi), np.clip(e, lo, hi)
+
+
 def step_rows(
-    rank: int, step: np.ndarray, s: np.ndarray, e: np.ndarray, wait: np.ndarray, size: np.ndarray
+    rank: int,
+    step: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    wait: np.ndarray,
+    size: np.ndarray,
+    windows: Windows | None = None,
 ) -> dict[str, np.ndarray]:
+    """Per step of one rank: op count, bytes, the union of the op intervals
+    (``comm_s``) and of the blocked ones (``exposed_s``), both cut to the step's
+    recorded window (``windows``), so neither exceeds it; the plain sum of op
+    durations (``comm_sum_s``), first issue and last end, uncut."""
     order = order_by(step, s)
     st, ss, es = step[order], s[order], e[order]
     starts = segments(st)
-    comm = union(starts, ss, es)
+    comm = union(starts, *clip_to_windows(st, ss, es, windows))
     blocked_from = e - np.clip(np.minimum(wait, e - s), 0, None)
     order_x = order_by(step, blocked_from)
-    exposed = union(segments(step[order_x]), blocked_from[order_x], e[order_x])
+    step_x = step[order_x]
+    exposed = union(
+        segments(step_x), *clip_to_windows(step_x, blocked_from[order_x], e[order_x], windows)
+    )
     counts = np.diff(np.append(starts, st.size))
     return {
         "rank": np.full(starts.size, rank, np.int32),

@@ -25,6 +25,26 @@ NUMERIC = frozenset("int bytes size s ms us gbps gbit pct float x num rate".spli
 """The formats of numbers (shown right-aligned)."""
 
 
+SHARE_SLACK = 1e-9
+"""What a share may pass 100% (or fall below 0) by, for float rounding."""
+
+
+def is_share(fmt: str) -> bool:
+    """Whether a column of format ``fmt`` holds shares (parts of a whole, 0 to 1):
+    ``pct``, or a percent template without a sign (``{:.1%}``; a signed one, ``{:+.1%}``,
+    is a difference)."""
+    return fmt == "pct" or (fmt.startswith("{") and fmt.endswith("%}") and "+" not in fmt)
+
+
+def check_share(value: float, what: str) -> float:
+    """``value`` when it is a share (0 to 1, or NaN for none); AssertionError when it
+    is not: a share is a part of its whole by construction, so one above 100% is a
+    defect of the figures, never a finding to print."""
+    if not -SHARE_SLACK <= value <= 1 + SHARE_SLACK and value == value:
+        raise AssertionError(f"{what} is {value:.4%}: a share must lie between 0% and 100%")
+    return value
+
+
 @dataclass(frozen=True)
 class Column:
     """One displayed column: the table field, its title (with unit) and format."""
@@ -60,6 +80,16 @@ class Section:
     """Show at most this many rows in text/md/html (0: all); JSON/CSV get all."""
     group_by: str = ""
     """A column key: the text table draws a rule where its value changes."""
+
+    def __post_init__(self) -> None:
+        """Every share column of every table any command shows is checked here."""
+        names = set(self.table.column_names)
+        for col in self.columns:
+            if not is_share(col.fmt) or col.key not in names:
+                continue
+            for i, value in enumerate(self.table.column(col.key).to_pylist()):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    check_share(float(value), f"{self.title!r}, column {col.title!r}, row {i + 1}")
 
 
 @dataclass

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from commlens.report.document import check_share
 from commlens.units import plural
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+    return f"{100 * check_share(x, 'a share in the headline'):.1f}%"
 
 
 def highlights(

@@ -4,8 +4,10 @@ Definitions follow ``commlens report`` (:mod:`commlens.analysis.steps`):
 
 - a step's time is that of its slowest rank (end − start of its step marks);
 - a rank's communication in a step is the union of ``[issue, end]`` of the
-  step's ops on it; its *exposed* part the time it was held (blocked in the
-  call, or in ``wait()``), the rest *overlapped* with compute;
+  step's ops on it, cut to the rank's window of that step (so it never exceeds
+  the step, and the share is at most 1); its *exposed* part the time it was
+  held (blocked in the call, or in ``wait()``), at most the communication, the
+  rest *overlapped* with compute;
 - per op: *time* is issue → end on the rank, of which *waiting* is issue →
   start (peers not yet there, or the group busy with the op before it) and
   *service* start → end (the op's own transfer).
@@ -20,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from commlens.analysis.timeline import Windows, clip_to_windows
 from commlens.whatif.critical import PathShare, critical_path
 from commlens.whatif.model import Program
 from commlens.whatif.replay import Timeline
+from commlens.whatif.source import Trace
 
 
 @dataclass
@@ -149,7 +153,10 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         ev_step = np.searchsorted(steps, tr.step[part])
         kept = (ev_step < n_steps) & (steps[np.minimum(ev_step, n_steps - 1)] == tr.step[part])
         cell = ev_step[kept]
-        comm[:, r] = _union_by(cell, tl.issue[part][kept], tl.end[part][kept], n_steps)
+        issue, end = clip_to_windows(
+            tr.step[part][kept], tl.issue[part][kept], tl.end[part][kept], _windows(tr, tl, r)
+        )
+        comm[:, r] = _union_by(cell, issue, end, n_steps)
         held[:, r] = np.bincount(cell, weights=tl.held[part][kept], minlength=n_steps)
         ops += _op_totals(prog, tl, part, kept)
     ranks_with_steps = np.zeros(n_ranks, dtype=bool)
@@ -175,6 +182,13 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         else 0.0,
         critical=critical_path(prog, tl, int(steps[-1])) if n_steps else [],
     )
+
+
+def _windows(tr: Trace, tl: Timeline, rank: int) -> Windows:
+    """Rank ``rank``'s replayed step windows (step, start, end), sorted by step."""
+    rows = np.flatnonzero(tr.step_rank == rank)
+    rows = rows[np.argsort(tr.step_index[rows], kind="stable")]
+    return tr.step_index[rows], tl.step_marks[2 * rows], tl.step_marks[2 * rows + 1]
 
 
 def _op_totals(prog: Program, tl: Timeline, part: slice, kept: np.ndarray) -> np.ndarray:

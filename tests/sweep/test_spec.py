@@ -87,6 +87,12 @@ def test_t5_pipeline_and_link_on_one_node_are_skipped() -> None:
         ('[sweep]\nsteps = 1\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "steps must be"),
         ('[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]\nnproc = [0]', "at least 1"),
         ('[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]\n[scale]\nnproc = 8', "models must be"),
+        ('[sweep]\ntolerance = nan\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "finite"),
+        ('[sweep]\ntolerance = -0.1\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "above 0"),
+        ('[sweep]\ntolerance = 2.0\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "at most 1"),
+        ('[sweep]\ntimeout_s = inf\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "finite"),
+        ('[sweep]\ntimeout_s = nan\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "finite"),
+        ('[sweep]\ntimeout_s = 1e300\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "at most"),
     ],
 )
 def test_bad_files_are_one_line_errors(text: str, message: str) -> None:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from commlens.cli.net import add_page_options
+from commlens.numbers import MAX_TOLERANCE, number_type
 
 
 def register(subparsers: Any) -> None:
@@ -21,7 +22,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("run", help="run directory (`commlens run`, `commlens trace` or a capture)")
     p.add_argument(
-        "--tolerance", type=float, default=0.01, help="relative byte tolerance (default 0.01 = 1%%)"
+        "--tolerance",
+        type=number_type(low=0.0, high=MAX_TOLERANCE),
+        default=0.01,
+        help="relative byte tolerance, 0 to 1 (default 0.01 = 1%%)",
     )
     p.add_argument(
         "--skip-step0",

@@ -17,6 +17,7 @@ from typing import Any
 from commlens.errors import RunFormatError, UsageError
 from commlens.job.models import ModelConfig, check_layout, get_preset
 from commlens.job.parallel import DATA_PARALLEL, SCHEMES, ParallelDims
+from commlens.numbers import number_problem
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 """Training dtypes and their bytes per element (parameters, gradients, activations)."""
@@ -203,5 +204,8 @@ def _typed(kind: type, data: Any, where: str = "") -> dict[str, Any]:
             value = float(value)
         if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
             raise RunFormatError(f"{prefix}{key} must be {_NAMES[want]}, got {value!r}")
+        problem = number_problem(value) if isinstance(value, float) else ""
+        if problem:
+            raise RunFormatError(f"{prefix}{key} {problem}")
         out[key] = value
     return out

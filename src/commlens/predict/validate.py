@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommlensError, RunFormatError, UsageError
 from commlens.job.spec import Job
+from commlens.numbers import MAX_TOLERANCE, check_number
 from commlens.predict.calls import aggregate, sort_key
 from commlens.predict.exact import rank_calls
 
@@ -227,8 +228,7 @@ def validate_events(
     skip_step0: bool = False,
 ) -> Validation:
     """Hold ``events`` (the capture's columns) against ``job``'s prediction."""
-    if tolerance < 0:
-        raise UsageError(f"--tolerance must be >= 0, got {tolerance}")
+    tolerance = check_number(tolerance, "--tolerance", low=0.0, high=MAX_TOLERANCE)
     measured = measured_table(events)
     if not measured:
         raise UsageError("the run has no communication events to validate")

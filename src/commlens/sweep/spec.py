@@ -35,6 +35,7 @@ from typing import Any
 
 from commlens.errors import UsageError
 from commlens.job.options import point_defaults, point_keys
+from commlens.numbers import MAX_TOLERANCE, number_problem
 from commlens.safefile import SMALL_LIMIT, parse_toml, read_text
 
 LAUNCH_KEYS: dict[str, type] = {"nodes": int, "link": str}
@@ -47,6 +48,8 @@ job's ``commlens run`` flags (:mod:`commlens.job.options`) and the launch keys."
 POINT_DEFAULTS: dict[str, Any] = {**point_defaults(), "nodes": 1, "link": "unshaped"}
 """Each point key's default (``commlens run``'s); model and scheme have none."""
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""The longest a point may run before it is stopped: a week."""
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}$")
 """A sweep name: one path component, never ``.``, ``..`` or a hidden name."""
 
@@ -76,7 +79,8 @@ class Settings:
     networks: tuple[str, ...] = ("tcp-10g", "ipoib-100g", "rdma-100g")
     """Network profiles the model predicts each point on."""
     timeout_s: float = 900.0
-    """A point still running after this long is stopped and recorded as failed."""
+    """A point still running after this long is stopped and recorded as failed (at most
+    :data:`MAX_TIMEOUT_S`)."""
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,10 @@ def _settings(where: str, table: dict[str, Any]) -> Settings:
         raise _fail(where, f"steps must be at least 2 (step 0 is set-up), got {s.steps}")
     if not 0 <= s.warmup_steps < s.steps:
         raise _fail(where, f"warmup_steps must be between 0 and steps - 1, got {s.warmup_steps}")
-    if s.tolerance <= 0 or s.timeout_s <= 0:
-        raise _fail(where, "tolerance and timeout_s must be positive")
+    for key, high in (("tolerance", MAX_TOLERANCE), ("timeout_s", MAX_TIMEOUT_S)):
+        problem = number_problem(getattr(s, key), low=0.0, high=high, low_open=True)
+        if problem:
+            raise _fail(where, f"{key} {problem}")
     return s
 
 

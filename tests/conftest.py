@@ -16,24 +16,17 @@ import torch.distributed as dist
 import commlens.capture as capture_pkg  # noqa: F401  (the package, not the function)
 from commlens.capture.patching import is_patched
 from commlens.netem.iproute import run_ids_present
-from commlens.netem.state import owner_pid
+from commlens.netem.state import load_record
 
 
-def _ours(run_id: str) -> bool:
-    """An emulated run this test session made: its owner is gone, us, or our child.
-
-    Another session's live run on the same machine is not a leftover of ours.
-    """
-    pid = owner_pid(run_id)
-    me = os.getpid()
-    while pid and pid > 1:
-        if pid == me:
-            return True
-        try:
-            pid = int(open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-    return owner_pid(run_id) is None
+def made_here(run_id: str) -> bool:
+    """Whether this test session (this process or a descendant, gone or not) made the
+    emulated run ``run_id``: its record's lineage, written when the run was claimed,
+    holds this process. A run of another job on the machine is never ours, whether its
+    owner still runs or not, nor one without a record (the cluster writes it before
+    it creates anything)."""
+    record = load_record(run_id)
+    return record is not None and record.made_by(os.getpid())
 
 
 def _netns() -> set[str]:
@@ -42,6 +35,11 @@ def _netns() -> set[str]:
         return run_ids_present()
     except Exception:  # no iproute2 here: nothing can be left behind either
         return set()
+
+
+def leftovers(before: set[str]) -> set[str]:
+    """Emulated runs that exist now, did not before, and this session made."""
+    return {run_id for run_id in _netns() - before if made_here(run_id)}
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +58,7 @@ def _no_leftovers() -> Iterator[None]:
     assert not patched, "the test left torch.distributed patched"
     assert not alive, "the test left a process group alive"
     if os.geteuid() == 0:
-        left = {run_id for run_id in _netns() - before if _ours(run_id)}
+        left = leftovers(before)
         assert not left, f"the test left emulated networks behind: {sorted(left)}"
 
 

@@ -3,6 +3,7 @@
 One JSON file per run, ``<state dir>/<run id>.json``::
 
     {"run_id": "3fa2c1", "owner_pid": 4242, "owner_start": 123456,
+     "lineage": [[4242, 123456], [4200, 123400], [1, 2]],
      "namespaces": ["commlens-3fa2c1-n0"], "bridges": ["cl3fa2c1br"],
      "veths": ["cl3fa2c1h0"]}
 
@@ -13,7 +14,9 @@ exist. ``veths`` holds the host-side end; its peer goes with it. ``commlens net
 cleanup`` removes only objects named in records, and skips runs whose owner
 (pid and start time, so a reused pid does not count) is still alive, so it
 never pulls the network from under a run in progress nor touches an interface
-commlens did not make.
+commlens did not make. ``lineage`` is the owner and its ancestors (pid, start
+time) when the run was claimed: which process tree made the run, still known
+after the owner is gone (:meth:`RunRecord.made_by`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class RunRecord:
     run_id: str
     owner_pid: int
     owner_start: int | None = None
+    lineage: list[tuple[int, int | None]] = field(default_factory=list)
+    """The owner and its ancestors, nearest first, as (pid, start time), when claimed."""
     namespaces: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
     veths: list[str] = field(default_factory=list)
@@ -79,6 +84,12 @@ class RunRecord:
     def owner_alive(self) -> bool:
         return _alive(self.owner_pid, self.owner_start)
 
+    def made_by(self, pid: int) -> bool:
+        """Whether process ``pid`` (alive now) or one of its descendants made the run, the
+        maker gone or not: ``pid`` with its start time is in the run's lineage."""
+        start = _start_time(pid)
+        return start is not None and (pid, start) in {(p, s) for p, s in self.lineage}
+
     def save(self) -> None:
         """Write the record atomically (a reader never sees half a file)."""
         path = record_path(self.run_id)
@@ -92,7 +103,7 @@ def claim_run(run_id: str, pid: int) -> RunRecord:
 
     Raises :class:`FileExistsError` when another run already holds the id.
     """
-    record = RunRecord(run_id, pid, _start_time(pid))
+    record = RunRecord(run_id, pid, _start_time(pid), _lineage(pid))
     fd = os.open(record_path(run_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(asdict(record)) + "\n")
@@ -101,7 +112,7 @@ def claim_run(run_id: str, pid: int) -> RunRecord:
 
 def record_owner(run_id: str, pid: int) -> RunRecord:
     """Write (or replace) the record of ``run_id`` with owner ``pid`` and no objects."""
-    record = RunRecord(run_id, pid, _start_time(pid))
+    record = RunRecord(run_id, pid, _start_time(pid), _lineage(pid))
     record.save()
     return record
 
@@ -165,6 +176,7 @@ def _read(path: Path) -> RunRecord | None:
             run_id=str(data["run_id"]),
             owner_pid=int(data["owner_pid"]),
             owner_start=None if data.get("owner_start") is None else int(data["owner_start"]),
+            lineage=[(int(p), None if s is None else int(s)) for p, s in data.get("lineage", [])],
             **{kind: [str(name) for name in data.get(kind, [])] for kind in KINDS},
         )
     except (OSError, ValueError, TypeError, KeyError):
@@ -178,6 +190,19 @@ def _start_time(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _lineage(pid: int) -> list[tuple[int, int | None]]:
+    """``pid`` and its ancestors up to init, nearest first, as (pid, start time)."""
+    chain: list[tuple[int, int | None]] = []
+    while pid > 0 and len(chain) < 4096:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            break
+        chain.append((pid, int(fields[19])))
+        pid = int(fields[1])
+    return chain
 
 
 def _alive(pid: int, start: int | None) -> bool:

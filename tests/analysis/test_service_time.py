@@ -106,7 +106,9 @@ def test_headline_leaves_out_step_0_and_says_so() -> None:
     assert cover.steps == (1, 2)
     assert doc.highlights[-1] == (
         "headline covers step 1 of 2 recorded steps; step 0, set-up and anything after the "
-        "last step left out (--steps to change)"
+        "last step left out (--steps to change); the tables below cover every event, set-up "
+        "included, and the Ranks table every recorded step: their counts can exceed the "
+        "headline's"
     )
     assert doc.data["headline_steps"] == [1, 2]
     assert {s["step"] for s in doc.data["steps"]} == {0, 1}  # the tables keep every step

@@ -217,6 +217,12 @@ def _outside_note(step_t: pa.Table) -> str:
     )
 
 
+TABLES_SCOPE = (
+    "the tables below cover every event, set-up included, and the Ranks table every "
+    "recorded step: their counts can exceed the headline's"
+)
+"""What the report's tables cover when its headline covers fewer steps."""
+
 SKEW_NOTE = (
     "queued = behind earlier ops of the group on the rank; wait last = for the last "
     "member to be ready; transfer = the rest; they add up to the time inside calls."
@@ -293,16 +299,24 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         ),
         Section(
             "steps",
-            "Steps (mean over ranks; step time of the slowest rank)",
+            "Steps (step time of the slowest rank; comm, exposed and overlapped: mean over "
+            "ranks; ops and bytes: all ranks together)",
             step_t,
             STEP_COLUMNS,
             max_rows=50,
-            note="comm = union of op intervals (overlaps counted once); exposed = "
+            note="comm = union of the step's op intervals inside its window (overlaps "
+            "counted once); exposed = "
             f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
             "overlapped = comm - exposed." + _outside_note(step_t),
             plots=[("Time breakdown per step", plot("step_breakdown", step_t))],
         ),
-        Section("ranks", "Ranks (over all steps)", rank_t, RANK_COLUMNS, max_rows=64),
+        Section(
+            "ranks",
+            "Ranks (summed over the recorded steps; set-up and the tail left out)",
+            rank_t,
+            RANK_COLUMNS,
+            max_rows=64,
+        ),
         Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
         Section(
             "modules",
@@ -384,10 +398,9 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         "throughput": _records(tput_t),
     }
     if rp.head is None:  # the view's own steps
-        lines = highlights(op_t, rank_t, phase_t, skew_t, straggler_t, exposed)
-    else:
-        lines = _headline(rp.head, exposed)
-    lines = [*lines, coverage.line]
+        lines = [*highlights(op_t, rank_t, phase_t, skew_t, straggler_t, exposed), coverage.line]
+    else:  # the headline's steps are fewer than the tables'
+        lines = [*_headline(rp.head, exposed), f"{coverage.line}; {TABLES_SCOPE}"]
     if synthetic_times(run.manifest):
         lines = [
             "imported aggregate-only data: times are synthetic; only op counts and bytes "

@@ -247,7 +247,9 @@ def _run_pass(
         s = t.column("t_issue_ns").to_numpy()
         e = t.column("t_end_ns").to_numpy()
         wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
-        duration = pc.fill_null(t.column("duration_s"), 0.0).to_numpy()
+        run.check_times(rank, step, s, e)  # a warning for an op that ends before its issue:
+        e = np.maximum(e, s)  # it takes no time (every interval, share and split >= 0)
+        duration = np.maximum(pc.fill_null(t.column("duration_s"), 0.0).to_numpy(), 0.0)
         start, service = queue_service(pg, s, e, workers)
         learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
         inside = _in_steps(step, headline) if headline is not None else None

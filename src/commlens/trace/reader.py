@@ -54,6 +54,7 @@ from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, 
 from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.roles import apply_roles, group_roles, role_sql
+from commlens.trace.sanity import event_problems, recording, window_problems
 from commlens.trace.schema import EVENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -141,13 +142,16 @@ class Run:
 
 def step_windows(manifest: Manifest) -> pa.Table:
     """``rank, step, t_start_ns, t_end_ns, duration_s`` of every rank's recorded steps,
-    the times on rank 0's clock, the duration as the rank's own clock measured it."""
+    the times on rank 0's clock, the duration as the rank's own clock measured it; a
+    window that ends before it starts is left out."""
     rank: list[int] = []
     step: list[int] = []
     start: list[int] = []
     end: list[int] = []
     for r, info in manifest.ranks.items():
         for window in info.steps:
+            if window.t_end_ns < window.t_start_ns:  # a warning says so (trace.sanity)
+                continue
             rank.append(r)
             step.append(window.step)
             start.append(window.t_start_ns)
@@ -201,6 +205,8 @@ class RunView:
     """rank -> the SQL that reads its raw events (the union is ``raw_events``)."""
     roles: dict[str, str] = field(default_factory=dict)
     """group name -> its one role for the run, read into every event of the group."""
+    problems: list[str] = field(default_factory=list)
+    """Times that cannot be (:mod:`commlens.trace.sanity`), each also a warning."""
 
     @property
     def name(self) -> str:
@@ -285,6 +291,27 @@ class RunView:
         _create_raw_events(self)
         _create_ranks(self)
         return line
+
+    def check_times(
+        self, rank: int, step: np.ndarray, t_issue: np.ndarray, t_end: np.ndarray
+    ) -> None:
+        """Warn (once per line) about rank ``rank``'s events whose times cannot be
+        (:func:`commlens.trace.sanity.event_problems`); ``t_issue``, ``t_end`` as
+        :meth:`read_rank` gives them (on rank 0's clock), ``step`` their steps."""
+        span = recording(self.info, rank)
+        clock = self.clocks.get(rank, NO_CLOCK)
+        if span is not None and moves(clock):
+            lo, hi = (
+                int(align_numpy(np.array([t]), clock)[0]) if t is not None else None for t in span
+            )
+            span = (lo, hi) if lo is not None else None
+        for line in event_problems(rank, step, t_issue, t_end, span):
+            if line in self.problems:
+                continue
+            self.problems.append(line)
+            self.warnings.append(line)
+            if not self.quiet:
+                print(f"commlens: warning: {line}", file=sys.stderr)
 
     def _read(self, rank: int, read: Callable[[], _T]) -> _T:
         try:
@@ -509,6 +536,8 @@ def _view(
     view.missing_ranks = found.missing(view.with_events)
     _create_steps(view)
     _create_ranks(view)
+    view.problems = window_problems(found.manifest)
+    view.warnings.extend(view.problems)
     if not quiet:
         for line in view.warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)

@@ -160,6 +160,12 @@ def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
     return out
 
 
+def _names(line: str, rank: int) -> bool:
+    """Whether a reader's warning ``line`` is about rank ``rank`` (it skipped the rank, or
+    the rank has no file)."""
+    return line.endswith(f"rank {rank} skipped") or line.startswith(f"rank {rank}: ")
+
+
 def read_trace(path: str | Path) -> Trace:
     """The run in ``path`` for replay; :class:`RunFormatError` when it cannot be replayed."""
     from commlens.trace.reader import RankDamaged, open_run
@@ -175,6 +181,12 @@ def read_trace(path: str | Path) -> Trace:
             except RankDamaged as exc:
                 message = f"{where}: {exc}; a replay needs every rank's events"
                 raise RunFormatError(message) from None
+            view.check_times(
+                rank,
+                _ints(table, "step", -1),
+                _ints(table, "t_issue_ns", 0),
+                _ints(table, "t_end_ns", 0),
+            )
             seq = table.column("seq").to_numpy()
             ordered = bool(np.all(seq[1:] >= seq[:-1]))
             order = None if ordered else np.argsort(seq, kind="stable")
@@ -192,13 +204,21 @@ def read_trace(path: str | Path) -> Trace:
                 for g, ranks in zip(new, view.read_values(rank, "pg_ranks", rows), strict=True):
                     members[g] = tuple(int(r) for r in (ranks or ()))
         missing, world = list(view.missing_ranks), view.world_size
+        problems = list(view.problems)
         steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
         manifest, warnings = view.manifest, list(view.warnings)
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
     if missing:
+        why = [line for line in warnings if any(_names(line, r) for r in missing)]
         raise RunFormatError(
-            f"{where}: rank(s) {format_ranks(missing)} missing or unreadable; "
-            "a replay needs every rank's events (their peers' collectives have no partner)"
+            f"{where}: rank(s) {format_ranks(missing)} missing or unreadable"
+            + (f" ({'; '.join(why[:3])})" if why else "")
+            + "; a replay needs every rank's events (their peers' collectives have no partner)"
+        )
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RunFormatError(
+            f"{where}: {problems[0]}{more}; a replay of times that cannot be is no answer"
         )
     ev = {c: _joined(v, c) for c, v in cols.items()}
     if not ev["rank"].size:

@@ -376,7 +376,9 @@ def _stragglers(ev: Evidence) -> list[dict[str, float]]:
         step = row.get("step_s", 0.0)
         cost = row.get("blame_per_step_s", 0.0)
         if share_last >= STRAGGLER_LAST_SHARE and step > 0 and cost / step >= STRAGGLER_STEP_SHARE:
-            out.append({**row, "share_last": share_last, "cost_share": cost / step})
+            # a share of the step: a stall the others waited through that outlasts the
+            # median step costs the whole step, no more
+            out.append({**row, "share_last": share_last, "cost_share": min(cost / step, 1.0)})
     return out
 
 

@@ -148,8 +148,12 @@ def test_straggler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_rank_killed_mid_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for how, data, code, _ in _both(tmp_path, "kill", 2, capsys):
         assert code == 1 and data["kind"] == "dead_rank" and data["root_ranks"] == [1], how
-        assert data["ranks"]["1"]["signal"] == "SIGKILL"
-        assert data["dead_ranks"][:1] == [1] or 1 in data["dead_ranks"]
+        assert 1 in data["dead_ranks"]
+        launcher = json.loads((tmp_path / how / "run.json").read_text()).get("launcher", {})
+        if "exit_codes" in launcher:  # the job ended: its launcher saw how rank 1 ended
+            assert data["ranks"]["1"]["signal"] == "SIGKILL", how
+        else:  # killed before: rank 0's all-reduce failed on the closed connection
+            assert any("it is gone" in line for line in data["explanation"]), how
         state = {(g["rank"], g["last_completed"]) for g in data["groups"]}
         assert (0, "all_reduce #3") in state and (1, "all_reduce #3") in state, how
 
@@ -159,6 +163,6 @@ def test_rank_spinning_with_the_gil(tmp_path: Path, capsys: pytest.CaptureFixtur
     for how, data, code, _ in results:
         assert code == 1 and data["kind"] == "hang" and data["root_ranks"] == [1], how
     how, data, _, stderr = results[0]
-    assert "line 32 in spin" in data["stacks"]["1"]  # the watchdog's dump of the spinning rank
+    assert "in spin" in data["stacks"]["1"]  # the watchdog's dump of the spinning rank
     assert any("in spin" in line for line in data["explanation"] if line.startswith("rank 1"))
     assert "in spin" in stderr

@@ -240,12 +240,14 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
             never = f"never issued {w0.op.label()}"
             if w0.op.p2p:
                 never = f"never issued its side of rank {w0.rank}'s {w0.op.label()}"
-            who = sorted({w.rank for w in theirs})
+            who = sorted(
+                {w.rank for w in theirs if (w.op.group, w.op.seq) == (w0.op.group, w0.op.seq)}
+            )
             never += (
                 f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
                 f"{_plural(len(who), 'waits', 'wait')} in it"
             )
-            more = len({(w.op.group, w.op.seq) for w in theirs}) - 1
+            more = len({(w.rank, w.op.group, w.op.seq) for w in theirs}) - len(who)
             never += (
                 f"; {more} more op{'s' if more != 1 else ''} {_plural(more, 'waits', 'wait')} on "
                 "it)"

@@ -18,8 +18,12 @@ def load_evidence(path: Path | str) -> Evidence:
     if path.is_dir() and ((path / MANIFEST).exists() or any(path.glob(RANK_META_GLOB))):
         from commlens.doctor.from_run import evidence_from_run
 
-        return evidence_from_run(path)
-    from commlens.doctor.from_fr import evidence_from_dumps
-    from commlens.importers.flight_recorder import read_dumps
+        evidence = evidence_from_run(path)
+    else:
+        from commlens.doctor.from_fr import evidence_from_dumps
+        from commlens.importers.flight_recorder import read_dumps
 
-    return evidence_from_dumps(read_dumps(path))
+        evidence = evidence_from_dumps(read_dumps(path))
+    if evidence.world_size < 2:
+        raise RunFormatError(f"{path}: one rank only: doctor compares ranks, and there is one")
+    return evidence

@@ -157,8 +157,9 @@ class TextRenderer(Renderer):
             for part in self._wrap(line, first, rest):
                 console.print(part, markup=False, soft_wrap=True)
 
-        if doc.title:
-            console.print(doc.title, style="bold", markup=False)
+        if doc.title:  # wrapped like prose: at the width, or whole without one
+            for part in self._wrap(doc.title, "", ""):
+                console.print(part, style="bold", markup=False, soft_wrap=True)
         for label, value in doc.facts:
             prose(f"{label}: {value}", "  ", "      ")
         for line in doc.warnings:

@@ -41,3 +41,20 @@ def test_gloo_dumps(tmp_path: Path) -> None:
     rows = load_run(out).events.to_pylist()
     assert {r["rank"] for r in rows} == {0, 1}
     assert sum(1 for r in rows if r["rank"] == 0) == 18
+
+
+def test_a_pickle_that_is_not_a_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pickle
+
+    from commlens.cli.main import main
+
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "rank_0").write_bytes(pickle.dumps({"anything": [1, 2]}))
+    (folder / "rank_1").write_bytes(pickle.dumps(Path("/etc")))  # a class: never loaded
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["import", str(folder), "--format", "fr", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a Flight Recorder dump" in err[0] and str(folder) in err[0]
+    assert not out.exists()

@@ -139,3 +139,25 @@ def test_execution_traces_alone(tmp_path: Path, capsys: pytest.CaptureFixture[st
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert "SYNTHETIC" in capsys.readouterr().out  # no times in an ET: none shown as measured
+
+
+def test_old_schema_two_of_128_ranks_by_glob(tmp_path: Path) -> None:
+    """HTA's trace_filter sample: no comm args; ops from the c10d ops, sizes from their
+    Input Dims where they have any, kernel times joined through the launches."""
+    folder = trace("kineto/hta-trace_filter")
+    out = tmp_path / "run"
+    assert main(["import", str(folder / "sampled_rank-*.json.gz"), "--out", str(out)]) == 0
+    run = load_run(out)
+    assert run.ranks == [0, 1] and run.world_size == 128
+    for rank in (0, 1):
+        rows = [r for r in run.events.to_pylist() if r["rank"] == rank]
+        ops = sorted(r["op"] for r in rows)
+        assert ops == ["all_gather"] * 2 + ["all_reduce"] * 4 + ["all_to_all"] * 4
+        # _allgather_base_ of [16777216] into [1073741824] signed chars
+        assert {r["size_bytes"] for r in rows if r["op"] == "all_gather"} == {1 << 30}
+        # allreduce_ holds a TensorList without shapes: size unknown, never guessed
+        assert {r["size_bytes"] for r in rows if r["op"] == "all_reduce"} == {0}
+    prov = json.loads((out / "run.json").read_text())["import"]
+    assert "old schema" in prov["format_version"]
+    assert any("size unknown" in m for m in prov["missing"])
+    assert prov["ranks_missing"] == list(range(2, 128))

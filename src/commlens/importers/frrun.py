@@ -88,7 +88,10 @@ def read(paths: list[Path], options: ImportOptions) -> ImportedRun:
         try:
             dumps = fr.read_dumps(Path(tmp))
         except CommlensError as exc:
-            raise UsageError(str(exc).replace(tmp, "the dumps")) from None
+            message = str(exc)
+            for p in paths:  # the files as given, not their links in the scratch folder
+                message = message.replace(str(Path(tmp) / p.name), str(p))
+            raise UsageError(message.replace(tmp, "the dumps")) from None
         return _run(dumps, paths, options)
 
 

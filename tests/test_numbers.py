@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -30,28 +29,6 @@ def test_the_library_refuses_it_too(value: float) -> None:
 
     with pytest.raises(UsageError, match="--tolerance"):
         validate_events(None, None, tolerance=value)  # type: ignore[arg-type]
-
-
-def test_run_refuses_a_learning_rate_that_is_not_finite(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(
-            [
-                "run",
-                "--model",
-                "gpt-tiny",
-                "--scheme",
-                "dp",
-                "--lr",
-                "nan",
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
-    assert info.value.code == 2
-    assert "--lr: must be a finite number" in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
 
 
 def test_check_number_bounds() -> None:

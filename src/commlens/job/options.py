@@ -23,7 +23,6 @@ from commlens.errors import UsageError
 from commlens.job.models import PRESETS, ModelConfig, get_preset
 from commlens.job.parallel import SCHEMES, ParallelDims, resolve_dims
 from commlens.job.spec import DTYPE_BYTES, SCHEDULES, Job, RunSettings
-from commlens.numbers import number_type
 
 RUN, PREDICT = "run", "predict"
 TOTAL_RANKS_HELP = (
@@ -195,8 +194,7 @@ def add_job_options(parser: argparse.ArgumentParser, command: str) -> None:
         if o.kind is bool:
             parser.add_argument(o.flag, action="store_true", help=o.help_for(command))
             continue
-        kind: Any = number_type() if o.kind is float else o.kind  # finite floats only
-        kwargs: dict[str, Any] = {"type": kind, "help": o.help_for(command)}
+        kwargs: dict[str, Any] = {"type": o.kind, "help": o.help_for(command)}
         if o.required:
             kwargs["required"] = True
         else:

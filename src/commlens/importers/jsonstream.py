@@ -99,7 +99,10 @@ class TraceStream:
 
 def stream_error(path: Path, exc: BaseException) -> SourceError:
     """The one line for a JSON file that failed while streamed."""
-    if isinstance(exc, ijson.common.IncompleteJSONError) and "premature EOF" in str(exc):
+    text = str(exc)
+    if isinstance(exc, ijson.common.IncompleteJSONError) and (
+        "premature EOF" in text or "Incomplete JSON" in text
+    ):
         return SourceError(f"{path}: the JSON ends early (a truncated file)")
     if isinstance(exc, ijson.common.JSONError):
         return SourceError(f"{path}: not valid JSON ({' '.join(str(exc).split())[:100]})")

@@ -85,3 +85,34 @@ def test_report_says_one_rank_of_two(hta_run: Path, capsys: pytest.CaptureFixtur
     text = capsys.readouterr().out
     assert "missing ranks: 1" in text
     assert "imported" in text and "kineto" in text
+
+
+def test_exposure_is_the_kernel_time_not_under_compute(hta_run: Path) -> None:
+    """Each op's exposed time, computed here from the raw events: its kernel's time not
+    covered by any non-NCCL kernel on the same device."""
+    import gzip
+
+    data = json.load(gzip.open(trace("kineto/hta-nccl_parser_config/nccl_data.json.gz")))
+    kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+    compute = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in kernels
+        if "nccl" not in e["name"] and e["args"].get("device") == 0
+    )
+    merged: list[list[float]] = []
+    for a, b in compute:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    want = []
+    for e in kernels:
+        if "nccl" not in e["name"]:
+            continue
+        a, b = e["ts"], e["ts"] + e["dur"]
+        covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in merged)
+        want.append(round((b - a - covered) * 1000))
+    got = sorted(r["t_wait_ns"] for r in load_run(hta_run).events.to_pylist())
+    assert len(got) == len(want) == 21
+    assert all(abs(g - w) <= 2 for g, w in zip(got, sorted(want), strict=True))
+    assert sum(want) < sum(round(e["dur"] * 1000) for e in kernels if "nccl" in e["name"])

@@ -35,6 +35,23 @@ def _et_sizes(archive: Path) -> dict[int, list[tuple[str, int]]]:
     return out
 
 
+def _nccl_kernels(archive: Path) -> dict[int, list[int]]:
+    """rank -> the durations (ns) of its NCCL kernels, read with json.load."""
+    out: dict[int, list[int]] = {}
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            if not member.isfile() or not member.name.endswith(".json"):
+                continue
+            data = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+            rank = data["distributedInfo"]["rank"]
+            out[rank] = [
+                round(e["dur"] * 1000)
+                for e in data["traceEvents"]
+                if e.get("cat") == "kernel" and "nccl" in e["name"]
+            ]
+    return out
+
+
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kineto = trace("kineto/param-dlrm-8rank/dlrm_kineto.tar.gz")
@@ -46,6 +63,7 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_dlrm_sizes_from_the_execution_trace(dlrm: Path) -> None:
     et = _et_sizes(trace("kineto/param-dlrm-8rank/dlrm_pytorch_et.tar.gz"))
+    kernels = _nccl_kernels(trace("kineto/param-dlrm-8rank/dlrm_kineto.tar.gz"))
     run = load_run(dlrm)
     assert run.ranks == list(range(8)) and run.world_size == 8
     names = {"allreduce": "all_reduce", "all_to_all": "all_to_all", "all_to_allv": "all_to_all"}
@@ -54,7 +72,8 @@ def test_dlrm_sizes_from_the_execution_trace(dlrm: Path) -> None:
         assert sorted(r["op"] for r in rows) == ["all_reduce"] * 3 + ["all_to_all"] * 5
         got = sorted((r["op"], r["bytes_in"]) for r in rows)
         assert got == sorted((names[c], b) for c, b in et[rank])
-        assert all(r["t_end_ns"] > r["t_issue_ns"] for r in rows)  # kernel times
+        durations = sorted(r["t_end_ns"] - r["t_issue_ns"] for r in rows)
+        assert durations == sorted(kernels[rank])  # each op timed by its own NCCL kernel
         assert all(r["step"] == 10 for r in rows)
 
 

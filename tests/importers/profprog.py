@@ -2,7 +2,8 @@
 
 Every communication op runs inside the profiler: a DDP model's construction and
 two steps of training, and one of each kind of op. Each rank writes its Chrome
-trace into the folder given as the first argument.
+trace into the folder given as the first argument and, given a second, its
+Flight Recorder dump (pickle) into that one.
 """
 
 import sys
@@ -42,6 +43,11 @@ def main() -> None:
             prof.step()
     out.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out / f"rank{rank}.pt.trace.json"))
+    if len(sys.argv) > 2:  # the Flight Recorder's dump of the same ops
+        dump = torch._C._distributed_c10d._dump_fr_trace(True, False, False)
+        fr = Path(sys.argv[2])
+        fr.mkdir(parents=True, exist_ok=True)
+        (fr / f"rank_{rank}").write_bytes(dump)
     dist.destroy_process_group()
 
 

@@ -1,5 +1,6 @@
-"""A real 2-rank gloo job traced by commlens and profiled by torch.profiler at once:
-the profiler's traces, imported, hold the same ops and bytes as commlens's own run."""
+"""A real 2-rank gloo job traced by commlens, profiled by torch.profiler and dumped by
+the Flight Recorder at once: the profiler's traces and the dumps, imported, hold the
+same ops and bytes as commlens's own run."""
 
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ KEYS = ("rank", "op", "size_bytes", "bytes_in", "bytes_out", "peer")
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gloo-job")
-    traced, prof, imported = root / "traced", root / "prof", root / "imported"
-    cmd = ["trace", "--out", str(traced), "--nproc", "2", "--", sys.executable, PROG, str(prof)]
-    assert main(cmd) == 0
+    traced, prof, fr = root / "traced", root / "prof", root / "fr"
+    cmd = ["trace", "--out", str(traced), "--nproc", "2", "--", sys.executable, PROG]
+    assert main([*cmd, str(prof), str(fr)]) == 0
     assert sorted(p.name for p in prof.iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
-    assert main(["import", str(prof), "--out", str(imported)]) == 0
-    return traced, imported
+    assert sorted(p.name for p in fr.iterdir()) == ["rank_0", "rank_1"]
+    return root
+
+
+@pytest.fixture(scope="module")
+def job(root: Path) -> tuple[Path, Path]:
+    imported = root / "imported"
+    assert main(["import", str(root / "prof"), "--out", str(imported)]) == 0
+    return root / "traced", imported
 
 
 def _ops(run_dir: Path) -> Counter[tuple[object, ...]]:
@@ -54,3 +62,22 @@ def test_report_on_the_imported_job(
     assert "imported from: kineto" in text and "c10d ops and gloo annotations" in text
     assert "exposed: the CPU op's own duration" in text
     assert main(["compare", str(job[0]), str(imported)]) == 0
+
+
+def test_flight_recorder_dumps_of_the_same_job(root: Path) -> None:
+    """gloo's Flight Recorder (torch 2.13) records no send/recv and runs a
+    reduce_scatter as an all_reduce of its whole input: so said, the rest equal."""
+    pytest.importorskip("commlens.importers.flight_recorder", reason="no Flight Recorder reader")
+    out = root / "fr-run"
+    assert main(["import", str(root / "fr"), "--format", "fr", "--out", str(out)]) == 0
+    expected: Counter[tuple[object, ...]] = Counter()
+    for r in load_run(root / "traced").events.to_pylist():
+        if r["op"] in ("send", "recv"):
+            continue
+        if r["op"] == "reduce_scatter":
+            r = {**r, "op": "all_reduce", "bytes_out": r["bytes_in"]}
+        expected[tuple(r[k] for k in KEYS if k != "peer")] += 1
+    got = Counter(
+        tuple(r[k] for k in KEYS if k != "peer") for r in load_run(out).events.to_pylist()
+    )
+    assert got == expected

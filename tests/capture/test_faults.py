@@ -339,7 +339,7 @@ def test_a_failed_close_leaves_the_parts_and_no_rank_file(
     monkeypatch.setattr("commlens.trace.writer.expand", failing_expand)
     with pytest.raises(OSError, match="disk failed"):
         writer.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".rank-00000.parts"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rank-00000.parts", ".run.live"]
     parts = read_packed_parts(tmp_path / ".rank-00000.parts", 0, EVENT_SCHEMA)
     assert [seq for t in parts for seq in t.column("seq").to_pylist()] == list(range(10))
 

@@ -137,3 +137,10 @@ def test_import_fr_megatron(tmp_path: Path) -> None:
     # the all_to_all #20530 of EP group 74: issued by all four members, one size each
     a2a = [e for e in events if e["pg_name"] == "74" and e["op"] == "all_to_all"]
     assert {e["rank"] for e in a2a} == {12, 13, 14, 15}
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_page_formats(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", str(MEGATRON / "lock_gil_1st"), "--format", fmt]) == 1
+    out = capsys.readouterr().out
+    assert "hang: ranks 9,14 at the root" in out and "PIPELINE_MODEL_PARALLEL_GROUP" in out

@@ -274,6 +274,7 @@ def test_run_summary_document() -> None:
             "calls_per_step": [2.0, 0.5],
             "avg_size_bytes": [1048576.0, 4096.0],
             "time_per_step_s": [0.05, 0.001],
+            "share": [0.5, 0.01],
         }
     )
     summary = RunSummary(

@@ -54,11 +54,11 @@ from commlens.analysis.rankagg import (
 )
 from commlens.analysis.timeline import (
     GLOO_WORKERS,
-    Windows,
     queue_service,
     segments,
     spread,
     step_rows,
+    windows_by_rank,
 )
 from commlens.netem.nic import read_nic
 from commlens.trace.layout import NIC_FILE
@@ -228,7 +228,7 @@ def _run_pass(
     agg_parts: list[pa.Table] = []
     matches: list[MatchPart] = []
     windows = run.sql("SELECT * FROM steps")
-    by_rank = _windows_by_rank(windows)
+    by_rank = windows_by_rank(windows)
     for rank in ranks:
         t = run.read_rank(rank, _COLUMNS)
         if not t.num_rows:
@@ -311,20 +311,6 @@ def _run_pass(
     whole, inner = split_aggregate(agg)
     head = _head(replace(result, agg=inner, matched=head_matched), headline)
     return replace(result, agg=whole, head=head)
-
-
-def _windows_by_rank(windows: pa.Table) -> dict[int, Windows]:
-    """Each rank's recorded step windows (step, start, end), sorted by step."""
-    rank = windows.column("rank").to_numpy()
-    step = windows.column("step").to_numpy()
-    start = windows.column("t_start_ns").to_numpy()
-    end = windows.column("t_end_ns").to_numpy()
-    out: dict[int, Windows] = {}
-    for r in np.unique(rank).tolist():
-        mine = np.flatnonzero(rank == r)
-        mine = mine[np.argsort(step[mine], kind="stable")]
-        out[int(r)] = (step[mine], start[mine], end[mine])
-    return out
 
 
 def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:

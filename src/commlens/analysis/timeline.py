@@ -8,6 +8,7 @@ overlapping ops are counted once. Used by :mod:`commlens.analysis.rankpass`.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 
 def union(seg_starts: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -47,6 +48,21 @@ def order_by(step: np.ndarray, t: np.ndarray) -> np.ndarray:
 Windows = tuple[np.ndarray, np.ndarray, np.ndarray]
 """One rank's step windows: (step, start, end), sorted by step; times in ns (int64)
 or seconds (float64), as the ops' times."""
+
+
+def windows_by_rank(windows: pa.Table) -> dict[int, Windows]:
+    """Each rank's step windows (the run's ``steps`` view: rank, step, t_start_ns,
+    t_end_ns) as (step, start, end), sorted by step."""
+    rank = windows.column("rank").to_numpy()
+    step = windows.column("step").to_numpy()
+    start = windows.column("t_start_ns").to_numpy()
+    end = windows.column("t_end_ns").to_numpy()
+    out: dict[int, Windows] = {}
+    for r in np.unique(rank).tolist():
+        mine = np.flatnonzero(rank == r)
+        mine = mine[np.argsort(step[mine], kind="stable")]
+        out[int(r)] = (step[mine], start[mine], end[mine])
+    return out
 
 
 def clip_to_windows(
@@ -170,6 +186,15 @@ def _shares(start: np.ndarray, end: np.ndarray) -> np.ndarray:
         shared = np.bincount(run)[run] > 1
         alone[shared] = _shared(start[shared], end[shared])
         return alone
+    return _shared(start, end)
+
+
+def split_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each interval's part of the time the intervals cover, each moment split equally
+    among the intervals open then (ns): the parts add up to the union of the intervals
+    (within rounding), and none exceeds its own length."""
+    if not start.size:
+        return np.zeros(0, np.int64)
     return _shared(start, end)
 
 

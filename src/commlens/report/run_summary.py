@@ -45,16 +45,23 @@ def run_summary_document(s: RunSummary, out: Path) -> Document:
     rows = s.top_ops.to_pylist()
     for row in rows:
         row["role"] = row["role"] or "-"
-        row["share"] = row["time_per_step_s"] / s.step_s if s.step_s > 0 else 0.0
-    ops = pa.Table.from_pylist(
-        rows, schema=s.top_ops.schema.append(pa.field("share", pa.float64()))
-    )
+    ops = pa.Table.from_pylist(rows, schema=s.top_ops.schema)
     data = {f.name: getattr(s, f.name) for f in fields(s) if f.name != "top_ops"}
     return Document(
         title="",
         warnings=s.warnings,
         intro=[line],
-        sections=[Section("ops", "top ops by time (per rank per step)", ops, COLUMNS)],
+        sections=[
+            Section(
+                "ops",
+                "top ops by time (per rank per step)",
+                ops,
+                COLUMNS,
+                note="time: the op's part of the step's communication (the union of the "
+                "step's ops inside it, each moment split among the ops open then); the "
+                "shares add up to the communication share",
+            )
+        ],
         notes=[f"run saved in {out}; see `commlens report {out}`"],
         data={**data, "top_ops": s.top_ops.to_pylist(), "run": str(out)},
     )

@@ -173,13 +173,8 @@ def build_tables(records: list[dict[str, Any]], networks: list[str]) -> dict[str
         result = rec.get("result") or {}
         for name in long:
             long[name] += [{"id": rec["id"], **row} for row in result.get(name, [])]
-        mean = (result.get("metrics") or {}).get("step_mean_s")
-        for row in long["ops"]:
+        for row in long["ops"]:  # shares as collected (commlens.analysis.opshare)
             row.setdefault("transfer_share", None)
-            if row["id"] == rec["id"] and mean and row.get("time_per_step_s") is not None:
-                row["share_of_step"] = row["time_per_step_s"] / mean
-                transfer = row.get("transfer_per_step_s")
-                row["transfer_share"] = transfer / mean if transfer is not None else None
         for row in rec.get("scale_predictions", []):
             long["predictions"].append({"id": rec["id"], **row})
     tables = {"points": _typed(_from_rows(points))}

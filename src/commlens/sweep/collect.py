@@ -6,9 +6,13 @@ All figures are over the measured steps (after warm-up), per step:
   the best of them (the least disturbed by other work on a shared machine);
 - ``comm_share`` / ``exposed_share``: mean over ranks and steps (analysis.steps);
 - per (op, role): calls and bytes (nccl-tests S) per rank (the busiest rank),
-  wire bytes per rank under the ring convention and Study B's, and the time
-  share of the (mean) step, mean over the ranks that issue the op, split for
-  collectives into transfer and waiting for the last peer to arrive;
+  wire bytes per rank under the ring convention and Study B's, the time in its
+  calls per rank and step (mean over the ranks that issue it), split for
+  collectives into transfer and waiting for the last peer to arrive, and its
+  share of the step: its part of all ranks' communication over their step
+  windows (:mod:`commlens.analysis.opshare`: the shares of any ops add up to at
+  most the communication share), ``transfer_share`` the part of that share in
+  the ratio of its transfer to its time;
 - ``peak_link_gbit_s``: the highest NIC sample (tx of any node) of an emulated
   run, else None.
 """
@@ -29,6 +33,7 @@ from commlens.analysis import (
     utilization_summary,
 )
 from commlens.analysis.bandwidth import factor_sql
+from commlens.analysis.opshare import op_parts
 from commlens.analysis.rankagg import BUCKET_SQL
 from commlens.trace.reader import open_run
 
@@ -71,7 +76,7 @@ def step_metrics(manifest: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _op_rows(view: Any, first: int, last: int, steps: int, step_s: float) -> list[dict[str, Any]]:
+def _op_rows(view: Any, first: int, last: int, steps: int) -> list[dict[str, Any]]:
     rows = view.sql(
         f"""
         WITH per_rank AS (
@@ -91,6 +96,7 @@ def _op_rows(view: Any, first: int, last: int, steps: int, step_s: float) -> lis
         """
     ).to_pylist()
     n = max(steps, 1)
+    shares = {(p["op"], p["role"]): p["share"] for p in op_parts(view, first, last + 1).to_pylist()}
     out = []
     for r in rows:
         time_s = float(r["time_s"] or 0.0) / n
@@ -107,7 +113,7 @@ def _op_rows(view: Any, first: int, last: int, steps: int, step_s: float) -> lis
                 "wire_bytes_per_rank_step": float(r["wire"] or 0) / n,
                 "wire_bytes_study_b_per_rank_step": float(r["wire_b"] or 0) / n,
                 "time_per_step_s": time_s,
-                "share_of_step": time_s / step_s if step_s > 0 else 0.0,
+                "share_of_step": shares.get((r["op"], r["role"] or ""), 0.0),
             }
         )
     return out
@@ -135,6 +141,11 @@ def _add_transfer(rp: RankPass, ops: list[dict[str, Any]], first: int, last: int
             k = max(len(ranks[key]), 1) * max(n, 1)
             row["transfer_per_step_s"] = totals[key][0] / k
             row["wait_per_step_s"] = totals[key][1] / k
+            # the op's share of the step, in the ratio of its transfer to its time
+            part = (
+                row["transfer_per_step_s"] / row["time_per_step_s"] if row["time_per_step_s"] else 0
+            )
+            row["transfer_share"] = row["share_of_step"] * min(max(part, 0.0), 1.0)
 
 
 def _size_rows(view: Any, first: int, last: int) -> list[dict[str, Any]]:
@@ -181,8 +192,7 @@ def collect(
         metrics["comm_share"] = sum(r["comm_share"] for r in per_step) / k
         metrics["exposed_share"] = sum(r["exposed_share"] for r in per_step) / k
         n_steps = steps_total - first
-        # shares over the mean step: op times are means over the same steps
-        ops = _op_rows(view, first, steps_total - 1, n_steps, sm["step_mean_s"])
+        ops = _op_rows(view, first, steps_total - 1, n_steps)
         _add_transfer(rp, ops, first, steps_total - 1, n_steps)
         metrics["bytes_per_rank_step"] = sum(o["bytes_per_rank_step"] for o in ops)
         metrics["bytes_per_step"] = sum(o["bytes_per_step"] for o in ops)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.analysis import open_run, step_summary, step_table
+from commlens.analysis.opshare import op_parts
 from commlens.job.spec import Job
 from commlens.trace.manifest import merge_manifest
 
@@ -83,6 +84,40 @@ class RunSummary:
     warnings: list[str]
 
 
+TOP_OPS_SCHEMA = pa.schema(
+    [
+        ("op", pa.string()),
+        ("role", pa.string()),
+        ("group_size", pa.int64()),
+        ("calls_per_step", pa.float64()),
+        ("avg_size_bytes", pa.float64()),
+        ("time_per_step_s", pa.float64()),
+        ("share", pa.float64()),
+    ]
+)
+
+
+def _top_ops(calls: pa.Table, parts: list[dict[str, Any]], cells: int, top: int) -> pa.Table:
+    """The ``top`` ops by their part of the communication (:func:`op_parts`): per rank and
+    step, its part in seconds and its share of the step, with its calls and sizes."""
+    by_key = {(r["op"], r["role"]): r for r in calls.to_pylist()}
+    rows = []
+    for part in parts[:top]:
+        row = by_key.get((part["op"], part["role"]), {})
+        rows.append(
+            {
+                "op": part["op"],
+                "role": part["role"],
+                "group_size": row.get("group_size"),
+                "calls_per_step": row.get("calls_per_step"),
+                "avg_size_bytes": row.get("avg_size_bytes"),
+                "time_per_step_s": part["part_s"] / max(cells, 1),
+                "share": part["share"],
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=TOP_OPS_SCHEMA)
+
+
 def summarize(run_dir: Path, manifest: dict[str, Any], wcfg: Job, top: int = 8) -> RunSummary:
     """Summary of the steps after warm-up (all steps when there are no others)."""
     view = open_run(run_dir)
@@ -95,16 +130,17 @@ def summarize(run_dir: Path, manifest: dict[str, Any], wcfg: Job, top: int = 8) 
         n = max(len(metrics), 1)
         step_s = sum(m["time_s"] for m in metrics) / n
         ranks = max(view.world_size, 1)
-        ops = view.sql(
+        calls = view.sql(
             """
-            SELECT op, role, any_value(group_size) AS group_size,
-                   count(*) / ? AS calls_per_step, avg(size_bytes) AS avg_size_bytes,
-                   sum(duration_s) / ? AS time_per_step_s
+            SELECT op, coalesce(role, '') AS role, any_value(group_size) AS group_size,
+                   count(*) / ? AS calls_per_step, avg(size_bytes) AS avg_size_bytes
             FROM events WHERE step >= ? AND step < ?
-            GROUP BY op, role ORDER BY time_per_step_s DESC LIMIT ?
+            GROUP BY op, coalesce(role, '')
             """,
-            [ranks * n, ranks * n, first, wcfg.run.steps, top],
+            [ranks * n, first, wcfg.run.steps],
         )
+        parts = op_parts(view, first, wcfg.run.steps).to_pylist()
+        ops = _top_ops(calls, parts, ranks * n, top)
         losses = [m["loss"] for m in manifest.get("steps_metrics", []) if m["loss"] is not None]
         k = max(len(measured), 1)
         return RunSummary(

@@ -80,3 +80,7 @@ def test_summary_is_aggregate_only(tmp_path: Path, capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert "SYNTHETIC" in text and "times are synthetic" in text
     assert "of step time" not in text  # no time share presented as measured
+    assert main(["validate", str(out)]) == 0  # volumes held: the whole log is step 0
+    capsys.readouterr()
+    assert main(["whatif", str(out), "--net", "tcp-10g"]) == 2
+    assert "its times are synthetic" in capsys.readouterr().err

@@ -144,6 +144,9 @@ def test_inspector_import(tmp_path: Path) -> None:
     assert any("a sample" in n and "5 of 8" in n for n in prov["notes"])
     assert any("kept once" in n for n in prov["notes"])
     assert prov["source_format"] == "nccl-inspector" and prov["format_version"] == "v4.0"
+    # no steps in the source: each rank's whole log is step 0, said so
+    assert {r["step"] for r in rows} == {0}
+    assert any("taken as step 0" in e for e in prov["estimated"])
 
 
 def test_inspector_p2p_peers(tmp_path: Path) -> None:

@@ -69,7 +69,26 @@ def write_run(
     return total
 
 
+def whole_run_step(run: ImportedRun) -> None:
+    """A source that names no step: each rank's whole trace becomes step 0, said so
+    (the analyses, ``validate`` and ``whatif`` work on steps; -1 is set-up)."""
+    if any(t.steps for t in run.ranks.values()):
+        return
+    for trace in run.ranks.values():
+        if not trace.ops:
+            continue
+        start = min(o.t_issue_ns for o in trace.ops)
+        end = max(max(o.t_end_ns, o.t_issue_ns) for o in trace.ops)
+        trace.steps = [(0, start, end)]
+        for op in trace.ops:
+            op.step = 0
+    run.provenance.estimated.append(
+        "steps: the source names none; each rank's whole trace is taken as step 0"
+    )
+
+
 def _build(run: ImportedRun, tmp: Path, command: list[str] | None) -> None:
+    whole_run_step(run)
     roles = {g.name: g.role for g in run.groups.values() if g.role}
     for rank in sorted(run.ranks):
         _write_rank(run, run.ranks[rank], tmp, roles)

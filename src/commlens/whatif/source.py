@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from commlens.errors import RunFormatError
 from commlens.report.document import format_ranks
+from commlens.trace.manifest import SYNTHETIC_TIMES, time_semantics
 
 COLUMNS = [
     "seq",
@@ -208,6 +209,11 @@ def read_trace(path: str | Path) -> Trace:
         steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
         manifest, warnings = view.manifest, list(view.warnings)
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
+    if time_semantics(manifest) == SYNTHETIC_TIMES:
+        raise RunFormatError(
+            f"{where}: its times are synthetic (an aggregate-only import: only op counts and "
+            "bytes are data); a replay needs measured times"
+        )
     if missing:
         why = [line for line in warnings if any(_names(line, r) for r in missing)]
         raise RunFormatError(

@@ -204,7 +204,7 @@ def test_force_never_replaces_a_run_still_being_written(tmp_path: Path) -> None:
             line = _one_error_line(done.stderr, cmd[0])
             assert done.returncode == 2 and "still being written" in line, done.stderr
             assert "pid" in line  # the process that writes it, from the live lock
-        assert sorted(p.name for p in out.iterdir()) == before
+        assert set(before) <= {p.name for p in out.iterdir()}  # nothing removed; the job writes on
         (signals / "stop").write_text("1")
         _, err = job.communicate(timeout=120)
     finally:

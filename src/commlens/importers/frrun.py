@@ -159,7 +159,7 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
         "t_wait_ns": "0: a dump says nothing of what the caller waited",
     }
     prov.notes.append("entry states: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
-    prov.missing.append("steps: a dump names none (every op has step -1)")
+    prov.missing.append("steps: a dump names none")
     for name, n in sorted(others.items()):
         prov.notes.append(f"{n} entries {name!r} left out (not a communication op commlens knows)")
     if unknown_end and unknown_end == sum(len(t.ops) for t in run.ranks.values()):

@@ -246,7 +246,7 @@ def _provenance(
     if stepped:
         prov.notes.append(f"steps {stepped[0]}..{stepped[-1]} only (the profiler's active steps)")
     else:
-        prov.missing.append("steps: no ProfilerStep#N in the traces (every op has step -1)")
+        prov.missing.append("steps: no ProfilerStep#N in the traces")
     missing = run.missing_ranks()
     if missing:
         from commlens.trace.files import format_ranks

@@ -68,3 +68,24 @@ def test_healthy_run_says_its_largest_wait(capsys: pytest.CaptureFixture[str]) -
     assert main(["doctor", str(ROOT / "tests" / "data" / "tiny_run")]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("healthy: ") and "the largest wait: 0.500 ms" in first
+
+
+def test_stragglers_of_one_node() -> None:
+    from commlens.doctor import diagnose
+    from commlens.doctor.model import Evidence, RankFacts
+
+    def row(rank: int, last: int) -> dict[str, float]:
+        return {"rank": rank, "instances": 10, "last_count": last, "blame_s": 1.0,
+                "blame_per_step_s": 0.05 if last else 0.0, "step_s": 0.1}  # fmt: skip
+
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
+    ev = Evidence(
+        "commlens run", "x", 4, {}, {r: [] for r in hosts},
+        {r: RankFacts(r, status="ok", host=h) for r, h in hosts.items()},
+        straggle=[row(0, 0), row(1, 0), row(2, 8), row(3, 7)],
+    )  # fmt: skip
+    diag = diagnose(ev)
+    assert diag.kind == "straggler" and diag.root_ranks == [2, 3]
+    assert diag.headline.endswith("all of node b")
+    ev.straggle = [row(0, 0), row(1, 0), row(2, 8), row(3, 0)]
+    assert diagnose(ev).headline.endswith("arrives last, step after step")

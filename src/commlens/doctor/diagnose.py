@@ -384,6 +384,17 @@ def _stragglers(ev: Evidence) -> list[dict[str, float]]:
     return out
 
 
+def _one_node(ev: Evidence, names: list[int]) -> str:
+    """', all of node HOST' when the stragglers are every rank of one node of several."""
+    hosts = {f.host for f in ev.ranks.values() if f.host}
+    theirs = {ev.ranks[r].host for r in names if r in ev.ranks}
+    if len(names) < 2 or len(hosts) < 2 or len(theirs) != 1 or "" in theirs:
+        return ""
+    host = theirs.pop()
+    on_host = sorted(r for r, f in ev.ranks.items() if f.host == host)
+    return f": all of node {host}" if on_host == sorted(names) else f" (all on node {host})"
+
+
 def diagnose(ev: Evidence) -> Diagnosis:
     """The diagnosis of ``ev``: kind, root ranks, and the lines that explain the rest."""
     dead = sorted(r for r, f in ev.ranks.items() if f.dead)
@@ -440,7 +451,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         diag = Diagnosis(
             kind="straggler",
             headline=f"straggler: rank{'s' if len(names) > 1 else ''} {format_ranks(names)} "
-            f"{_plural(len(names), 'arrives', 'arrive')} last, step after step",
+            f"{_plural(len(names), 'arrives', 'arrive')} last, step after step"
+            + _one_node(ev, names),
             root_ranks=names,
             explanation=lines,
             stragglers=stragglers,

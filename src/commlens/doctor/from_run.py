@@ -78,7 +78,8 @@ def _facts(
             status = "ended without closing its capture (killed)"
             sig = "an unknown signal"
         out[rank] = RankFacts(rank, status=status, exit_code=code, signal=sig,
-                              recorded=info is not None)  # fmt: skip
+                              recorded=info is not None,
+                              host=info.host if info is not None else "")  # fmt: skip
     return out
 
 

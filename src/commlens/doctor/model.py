@@ -66,6 +66,7 @@ class RankFacts:
     """False: the rank left no record at all (no dump, no rank file)"""
     last_ns: int | None = None
     """the last time the rank was seen (its newest op's issue or end)"""
+    host: str = ""
 
     @property
     def dead(self) -> bool:

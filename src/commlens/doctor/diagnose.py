@@ -161,19 +161,23 @@ def _first_frame(stack: str) -> str:
 
 
 def _step_shift(ev: Evidence, root: int, waiter: int, group: str) -> str:
-    """Where the root's collectives on ``group`` start to come in later steps than the
+    """Where the root's collectives on ``group`` start to come in other steps than the
     waiter's (a collective skipped), or ''."""
-    mine = {op.seq: op for op in ev.ops.get(root, []) if op.group == group and not op.p2p}
-    for op in ev.ops.get(waiter, []):
-        if op.group != group or op.p2p or op.seq not in mine:
-            continue
-        other = mine[op.seq]
-        if other.step >= 0 and op.step >= 0 and other.step != op.step:
-            return (
-                f"; its {op.op} #{op.seq} there came in step {other.step}, rank {waiter}'s in "
-                f"step {op.step}: it skipped one before"
-            )
-    return ""
+    import numpy as np
+
+    mine, theirs = ev.coll_steps.get((root, group)), ev.coll_steps.get((waiter, group))
+    if mine is None or theirs is None:
+        return ""
+    n = min(len(mine), len(theirs))
+    a, b = np.asarray(mine[:n]), np.asarray(theirs[:n])
+    differ = np.flatnonzero((a != b) & (a >= 0) & (b >= 0))
+    if not differ.size:
+        return ""
+    i = int(differ[0])
+    return (
+        f"; its collective #{i + 1} there came in step {a[i]}, rank {waiter}'s in "
+        f"step {b[i]}: it skipped one before"
+    )
 
 
 def _plural(n: int, one: str, many: str) -> str:

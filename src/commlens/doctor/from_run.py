@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from commlens.doctor.diagnose import ROOTED, SIZED
 from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
 from commlens.safefile import read_bytes
@@ -33,7 +35,6 @@ from commlens.trace.manifest import read_manifest
 MAX_SIDE_FILE = 64 << 20
 """Largest in-flight or stacks file read (a rank's are kilobytes)."""
 P2P = frozenset(("send", "recv", "send_object", "recv_object"))
-ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
 COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "peer",
            "t_issue_ns", "t_end_ns", "t_wait_ns", "step"]  # fmt: skip
 
@@ -61,6 +62,8 @@ def _facts(
     hang: dict[str, Any] = raw_hang if isinstance(raw_hang, dict) else {}
     stopped = bool(launcher.get("stopped_by"))
     by_watchdog = {r for r in hang.get("killed_ranks") or [] if isinstance(r, int)}
+    if hang.get("killed") and "killed_ranks" not in hang:  # a note that does not list them
+        by_watchdog = set(range(world))
     ended = "exit_code" in launcher
     out: dict[int, RankFacts] = {}
     for rank in range(world):
@@ -83,8 +86,123 @@ def _facts(
     return out
 
 
+@dataclass
+class _RankCols:
+    """One rank's completed ops in issue order, as arrays (one entry per event)."""
+
+    group: list[str]
+    """group name of each group code"""
+    names: list[str]
+    """op name of each op code"""
+    dtypes: list[str]
+    g: np.ndarray
+    o: np.ndarray
+    d: np.ndarray
+    peer: np.ndarray
+    """-1 where none"""
+    nbytes: np.ndarray
+    count: np.ndarray
+    t_issue: np.ndarray
+    t_end: np.ndarray
+    step: np.ndarray
+    p2p: np.ndarray
+    seq: np.ndarray
+    """per group (collectives) or per (group, op, peer) (sends and receives), from 1"""
+
+
+def _codes(table: Any, name: str) -> tuple[np.ndarray, list[str]]:
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(table.column(name)).combine_chunks()
+    idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return idx, [str(v or "") for v in enc.dictionary.to_pylist()] or [""]
+
+
+def _running(keys: np.ndarray) -> np.ndarray:
+    """For each position, 1 + how many earlier positions hold the same key."""
+    out = np.zeros(keys.size, np.int64)
+    if keys.size == 0:
+        return out
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    starts = np.r_[0, np.flatnonzero(sk[1:] != sk[:-1]) + 1]
+    run_start = np.repeat(starts, np.diff(np.r_[starts, sk.size]))
+    out[order] = np.arange(sk.size) - run_start + 1
+    return out
+
+
+def _rank_cols(table: Any) -> _RankCols:
+    g, groups = _codes(table, "pg_name")
+    o, names = _codes(table, "op")
+    d, dtypes = _codes(table, "dtype")
+
+    def ints(name: str, fill: int = 0) -> np.ndarray:
+        return table.column(name).fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    t_issue = ints("t_issue_ns")
+    order = np.argsort(t_issue, kind="stable")
+    g, o, d = g[order], o[order], d[order]
+    peer = ints("peer", -1)[order]
+    p2p = np.isin(o, [i for i, n in enumerate(names) if n in P2P])
+    key = np.where(p2p, ((g * 64 + o) << 24) + peer + 1, g)
+    key = np.where(p2p, -1 - key, key)  # collectives and point-to-point keys apart
+    return _RankCols(groups, names, dtypes, g, o, d, peer, ints("bytes_in")[order],
+                     ints("count")[order], t_issue[order], ints("t_end_ns")[order],
+                     ints("step", -1)[order], p2p, _running(key))  # fmt: skip
+
+
+def _row(c: _RankCols, i: int) -> dict[str, Any]:
+    return {
+        "pg_name": c.group[c.g[i]], "op": c.names[c.o[i]], "dtype": c.dtypes[c.d[i]],
+        "bytes_in": int(c.nbytes[i]), "count": int(c.count[i]),
+        "peer": None if c.peer[i] < 0 else int(c.peer[i]), "t_issue_ns": int(c.t_issue[i]),
+        "t_end_ns": int(c.t_end[i]), "step": int(c.step[i]), "done": True, "seq": int(c.seq[i]),
+    }  # fmt: skip
+
+
+def _signature(c: _RankCols, rows: np.ndarray, ids: dict[str, int]) -> np.ndarray:
+    """(op, dtype, bytes where they must agree, root where there is one) per row."""
+    op_names = np.array(c.names, dtype=object)[c.o[rows]]
+    sized = np.isin(op_names, list(SIZED))
+    rooted = np.isin(op_names, list(ROOTED))
+    op_id = np.array([ids.setdefault("op:" + n, len(ids)) for n in c.names])[c.o[rows]]
+    dt_id = np.array([ids.setdefault("dt:" + n, len(ids)) for n in c.dtypes])[c.d[rows]]
+    return np.stack(
+        [op_id, dt_id, np.where(sized, c.nbytes[rows], -1), np.where(rooted, c.peer[rows], -1)]
+    )
+
+
+def _first_mismatch(
+    cols: dict[int, _RankCols], groups: dict[str, Group]
+) -> list[tuple[int, int, str]]:
+    """(rank, row, group) of every member's collective at each group's first seq where
+    the members' ops disagree, compared as arrays."""
+    ids: dict[str, int] = {}
+    per: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
+    for rank, c in cols.items():
+        for code, name in enumerate(c.group):
+            rows = np.flatnonzero((c.g == code) & ~c.p2p)
+            if rows.size:
+                per[name][rank] = (rows, _signature(c, rows, ids))
+    out = []
+    for name, members in per.items():
+        if len(members) < 2:
+            continue
+        n = min(sig.shape[1] for _, sig in members.values())
+        first = next(iter(members.values()))[1][:, :n]
+        bad = np.zeros(n, bool)
+        for _, sig in members.values():
+            bad |= (sig[:, :n] != first).any(axis=0)
+        if bad.any():
+            at = int(np.argmax(bad))
+            out += [(rank, int(rows[at]), name) for rank, (rows, _) in members.items()]
+    return out
+
+
 def evidence_from_run(run_dir: Path) -> Evidence:
-    """The evidence of the run in ``run_dir``."""
+    """The evidence of the run in ``run_dir``: per rank, the last op completed on each
+    group, the ops in flight and, where a group's members disagree, their ops at the first
+    such collective; the rest of the events is read as arrays, not kept."""
     from commlens.trace.reader import open_run
 
     manifest = read_manifest(run_dir)
@@ -92,39 +210,71 @@ def evidence_from_run(run_dir: Path) -> Evidence:
         raise RunFormatError(f"{run_dir}: no rank recorded anything")
     world = manifest.world_size or (max(manifest.ranks) + 1)
     groups: dict[str, Group] = {}
-    ops: dict[int, list[Op]] = {}
+    cols: dict[int, _RankCols] = {}
+    kept: dict[int, list[dict[str, Any]]] = {}
+    coll_steps: dict[tuple[int, str], np.ndarray] = {}
     steps: dict[int, list[tuple[int, int, int]]] = {}
     largest: tuple[float, str] | None = None
     with open_run(run_dir) as view:
         for rank in sorted(view.ranks):
             table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
-            cols = {c: table.column(c).to_pylist() for c in COLUMNS}
-            rows = [
-                dict(zip(COLUMNS, values, strict=True))
-                for values in zip(*cols.values(), strict=True)
-            ]
-            for row in rows:
-                row["done"] = True
-            if rows:
-                waits = np.asarray(cols["t_wait_ns"], dtype=np.int64)
-                i = int(waits.argmax())
+            c = cols[rank] = _rank_cols(table)
+            names = table.column("pg_name").to_pylist()
+            for name, members, role in zip(
+                names, table.column("pg_ranks").to_pylist(), table.column("role").to_pylist(),
+                strict=True,
+            ):  # fmt: skip
+                if name not in groups:
+                    groups[str(name)] = Group(str(name), str(role or ""), tuple(members or ()))
+            waits = table.column("t_wait_ns").fill_null(0).to_numpy(zero_copy_only=False)
+            if waits.size:
+                i = int(np.argmax(waits))
                 if largest is None or waits[i] / 1e9 > largest[0]:
-                    r = rows[i]
                     largest = (
                         float(waits[i]) / 1e9,
-                        f"rank {rank}, {r['op']} on group {r['pg_name']}, step {r['step']}",
+                        f"rank {rank}, {table.column('op')[i].as_py()} on group {names[i]}, "
+                        f"step {table.column('step')[i].as_py()}",
                     )
-            seen = {(r["pg_name"], r["op"], r["t_issue_ns"]) for r in rows}
-            for o in _read_inflight(run_dir, rank):
-                if (o.get("pg_name"), o.get("op"), o.get("t_issue_ns")) in seen:
+            rows = []
+            last: dict[tuple[Any, ...], int] = {}
+            for i in range(c.seq.size - 1, -1, -1):  # the last completed of each kind
+                k = (c.g[i], c.o[i], c.peer[i]) if c.p2p[i] else (c.g[i],)
+                if k not in last:
+                    last[k] = i
+            rows = [_row(c, i) for i in sorted(last.values())]
+            counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P else (r["pg_name"],):
+                      r["seq"] for r in rows}  # fmt: skip
+            done = set(zip(c.g.tolist(), c.o.tolist(), c.t_issue.tolist(), strict=True))
+            g_code = {n: i for i, n in enumerate(c.group)}
+            o_code = {n: i for i, n in enumerate(c.names)}
+            flying = sorted(
+                _read_inflight(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0)
+            )
+            for o in flying:
+                name, op = str(o.get("pg_name") or ""), str(o.get("op") or "")
+                if (g_code.get(name), o_code.get(op), o.get("t_issue_ns")) in done:
                     continue
-                rows.append({**{c: o.get(c) for c in COLUMNS}, "done": False,
-                             "site": o.get("site", ""), "error": o.get("error", "")})  # fmt: skip
-            rows.sort(key=lambda r: (int(r["t_issue_ns"] or 0), not r["done"]))
-            ops[rank] = _ops(rank, rows, groups)
+                if name not in groups:
+                    groups[name] = Group(
+                        name, str(o.get("role") or ""), tuple(o.get("pg_ranks") or ())
+                    )
+                k = (name, op, o.get("peer")) if op in P2P else (name,)
+                counts[k] = counts.get(k, 0) + 1
+                rows.append({**{col: o.get(col) for col in COLUMNS}, "done": False,
+                             "seq": counts[k], "site": o.get("site", ""),
+                             "error": o.get("error", "")})  # fmt: skip
+            kept[rank] = rows
+            for code, name in enumerate(c.group):
+                sel = (c.g == code) & ~c.p2p
+                if sel.any():
+                    coll_steps[(rank, name)] = c.step[sel]
             info = manifest.ranks.get(rank)
             if info is not None:
                 steps[rank] = [(w.step, w.t_start_ns, w.t_end_ns) for w in info.steps]
+    for rank, row, _ in _first_mismatch(cols, groups):
+        kept[rank].append(_row(cols[rank], row))
+    del cols
+    ops = {rank: _ops(rank, rows) for rank, rows in kept.items()}
     _mark_missing(ops, groups)
     facts = _facts(manifest.data, manifest.ranks, world)
     stacks = {}
@@ -146,6 +296,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
         stacks=stacks,
         steps=steps,
         largest_wait=largest,
+        coll_steps=coll_steps,
         warnings=list(manifest.warnings),
     )
     if not any(not op.done for r in ops.values() for op in r):
@@ -155,23 +306,17 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     return ev
 
 
-def _ops(rank: int, rows: list[dict[str, Any]], groups: dict[str, Group]) -> list[Op]:
-    counts: dict[tuple[Any, ...], int] = defaultdict(int)
+def _ops(rank: int, rows: list[dict[str, Any]]) -> list[Op]:
+    """The kept rows as ops, in issue order (each with its seq)."""
     out = []
-    for r in rows:
-        name = str(r["pg_name"] or "")
-        if name not in groups:
-            groups[name] = Group(name, str(r.get("role") or ""), tuple(r["pg_ranks"] or ()))
+    for r in sorted(rows, key=lambda r: (int(r["t_issue_ns"] or 0), not r["done"])):
         op = str(r["op"])
-        p2p = op in P2P
-        key = (name, op, r["peer"]) if p2p else (name,)
-        counts[key] += 1
         out.append(
             Op(
                 rank=rank,
-                group=name,
-                seq=counts[key],
-                p2p=p2p,
+                group=str(r["pg_name"] or ""),
+                seq=int(r["seq"]),
+                p2p=op in P2P,
                 op=op,
                 dtype=str(r["dtype"] or ""),
                 bytes_in=int(r["bytes_in"] or 0),

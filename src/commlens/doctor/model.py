@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 KINDS = ("hang", "desync", "straggler", "dead_rank", "healthy")
 """A diagnosis's kinds, the JSON's ``kind``."""
@@ -91,6 +92,9 @@ class Evidence:
     """per rank, (step, t_start_ns, t_end_ns) windows, where the source has steps"""
     straggle: list[dict[str, float]] = field(default_factory=list)
     """per rank (a run only): arrival statistics of its matched collectives"""
+    coll_steps: dict[tuple[int, str], Any] = field(default_factory=dict)
+    """(rank, group) -> the step of each of the rank's collectives there, by seq (an
+    array), where the source has steps and keeps fewer ops than it read"""
     completed_upto: dict[tuple[int, str], int] = field(default_factory=dict)
     """(rank, group) -> the last collective seq the rank completed there, where the source
     says so beyond its ops (a dump's ``pg_status``)"""

@@ -10,12 +10,13 @@ import numpy as np
 def straggle_rows(
     run_dir: Path, steps: dict[int, list[tuple[int, int, int]]]
 ) -> list[dict[str, float]]:
-    """Per rank: collectives matched, how often it arrived last, the others' wait for
-    it per step (``blame_s`` over the steps the run recorded) and the median step time."""
+    """Per rank, over the steps (set-up left out: ranks start apart): collectives
+    matched, how often it arrived last, the others' wait for it per step (``blame_s``
+    over the steps the run recorded) and the median step time."""
     from commlens.analysis.skew import straggler_table
     from commlens.trace.reader import open_run
 
-    with open_run(run_dir) as view:
+    with open_run(run_dir, steps=(0, None)) as view:  # set-up (step -1) left out
         table = straggler_table(view)
     durations = [
         (end - start) / 1e9

@@ -344,3 +344,14 @@ def test_utilization_plot_spans_the_activity_not_the_nic_samples() -> None:
     assert -1 < low < 0.5 and 1.5 < high < 3
     legend = utilization(events, nic).axes[0].get_legend()
     assert legend.get_texts()[0].get_fontsize() >= 10
+
+
+def test_a_time_that_shows_as_zero_has_no_sign() -> None:
+    from commlens.report.document import format_cell
+
+    assert [format_cell(v, "s") for v in (-0.0, -1e-9, 0.0, -0.5)] == [
+        "0.000000", "0.000000", "0.000000", "-0.500000"
+    ]  # fmt: skip
+    assert [format_cell(-1e-12, f) for f in ("ms", "us", "pct", "gbps")] == [
+        "0.000", "0.0", "0.0", "0.000"
+    ]  # fmt: skip

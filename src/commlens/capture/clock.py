@@ -3,14 +3,22 @@
 Each rank plays a few ping-pong rounds with rank 0 (rank r sends its time
 t1, rank 0 answers with its time t2, rank r reads t3): the offset is
 t2 − (t1 + t3)/2 from the round with the shortest round trip. Two such
-measurements, at start and at end, give the drift. The reader then maps a
-rank's time t onto rank 0's clock as t + offset + drift·(t − t_ref).
+measurements, at start and at end, give the drift; without drift beyond
+their error the one with the shorter round trip is kept, and the other's
+difference from it is the ``residual_ns``. The reader then maps a rank's time
+t onto rank 0's clock as t + offset + drift·(t − t_ref).
+
+Ranks running on rank 0's kernel (one host; emulated nodes in network
+namespaces too) read the same clock: their offset is 0 and their drift 0,
+whatever a ping-pong on a loaded host says (its round trips are kept).
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -79,22 +87,60 @@ def all_ready(tag: str, timeout_s: float = 10.0) -> bool:
         return False
 
 
+def clock_id() -> str:
+    """What names this process's clock: the kernel's boot id (the host name without one)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def shares_rank0_clock(timeout_s: float = 10.0) -> bool:
+    """Whether this rank reads the same clock as rank 0 (via the store; every rank
+    calls it at the same point). False when it cannot tell."""
+    try:
+        store: Any = c10d._get_default_store()
+        key = "commlens/clock-id"
+        if dist.get_rank() == 0:
+            store.set(key, clock_id())
+            return True
+        store.wait([key], timedelta(seconds=timeout_s))
+        return bool(store.get(key).decode() == clock_id())
+    except Exception:
+        return False
+
+
 def clock_record(
-    start: tuple[int, int] | None, t_start: int, end: tuple[int, int] | None, t_end: int
+    start: tuple[int, int] | None,
+    t_start: int,
+    end: tuple[int, int] | None,
+    t_end: int,
+    *,
+    shared: bool = False,
 ) -> dict[str, Any]:
-    """The manifest entry for one rank's clock."""
+    """The manifest entry for one rank's clock (``shared``: rank 0's own clock)."""
     if start is None:
         return {}
     record: dict[str, Any] = {
-        "offset_ns": start[0],
+        "offset_ns": 0 if shared else start[0],
         "rtt_ns": start[1],
         "t_ref_ns": t_start,
         "drift": 0.0,
     }
+    if shared:
+        record["shared"] = True
+        record["measured_offset_ns"] = start[0]
     if end is not None and t_end > t_start:
-        record["offset_end_ns"] = end[0]
+        record["offset_end_ns"] = 0 if shared else end[0]
         record["rtt_end_ns"] = end[1]
+        if shared:
+            record["measured_offset_end_ns"] = end[0]
+            return record
         # Each offset is known to ±rtt/2: a change within that is noise, not drift.
         if abs(end[0] - start[0]) > (start[1] + end[1]) / 2:
             record["drift"] = (end[0] - start[0]) / (t_end - t_start)
+        else:  # no drift: the measurement with the shorter round trip is the better one
+            best, other = (end, start) if end[1] < start[1] else (start, end)
+            record["offset_ns"] = best[0]
+            record["residual_ns"] = abs(other[0] - best[0])
     return record

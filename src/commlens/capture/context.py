@@ -12,8 +12,11 @@ loop without forwards, what comes before its first optimizer step or
 last step that ran forwards but no optimizer step is the tail after the last
 step (its window's ``segment``). The phase comes from a hint (framework
 hooks, ``commlens.phase()``), the optimizer depth and autograd's current
-graph task; an op outside modules after a step's forward and before its
-backward (the loss: loss-parallel reductions) is forward. The module: in
+graph task, in that order: an op in autograd's backward is backward and one
+inside a module's forward is forward, even inside an optimizer step (a
+closure given to ``optimizer.step`` runs both); an op outside modules after
+a step's forward and before its backward (the loss: loss-parallel
+reductions) is forward; the rest of an optimizer step is optimizer. The module: in
 forward the innermost ``nn.Module`` call on the Python stack; in backward
 the module a framework hook names on the stack (FSDP2's parameter group,
 ZeRO-3's ``sub_module``), else the module whose forward made the autograd
@@ -415,6 +418,13 @@ def backward_module(steps: StepTracker, start: FrameType | None) -> str:
         owner = local.get("self")
         fqn = getattr(owner, "_module_fqn", None)  # FSDP2's parameter group
         if isinstance(fqn, str):
+            # Named from the outermost module, as its forward is (FSDP's own path is
+            # from the module fully_shard was given: a wrapper around it would differ).
+            held = getattr(owner, "modules", None)
+            if isinstance(held, (tuple, list)) and held and isinstance(held[0], Module):
+                found = MODULE_NAMES.find(steps.roots, held[0])
+                if found:
+                    return found
             return fqn or ROOT_NAME
         for key in _HOOK_LOCALS:
             mod = local.get(key)
@@ -457,17 +467,17 @@ def current_phase_and_module(
     in_backward = _graph_task_id() != -1
     if phase_hint:
         phase = phase_hint
-    elif steps.optimizer_depth:
-        phase = "optimizer"
-    elif in_backward:
+    elif in_backward:  # also inside optimizer.step(closure): the closure's backward
         phase = "backward"
         steps.backward_began = True
-    elif inner is None:
-        if not steps.forwarded or steps.backward_began:
-            return _OTHER
-        phase = "forward"  # after the model's forward, before its backward: the loss
-    else:
+    elif inner is not None:  # a module's forward (a closure's too)
         phase = "forward"
+    elif steps.forwarded and not steps.backward_began:
+        phase = "forward"  # after the model's forward, before its backward: the loss
+    elif steps.optimizer_depth:
+        phase = "optimizer"
+    else:
+        return _OTHER
     if inner is None or root is None:
         return phase, backward_module(steps, start) if in_backward else ""
     return phase, MODULE_NAMES.name(root, inner)

@@ -121,6 +121,23 @@ def _pipelining(module: ModuleType) -> None:
     _before_init(module._PipelineStageBase, "pp", lambda a: [a.get("group")])
 
 
+def _parallel_styles(module: ModuleType) -> None:
+    """A tensor-parallel style applied over a 1-D mesh: its group is tp (a mesh
+    without dimension names says nothing of its own)."""
+    base = module.ParallelStyle
+    for cls in [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, base)]:
+        orig = cls.__dict__.get("_apply")
+        if orig is None:
+            continue
+
+        def _apply(self: Any, mod: Any, device_mesh: Any, _orig: Any = orig) -> Any:
+            if ACTIVE.recorder is not None and getattr(device_mesh, "ndim", 0) == 1:
+                _suggest([device_mesh.get_group()], "tp")
+            return _orig(self, mod, device_mesh)
+
+        patch(cls, "_apply", _apply)
+
+
 def _returns_group(module: ModuleType, name: str, role: str) -> None:
     """``module.name()`` returns a group: name its role on each call."""
     orig = getattr(module, name, None)
@@ -198,6 +215,7 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torch.distributed.fsdp._fully_shard._fsdp_param_group": _fsdp2,
     "torch.distributed.optim.zero_redundancy_optimizer": _zero,
     "torch.distributed.pipelining.stage": _pipelining,
+    "torch.distributed.tensor.parallel.style": _parallel_styles,
     "deepspeed.utils.groups": _deepspeed_groups,
     "deepspeed.runtime.engine": _deepspeed_engine,
     "deepspeed.runtime.pipe.topology": _deepspeed_grid,

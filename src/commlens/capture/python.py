@@ -10,6 +10,7 @@ caller's wait for an async op.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,24 @@ def _destroy_hook(orig: Callable[..., Any], before: Callable[[], None]) -> Calla
     return destroy_process_group
 
 
+_LIFECYCLE = ("init_process_group", "destroy_process_group")
+
+
+def _rebind_lifecycle(wrappers: dict[str, Any]) -> None:
+    """torch's own modules that bound ``init_process_group`` or ``destroy_process_group``
+    at import (``device_mesh``: ``init_device_mesh`` makes the default group with it)
+    call the hooked ones too."""
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("torch.distributed."):
+            continue
+        if any(module is namespace for namespace in _NAMESPACES):
+            continue
+        names = getattr(module, "__dict__", {})
+        for name in _LIFECYCLE:
+            if names.get(name) is wrappers[name].__wrapped__:
+                patch(module, name, wrappers[name])
+
+
 def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None:
     """Patch torch.distributed; idempotent only through :func:`patching.restore_all`.
 
@@ -102,4 +121,5 @@ def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None
         for name, wrapper in wrappers.items():
             if hasattr(namespace, name):
                 patch(namespace, name, wrapper)
+    _rebind_lifecycle(wrappers)
     patch(Work, "wait", timed_wait(Work.wait, Recorder.before_wait, Recorder.after_wait))

@@ -85,6 +85,46 @@ class Pending:
     key: int = 0  # id() of its Work in Recorder._pending
 
 
+def _backend_name() -> str:
+    """The default group's backend; for one made without naming it (``init_device_mesh``,
+    ``init_process_group()``: "undefined"), the one it uses for this process's tensors."""
+    backend = str(dist.get_backend())
+    if backend != "undefined":
+        return backend
+    config = str(dist.get_backend_config())  # "cpu:gloo,cuda:nccl"
+    devices = dict(item.split(":", 1) for item in config.split(",") if ":" in item)
+    device = "cuda" if torch.cuda.is_available() and "cuda" in devices else "cpu"
+    return devices.get(device, backend)
+
+
+def _output_key(tensor: Any) -> int:
+    """What finds a functional op's output again at its wait: its buffer's address.
+
+    The wait may come on another tensor object over the same buffer (an
+    autograd-registered op returns its output through a new tensor); one with
+    no buffer (no elements, a tensor subclass) is known by its object.
+    """
+    try:
+        return int(tensor.data_ptr()) or id(tensor)
+    except Exception:
+        return id(tensor)
+
+
+def _same_output(issued: Any, waited: Any) -> bool:
+    """Whether a wait's tensor is the output issued (or a tensor over its buffer)."""
+    if issued is waited:
+        return True
+    try:
+        return bool(
+            issued.data_ptr() == waited.data_ptr()
+            and issued.data_ptr()
+            and issued.shape == waited.shape
+            and issued.dtype == waited.dtype
+        )
+    except Exception:
+        return False
+
+
 class Recorder:
     """Records the events of one process into one run directory."""
 
@@ -123,7 +163,7 @@ class Recorder:
         self._lock = threading.Lock()
         # Async ops not yet written, by id() of their Work.
         self._pending: dict[int, tuple[Any, Pending]] = {}
-        # Functional ops not yet waited on, by id() of each output tensor.
+        # Functional ops not yet waited on, by each output's buffer (_output_key).
         self._issued: dict[int, tuple[Any, Pending]] = {}
         # (pending, t_end) of completed ops, stamped by the backend's thread.
         self._done: deque[tuple[Pending, int]] = deque()
@@ -173,7 +213,7 @@ class Recorder:
         try:
             self.rank = dist.get_rank()
             self.world_size = dist.get_world_size()
-            self.backend = str(dist.get_backend())
+            self.backend = _backend_name()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.writer = EventWriter(
                 self.run_dir,
@@ -461,18 +501,18 @@ class Recorder:
             return
         pending = Pending(head, self.steps.step, t_issue)
         for tensor in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
-            self._issued[id(tensor)] = (tensor, pending)
+            self._issued[_output_key(tensor)] = (tensor, pending)
 
     def before_output_wait(self, tensor: Any) -> Pending | None:
         """The functional op that waiting on ``tensor`` (an output) completes, or None."""
-        entry = self._issued.get(id(tensor))
-        if entry is None or entry[0] is not tensor:
+        entry = self._issued.get(_output_key(tensor))
+        if entry is None or not _same_output(entry[0], tensor):
             return None
         return entry[1]
 
     def after_output_wait(self, tensor: Any, pending: Pending, t0: int, t1: int) -> None:
         """The wait from ``t0`` to ``t1`` of :meth:`before_output_wait` ended: write the op."""
-        del self._issued[id(tensor)]
+        self._issued.pop(_output_key(tensor), None)
         if pending.done:
             return  # another output of the op was waited on first
         pending.done = True

@@ -23,7 +23,7 @@ from typing import Any
 import torch.distributed as dist
 
 from commlens.capture import ddp, frameworks, functional, mesh, python
-from commlens.capture.clock import all_ready, clock_record, measure_offset
+from commlens.capture.clock import all_ready, clock_record, measure_offset, shares_rank0_clock
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import change, restore_all
 from commlens.capture.recorder import Recorder
@@ -61,6 +61,7 @@ class Capture:
         )
         self._start_offset: tuple[int, int] | None = None
         self._t_offset = 0
+        self._shared_clock = False  # this rank reads rank 0's clock (one host)
         self._ended = False
         self._old_sigterm: Any = None
         self.active = False
@@ -179,9 +180,12 @@ class Capture:
                 return
             rec.steps.restart()
             if self.align_clocks:
+                self._shared_clock = shares_rank0_clock()
                 self._t_offset = time.time_ns()
                 self._start_offset = measure_offset()
-                rec.clock_info = clock_record(self._start_offset, self._t_offset, None, 0)
+                rec.clock_info = clock_record(
+                    self._start_offset, self._t_offset, None, 0, shared=self._shared_clock
+                )
                 rec.write_meta("running")  # the offsets survive even a rank killed at once
         except Exception as exc:
             rec.fail(exc)
@@ -198,7 +202,9 @@ class Capture:
             if self._start_offset is not None and all_ready("clock-end"):
                 t_end = time.time_ns()
                 end = measure_offset()
-                rec.clock_info = clock_record(self._start_offset, self._t_offset, end, t_end)
+                rec.clock_info = clock_record(
+                    self._start_offset, self._t_offset, end, t_end, shared=self._shared_clock
+                )
         except Exception as exc:
             rec.fail(exc)
 

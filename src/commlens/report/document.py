@@ -147,6 +147,13 @@ def format_ranks(ranks: Sequence[int] | None) -> str:
     return ",".join(parts)
 
 
+def fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals; one that shows as zero has no sign ("-0.000000"
+    would read as a negative time)."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
+
 def format_cell(value: Any, fmt: str) -> str:
     """A value as displayed in text, Markdown and HTML tables."""
     if value is None:
@@ -158,15 +165,15 @@ def format_cell(value: Any, fmt: str) -> str:
     if fmt == "size":
         return format_bytes(value)
     if fmt == "s":
-        return f"{float(value):.6f}"
+        return fixed(float(value), 6)
     if fmt == "ms":
-        return f"{float(value) * 1e3:.3f}"
+        return fixed(float(value) * 1e3, 3)
     if fmt == "us":
-        return f"{float(value) * 1e6:.1f}"
+        return fixed(float(value) * 1e6, 1)
     if fmt in ("gbps", "gbit"):
-        return f"{float(value):.3f}"
+        return fixed(float(value), 3)
     if fmt == "pct":
-        return f"{float(value) * 100:.1f}"
+        return fixed(float(value) * 100, 1)
     if fmt == "float":
         return f"{float(value):.3g}"
     if fmt == "x":

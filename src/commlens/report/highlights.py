@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commlens.report.document import check_share
+from commlens.report.document import check_share, fixed
 from commlens.units import plural
 
 
@@ -58,7 +58,7 @@ def highlights(
                 line += (
                     f"; the costliest straggler is rank {first['rank']} (last to arrive "
                     f"{plural(first['last_count'], 'time')}; others waited "
-                    f"{first['blame_s']:.6f} s for it)"
+                    f"{fixed(first['blame_s'], 6)} s for it)"
                 )
         lines.append(line)
         clamped = sum(skew.column("clamped").to_pylist()) if "clamped" in skew.schema.names else 0

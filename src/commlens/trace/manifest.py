@@ -196,6 +196,9 @@ class StepWindow:
     step: int
     t_start_ns: int
     t_end_ns: int
+    segment: str = ""
+    """"setup" for the set-up window, "after last step" for the tail after the last
+    optimizer step, else ""."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,7 @@ def _steps(value: Any) -> tuple[StepWindow, ...]:
                 _int(step.get("step"), -1, MAX_STEP, f"steps[{i}].step"),
                 _int(step.get("t_start_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_start_ns"),
                 _int(step.get("t_end_ns"), 0, MAX_TIME_NS, f"steps[{i}].t_end_ns"),
+                step["segment"] if isinstance(step.get("segment"), str) else "",
             )
         )
     return tuple(out)

@@ -55,7 +55,7 @@ from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.roles import apply_roles, group_roles, role_sql
 from commlens.trace.sanity import event_problems, recording, window_problems
-from commlens.trace.schema import EVENT_SCHEMA
+from commlens.trace.schema import EVENT_SCHEMA, TAIL_SEGMENT
 
 if TYPE_CHECKING:
     import duckdb
@@ -143,7 +143,8 @@ class Run:
 def step_windows(manifest: Manifest) -> pa.Table:
     """``rank, step, t_start_ns, t_end_ns, duration_s`` of every rank's recorded steps,
     the times on rank 0's clock, the duration as the rank's own clock measured it; a
-    window that ends before it starts is left out."""
+    window that ends before it starts is left out, and so is the tail after the last
+    optimizer step, which is no step (its events are "after last step" to the analysis)."""
     rank: list[int] = []
     step: list[int] = []
     start: list[int] = []
@@ -151,6 +152,8 @@ def step_windows(manifest: Manifest) -> pa.Table:
     for r, info in manifest.ranks.items():
         for window in info.steps:
             if window.t_end_ns < window.t_start_ns:  # a warning says so (trace.sanity)
+                continue
+            if window.segment == TAIL_SEGMENT:
                 continue
             rank.append(r)
             step.append(window.step)

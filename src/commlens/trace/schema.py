@@ -57,6 +57,8 @@ _COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("module", pa.string(), "innermost module running when the op was issued"),
 ]
 
+TAIL_SEGMENT = "after last step"
+"""A step window's ``segment`` for the forwards after the last optimizer step."""
 STEP0_FROM_SEQ = "step0_from_seq"
 """Rank meta key: events written as set-up from this seq on belong to step 0."""
 

@@ -17,7 +17,8 @@ from commlens import load_run
 from commlens.cli.main import main
 from commlens.errors import UsageError
 from commlens.sweep.catalog import clear_sweep
-from commlens.trace.rundir import prepare_run_dir
+from commlens.trace.live import LiveLock
+from commlens.trace.rundir import prepare_run_dir, remove_run_dir
 
 DATA = Path(__file__).parent.parent / "data"
 COMMLENS = shutil.which("commlens", path=str(Path(sys.executable).parent)) or "commlens"
@@ -221,3 +222,16 @@ def test_force_never_replaces_a_run_still_being_written(tmp_path: Path) -> None:
     done = _cli("trace", "--force", "--out", str(out), "--", sys.executable, "-c", "1")
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "run.json").read_text())["command"] == [sys.executable, "-c", "1"]
+
+
+def test_removing_a_left_run_dir_takes_its_live_lock_and_never_a_live_one(tmp_path: Path) -> None:
+    """A sweep point's or an import's old run goes whole, its live lock with it; a run
+    that a writer still holds stays."""
+    run = _run_copy(tmp_path)
+    held = LiveLock(run).share()
+    with pytest.raises(UsageError, match="still being written"):
+        remove_run_dir(run, "point run", require_manifest=False)
+    assert (run / "run.json").exists()
+    held.release()
+    remove_run_dir(run, "point run", require_manifest=False)
+    assert not run.exists()

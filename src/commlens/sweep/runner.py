@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import UsageError
-from commlens.safefile import check_within, make_dir, open_lock, write_output
+from commlens.safefile import check_within, make_dir, open_lock, open_own, write_output
 from commlens.sweep.catalog import (
     POINT_FILE,
     SPEC_FILE,
@@ -37,7 +37,7 @@ from commlens.sweep.catalog import (
 )
 from commlens.sweep.grid import Point, expand
 from commlens.sweep.spec import SweepSpec
-from commlens.trace.rundir import clear_run
+from commlens.trace.rundir import remove_run_dir
 
 INTERRUPT_GRACE_S = 30.0
 """How long an interrupted point may take to tear down (ranks, emulated links)."""
@@ -125,14 +125,16 @@ def run_point(point: Point, spec: SweepSpec, pdir: Path) -> tuple[str, str]:
     run_dir = pdir / "run"
     check_within(run_dir, pdir)
     if run_dir.is_dir():
-        clear_run(run_dir, require_manifest=False)
-        run_dir.rmdir()
+        try:
+            remove_run_dir(run_dir, "point run", require_manifest=False)
+        except OSError as exc:
+            raise UsageError(f"{run_dir}: cannot remove ({exc.strerror or exc})") from None
     s = spec.settings
     argv = [sys.executable, "-m", "commlens", "run"]
     argv += point.run_args(str(run_dir), s.steps, s.warmup_steps, s.seed)
     env = dict(os.environ, COLUMNS="120", PYTHONUNBUFFERED="1")
     log = check_within(pdir / "run.log", pdir)
-    with open(log, "w") as fh:
+    with os.fdopen(open_own(log), "w") as fh:  # never through a planted link
         fh.write("$ commlens run " + " ".join(argv[4:]) + "\n")
         fh.flush()
         proc = subprocess.Popen(

@@ -362,6 +362,19 @@ def _join(out: Path, job: JobIdentity, force: bool, node: dict[str, object], liv
     return slot
 
 
+def remove_run_dir(
+    path: Path, flag: str, *, require_manifest: bool = True, only_runs: bool = False
+) -> None:
+    """Remove the directory ``path``: commlens's own files (see :func:`clear_run`; with
+    ``only_runs``, only when it is a commlens run, else it must be empty), its live lock,
+    then it. Refused in one line while a process still writes it."""
+    _refuse_live(path, flag)
+    if not only_runs or is_run_dir(path):
+        clear_run(path, require_manifest=require_manifest)
+    _drop_live_lock(path)  # no process holds it (checked), and the run is gone
+    path.rmdir()
+
+
 def build_beside(out: Path, build: Callable[[Path], None], what: str, tag: str) -> None:
     """Build a run with ``build(tmp)`` in a temporary directory beside ``out``, then
     rename it onto ``out`` (absent, empty, or an old commlens run, cleared first):
@@ -375,11 +388,7 @@ def build_beside(out: Path, build: Callable[[Path], None], what: str, tag: str) 
         tmp.mkdir()
         build(tmp)
         if out.is_dir():
-            _refuse_live(out, "output")
-            if is_run_dir(out):
-                clear_run(out)
-            _drop_live_lock(out)  # no process holds it (checked), and the run is gone
-            out.rmdir()
+            remove_run_dir(out, "output", require_manifest=False, only_runs=True)
         os.rename(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

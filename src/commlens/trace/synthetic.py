@@ -1,0 +1,466 @@
+"""Synthetic runs with known answers, written through the run format's own writer.
+
+Two levels, one writer:
+
+- :func:`ev` and :func:`write_run`: hand-placed events with exact times (µs
+  given, ns stored); a rank's clock offset is applied in reverse to its stored
+  times, so the reader's alignment must bring them back.
+- :func:`generate`: a run shaped like a real 3D-parallel capture of any size
+  (tp × pp × dp ranks laid out as :class:`commlens.job.parallel.ParallelDims`
+  lays them, groups created and named in the order the built-in workloads
+  create them): per microbatch tensor-parallel all-reduces in forward and
+  backward and pipeline send/recv pairs; per step async data-parallel bucket
+  all-reduces over the last backward and a ZeRO all-gather. Each node's clock
+  is offset, a few ranks straggle and every rank of one node arrives late;
+  :class:`Planted` says which.
+
+Every rank file goes through :class:`commlens.trace.writer.EventWriter`, every
+rank's metadata and ``run.json`` through :mod:`commlens.trace.manifest`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commlens.job.parallel import ParallelDims
+from commlens.trace.layout import rank_meta_path
+from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
+from commlens.trace.schema import EVENT_COLUMNS
+from commlens.trace.writer import EventWriter
+
+T0_NS = 1_700_000_000_000_000_000
+US = 1000
+
+
+def ev(
+    rank: int,
+    op: str,
+    t_issue_us: float,
+    t_end_us: float,
+    *,
+    pg: str = "0",
+    pg_ranks: list[int] | None = None,
+    size: int = 4096,
+    dtype: str = "float32",
+    wait_us: float | None = None,
+    is_async: bool = False,
+    step: int = 0,
+    phase: str = "other",
+    module: str = "",
+    role: str = "",
+    peer: int | None = None,
+    api: str = "python",
+    bytes_in: int | None = None,
+    bytes_out: int | None = None,
+) -> dict[str, Any]:
+    """One event (times in µs from the run's start)."""
+    ranks = pg_ranks if pg_ranks is not None else [0, 1]
+    t_issue = T0_NS + round(t_issue_us * US)
+    t_end = T0_NS + round(t_end_us * US)
+    wait = t_end - t_issue if wait_us is None else round(wait_us * US)
+    return {
+        "rank": rank,
+        "seq": -1,
+        "op": op,
+        "api": api,
+        "pg_name": pg,
+        "pg_ranks": ranks,
+        "group_size": len(ranks),
+        "role": role,
+        "dtype": dtype,
+        "count": (size if bytes_in is None else bytes_in) // 4,
+        "bytes_in": size if bytes_in is None else bytes_in,
+        "bytes_out": size if bytes_out is None else bytes_out,
+        "size_bytes": size,
+        "peer": peer,
+        "is_async": is_async,
+        "t_issue_ns": t_issue,
+        "t_end_ns": t_end,
+        "t_wait_ns": wait,
+        "duration_s": (t_end - t_issue) / 1e9,
+        "step": step,
+        "phase": phase,
+        "module": module,
+    }
+
+
+def write_rank(
+    run_dir: Path,
+    rank: int,
+    events: list[dict[str, Any]],
+    *,
+    world_size: int,
+    windows_ns: list[tuple[int, int]],
+    offset_ns: int = 0,
+    host: str = "synth",
+    meta: dict[str, Any] | None = None,
+) -> None:
+    """Write one rank's events (true times; stored shifted by ``-offset_ns``) and metadata."""
+    mine = sorted(events, key=lambda e: e["t_issue_ns"])
+    writer = EventWriter(run_dir, rank, flush_events=1 << 20, flush_seconds=3600)
+    for seq, e in enumerate(mine):
+        row = {
+            **e,
+            "seq": seq,
+            "t_issue_ns": e["t_issue_ns"] - offset_ns,
+            "t_end_ns": e["t_end_ns"] - offset_ns,
+        }
+        writer.append(tuple(row[c] for c in EVENT_COLUMNS))
+    writer.close()
+    write_json_atomic(
+        rank_meta_path(run_dir, rank),
+        {
+            "format": FORMAT_NAME + "-rank",
+            "rank": rank,
+            "world_size": world_size,
+            "backend": "gloo",
+            "host": host,
+            "status": "ok",
+            "events": len(mine),
+            "steps": [
+                {"step": i, "t_start_ns": a - offset_ns, "t_end_ns": b - offset_ns}
+                for i, (a, b) in enumerate(windows_ns)
+            ],
+            "clock": {"offset_ns": offset_ns, "drift": 0.0, "t_ref_ns": T0_NS, "rtt_ns": 0},
+            "meta": meta or {},
+        },
+    )
+
+
+def write_manifest(run_dir: Path, world_size: int, extra: dict[str, Any] | None = None) -> None:
+    """Write ``run.json`` (last: a run is complete once it is there)."""
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": 1,
+        "commlens_version": "0.1.0",
+        "torch_version": "2.13.0+cpu",
+        "world_size": world_size,
+        "backend": "gloo",
+        "env": {},
+        **(extra or {}),
+    }
+    write_json_atomic(run_dir / "run.json", manifest)
+
+
+def write_run(
+    run_dir: Path,
+    events: list[dict[str, Any]],
+    *,
+    world_size: int,
+    steps: dict[int, list[tuple[float, float]]] | None = None,
+    clock_offset_ns: dict[int, int] | None = None,
+    rank_meta: dict[int, dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a run of hand-placed events; ``steps[rank]`` lists (start_us, end_us) of steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    by_rank: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world_size)}
+    for e in events:
+        by_rank.setdefault(e["rank"], []).append(e)
+    for rank in range(world_size):
+        windows = [
+            (T0_NS + round(a * US), T0_NS + round(b * US)) for a, b in (steps or {}).get(rank, [])
+        ]
+        write_rank(
+            run_dir,
+            rank,
+            by_rank[rank],
+            world_size=world_size,
+            windows_ns=windows,
+            offset_ns=(clock_offset_ns or {}).get(rank, 0),
+            meta=(rank_meta or {}).get(rank, {}),
+        )
+    write_manifest(run_dir, world_size, extra)
+    return run_dir
+
+
+# -- realistic runs ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The shape of a generated run."""
+
+    tp: int = 2
+    pp: int = 2
+    dp: int = 2
+    ranks_per_node: int = 8
+    steps: int = 3
+    microbatches: int = 2
+    layers: int = 2
+    """Transformer layers per stage: two TP all-reduces per layer in forward, two in backward."""
+    buckets: int = 4
+    """Async DP gradient buckets per step."""
+    stragglers: tuple[int, ...] | None = None
+    """Ranks that arrive late at every collective; None: two picked from the layout."""
+    straggler_us: float = 600.0
+    slow_node: int | None = -1
+    """Node whose every rank arrives late; -1: the second node (none with one node)."""
+    slow_node_us: float = 250.0
+    node_offset_us: float = 40.0
+    """Node n's clock reads n × this many µs ahead (node 0 is the reference)."""
+    jitter_us: float = 20.0
+    seed: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.world_size // self.ranks_per_node)
+
+    def ops_per_step(self) -> int:
+        """Collective and p2p events per rank per step (an inner pipeline stage)."""
+        tp_ops = 4 * self.layers if self.tp > 1 else 0
+        pp_ops = 2 if self.pp > 1 else 0
+        return self.microbatches * (tp_ops + pp_ops) + (self.buckets + 1 if self.dp > 1 else 0)
+
+
+@dataclass
+class Planted:
+    """What a generated run holds by construction: the answers a reader must find."""
+
+    world_size: int
+    hosts: dict[int, str]
+    """rank -> its node's host name."""
+    stragglers: list[int]
+    slow_node: str | None
+    slow_ranks: list[int]
+    clock_offset_ns: dict[str, int]
+    """host -> its clock's offset (stored = true - offset)."""
+    events: int = 0
+    groups: dict[str, list[list[int]]] = field(default_factory=dict)
+    """role -> its groups' ranks."""
+
+
+_SLOT_US = 1500.0  # one op slot: room for the latest arrival plus the op
+_BW = {"tp": 100e3, "pp": 25e3, "dp": 12e3}  # bytes per µs (GB/s × 1e3)
+_LAT_US = {"tp": 8.0, "pp": 10.0, "dp": 25.0}
+
+
+def _service_us(role: str, size: int, n: int, op: str) -> float:
+    factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n if n > 1 else 1.0
+    return _LAT_US[role] + size * factor / _BW[role]
+
+
+def _schedule(spec: Spec) -> list[tuple[str, str, str, str, int, str]]:
+    """One step's op slots: (kind, op, role, phase, size, module); kind picks the ranks."""
+    slots: list[tuple[str, str, str, str, int, str]] = []
+    act = 4 << 20
+    for mb in range(spec.microbatches):
+        if spec.pp > 1:
+            slots.append(("recv_fwd", "recv", "pp", "forward", act, ""))
+        for layer in range(spec.layers if spec.tp > 1 else 0):
+            for part in ("attn", "mlp"):
+                slots.append(("tp", "all_reduce", "tp", "forward", act, f"layers.{layer}.{part}"))
+        if spec.pp > 1:
+            slots.append(("send_fwd", "send", "pp", "forward", act, ""))
+        del mb
+    for mb in range(spec.microbatches):
+        if spec.pp > 1:
+            slots.append(("recv_bwd", "recv", "pp", "backward", act, ""))
+        for layer in reversed(range(spec.layers if spec.tp > 1 else 0)):
+            for part in ("mlp", "attn"):
+                slots.append(("tp", "all_reduce", "tp", "backward", act, f"layers.{layer}.{part}"))
+        if spec.pp > 1:
+            slots.append(("send_bwd", "send", "pp", "backward", act, ""))
+        del mb
+    return slots
+
+
+def _layout(spec: Spec) -> tuple[ParallelDims, dict[str, list[list[int]]], dict[str, list[str]]]:
+    """The groups per role and their names, created in the order the workloads create them."""
+    dims = ParallelDims(spec.world_size, dp=spec.dp, tp=spec.tp, pp=spec.pp)
+    groups: dict[str, list[list[int]]] = {}
+    names: dict[str, list[str]] = {}
+    next_name = 1  # "0" is the default (world) group
+    for role in ("tp", "dp", "pp"):
+        if dims.degree(role) == 1:
+            continue
+        groups[role] = dims.groups(role)
+        names[role] = [str(next_name + i) for i in range(len(groups[role]))]
+        next_name += len(groups[role])
+    return dims, groups, names
+
+
+def _planted(spec: Spec) -> Planted:
+    world = spec.world_size
+    hosts = {r: f"node{r // spec.ranks_per_node:03d}" for r in range(world)}
+    slow = spec.slow_node
+    if slow == -1:
+        slow = 1 if spec.nodes > 1 else None
+    slow_host = None if slow is None else f"node{slow:03d}"
+    slow_ranks = [r for r in range(world) if hosts[r] == slow_host]
+    if spec.stragglers is None:
+        picks = [world // 2 - 1 - world // 8, world - 1 - world // 16]
+        stragglers = sorted({p for p in picks if 0 <= p < world and p not in slow_ranks})
+    else:
+        stragglers = sorted(spec.stragglers)
+    offsets = {f"node{n:03d}": round(n * spec.node_offset_us * US) for n in range(spec.nodes)}
+    return Planted(world, hosts, stragglers, slow_host, slow_ranks, offsets)
+
+
+def generate(run_dir: Path, spec: Spec) -> Planted:
+    """Write a run of ``spec``'s shape into ``run_dir`` (created); return what it plants."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    world = spec.world_size
+    dims, groups, names = _layout(spec)
+    planted = _planted(spec)
+    planted.groups = groups
+    late = np.zeros(world)
+    late[planted.slow_ranks] += spec.slow_node_us
+    late[planted.stragglers] += spec.straggler_us
+    coords = [dims.coords(r) for r in range(world)]
+    gi = {  # rank -> index of its group, per role
+        role: np.array([next(i for i, g in enumerate(gs) if r in g) for r in range(world)])
+        for role, gs in groups.items()
+    }
+    member_idx = {role: np.array(gs) for role, gs in groups.items()}
+    slots = _schedule(spec)
+    n_fixed = len(slots)
+    bucket = 25 << 20
+    shard = bucket * spec.buckets // max(spec.dp, 1)
+    step_us = (n_fixed + spec.buckets + 4) * _SLOT_US
+    rng = np.random.default_rng(spec.seed)
+    per_rank: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+    windows: list[list[tuple[int, int]]] = [[] for _ in range(world)]
+
+    def add(
+        rank: int, op: str, role: str, issue: float, end: float, wait: float, **kw: Any
+    ) -> None:
+        g = groups[role][int(gi[role][rank])]
+        per_rank[rank].append(
+            ev(
+                rank,
+                op,
+                issue,
+                end,
+                pg=names[role][int(gi[role][rank])],
+                pg_ranks=g,
+                role=role,
+                dtype="bfloat16",
+                wait_us=wait,
+                **kw,
+            )
+        )
+
+    for step in range(spec.steps):
+        t0 = step * step_us
+        arrive = late[None, :] + rng.uniform(0, spec.jitter_us, (n_fixed + spec.buckets + 1, world))
+        for s, (kind, op, _role, phase, size, module) in enumerate(slots):
+            base = t0 + s * _SLOT_US
+            a = base + arrive[s]
+            if kind == "tp":
+                last = a[member_idx["tp"]].max(axis=1)
+                service = _service_us("tp", size, spec.tp, op)
+                for r in range(world):
+                    end = last[gi["tp"][r]] + service
+                    add(
+                        r,
+                        op,
+                        "tp",
+                        a[r],
+                        end,
+                        end - a[r],
+                        size=size,
+                        step=step,
+                        phase=phase,
+                        module=module,
+                    )
+                continue
+            # p2p: the sender of a pair arrives half a slot after its receiver posts the recv
+            service = _service_us("pp", size, 2, op)
+            forward = kind.endswith("fwd")
+            for r in range(world):
+                stage = coords[r]["pp"]
+                peer_stage = stage + (1 if forward == kind.startswith("send") else -1)
+                if not 0 <= peer_stage < spec.pp:
+                    continue
+                c = coords[r]
+                peer = dims.rank_of(c["dp"], c["tp"], peer_stage)
+                if kind.startswith("send"):
+                    issue = a[r] + _SLOT_US / 2
+                    end = max(issue, a[peer]) + service
+                else:
+                    issue = a[r]
+                    end = max(issue, a[peer] + _SLOT_US / 2) + service
+                add(
+                    r,
+                    op,
+                    "pp",
+                    issue,
+                    end,
+                    end - issue,
+                    size=size,
+                    step=step,
+                    phase=phase,
+                    peer=peer,
+                )
+        if spec.dp > 1:
+            # async DDP buckets fire during the last backward, waited for before the optimizer
+            fired = t0 + (n_fixed - spec.buckets) * _SLOT_US
+            ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
+            service = _service_us("dp", bucket, spec.dp, "all_reduce")
+            for b in range(spec.buckets):
+                a = fired + b * _SLOT_US + arrive[n_fixed + b]
+                last = a[member_idx["dp"]].max(axis=1)
+                for r in range(world):
+                    end = last[gi["dp"][r]] + service
+                    add(
+                        r,
+                        "all_reduce",
+                        "dp",
+                        a[r],
+                        end,
+                        max(0.0, end - ready),
+                        size=bucket,
+                        step=step,
+                        phase="backward",
+                        is_async=True,
+                        api="ddp_hook",
+                    )
+            a = ready + _SLOT_US + arrive[-1]
+            last = a[member_idx["dp"]].max(axis=1)
+            service = _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+            for r in range(world):
+                end = last[gi["dp"][r]] + service
+                add(
+                    r,
+                    "all_gather",
+                    "dp",
+                    a[r],
+                    end,
+                    end - a[r],
+                    size=shard * spec.dp,
+                    bytes_in=shard,
+                    step=step,
+                    phase="optimizer",
+                )
+        for r in range(world):
+            windows[r].append(
+                (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
+            )
+
+    scheme = "+".join(k for k in ("dp", "tp", "pp") if dims.degree(k) > 1)
+    for r in range(world):
+        host = planted.hosts[r]
+        write_rank(
+            run_dir,
+            r,
+            per_rank[r],
+            world_size=world,
+            windows_ns=windows[r],
+            offset_ns=planted.clock_offset_ns[host],
+            host=host,
+            meta={"group_roles": {names[role][int(gi[role][r])]: role for role in groups}},
+        )
+        planted.events += len(per_rank[r])
+        per_rank[r] = []
+    workload = {"model": "synthetic", "scheme": scheme, "dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
+    write_manifest(run_dir, world, {"workload": workload})
+    return planted

@@ -270,8 +270,9 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
                 + ", ".join(op.label() for op in mine[:3])
                 + (f" and {len(mine) - 3} more" if len(mine) > 3 else "")
             )
-            state += " (every member issued it)" if len(mine) == 1 else " (all joined)"
-        elif f.recorded:
+            if not any(op.missing for op in mine):
+                state += f" (every member issued {_plural(len(mine), 'it', 'them')})"
+        elif f.recorded and not f.dead and r not in failed:
             state = "no op in flight: it is stuck outside communication"
         else:
             state = "no op in flight"

@@ -89,3 +89,15 @@ def test_stragglers_of_one_node() -> None:
     assert diag.headline.endswith("all of node b")
     ev.straggle = [row(0, 0), row(1, 0), row(2, 8), row(3, 0)]
     assert diagnose(ev).headline.endswith("arrives last, step after step")
+
+
+def test_straggler_trend() -> None:
+    from commlens.doctor.straggle import trend
+
+    steady = [(s, 0.040 + 0.001 * (s % 2)) for s in range(8)]
+    assert trend(steady).startswith("steady: late by 40.")
+    drifting = [(s, 0.010 * (s + 1)) for s in range(9)]
+    assert trend(drifting) == (
+        "drifting: late by 20.0 ms a collective in its first steps, 80.0 ms in its last"
+    )
+    assert trend(drifting[:2]) == ""

@@ -143,6 +143,7 @@ def test_straggler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         # it sleeps 60 ms where the other sleeps 20: the other waits at least most of 40 ms
         assert row["blame_per_step_s"] >= 0.03 and row["cost_share"] >= 0.2, row
         assert "no op finished" not in stderr
+        assert "; steady: late by" in data["explanation"][0], how  # every step alike
 
 
 def test_rank_killed_mid_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from commlens.doctor.model import Diagnosis, Evidence, Op, RankFacts, Wait
+from commlens.doctor.straggle import trend
 from commlens.report.document import format_ranks
 
 ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
@@ -451,6 +452,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
             f"rank {int(s['rank'])}: arrived last in {int(s['last_count'])} of "
             f"{int(s['instances'])} collectives; the others waited {s['blame_per_step_s']:.3f} s "
             f"per step for it, {s['cost_share']:.0%} of the {s['step_s']:.3f} s step"
+            + (f"; {t}" if (t := trend(ev.lateness.get(int(s["rank"]), []))) else "")
             for s in stragglers
         ]
         diag = Diagnosis(

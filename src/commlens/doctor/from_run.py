@@ -213,6 +213,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     cols: dict[int, _RankCols] = {}
     kept: dict[int, list[dict[str, Any]]] = {}
     coll_steps: dict[tuple[int, str], np.ndarray] = {}
+    arrivals: dict[tuple[int, str], np.ndarray] = {}
     steps: dict[int, list[tuple[int, int, int]]] = {}
     largest: tuple[float, str] | None = None
     with open_run(run_dir) as view:
@@ -264,10 +265,18 @@ def evidence_from_run(run_dir: Path) -> Evidence:
                              "seq": counts[k], "site": o.get("site", ""),
                              "error": o.get("error", "")})  # fmt: skip
             kept[rank] = rows
+            aligned = view.read_rank(rank, ["t_issue_ns"], align=True).column(0)
+            arrive = aligned.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            order = np.argsort(
+                table.column("t_issue_ns").fill_null(0).to_numpy(zero_copy_only=False),
+                kind="stable",
+            )  # the order of _rank_cols
+            arrive = arrive[order]
             for code, name in enumerate(c.group):
                 sel = (c.g == code) & ~c.p2p
                 if sel.any():
                     coll_steps[(rank, name)] = c.step[sel]
+                    arrivals[(rank, name)] = arrive[sel]
             info = manifest.ranks.get(rank)
             if info is not None:
                 steps[rank] = [(w.step, w.t_start_ns, w.t_end_ns) for w in info.steps]
@@ -300,9 +309,10 @@ def evidence_from_run(run_dir: Path) -> Evidence:
         warnings=list(manifest.warnings),
     )
     if not any(not op.done for r in ops.values() for op in r):
-        from commlens.doctor.straggle import straggle_rows
+        from commlens.doctor.straggle import lateness_by_step, straggle_rows
 
         ev.straggle = straggle_rows(run_dir, steps)
+        ev.lateness = lateness_by_step(groups, coll_steps, arrivals)
     return ev
 
 

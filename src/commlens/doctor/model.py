@@ -101,6 +101,8 @@ class Evidence:
     stalled: dict[int, list[tuple[str, int, tuple[int, ...]]]] = field(default_factory=dict)
     """per rank, (group, seq, peers): a collective the rank issued and its peers completed
     but the rank never did (its device or its progress stopped)"""
+    lateness: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    """per rank (a run only): (step, its mean lateness in s at the step's collectives)"""
     largest_wait: tuple[float, str] | None = None
     """(seconds, what) of the longest a rank waited for its peers"""
     warnings: list[str] = field(default_factory=list)

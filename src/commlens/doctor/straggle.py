@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,3 +42,47 @@ def straggle_rows(
             }
         )
     return rows
+
+
+def lateness_by_step(
+    groups: dict[str, Any],
+    steps: dict[tuple[int, str], np.ndarray],
+    arrivals: dict[tuple[int, str], np.ndarray],
+) -> dict[int, list[tuple[int, float]]]:
+    """Per rank, per step: the mean of its lateness (own arrival - the first member's, on
+    rank 0's clock) over the step's collectives that every member of their group issued."""
+    sums: dict[tuple[int, int], list[float]] = {}
+    for name, group in groups.items():
+        members = [r for r in group.ranks if (r, name) in arrivals]
+        if len(members) < 2 or len(members) < len(group.ranks):
+            continue
+        n = min(arrivals[(r, name)].size for r in members)
+        at = np.stack([arrivals[(r, name)][:n] for r in members])
+        late = at - at.min(axis=0)
+        for i, r in enumerate(members):
+            for step, value in zip(steps[(r, name)][:n].tolist(), late[i].tolist(), strict=True):
+                if step >= 0:
+                    entry = sums.setdefault((r, step), [0.0, 0.0])
+                    entry[0] += value / 1e9
+                    entry[1] += 1
+    out: dict[int, list[tuple[int, float]]] = {}
+    for (rank, step), (total, count) in sorted(sums.items()):
+        out.setdefault(rank, []).append((step, total / count))
+    return out
+
+
+def trend(series: list[tuple[int, float]]) -> str:
+    """'drifting: ...' when the lateness of the last third of the steps is more than twice
+    the first third's and grew step after step more often than not; else 'steady: ...'."""
+    if len(series) < 3:
+        return ""
+    values = [v for _, v in series]
+    third = max(1, len(values) // 3)
+    first, last = float(np.mean(values[:third])), float(np.mean(values[-third:]))
+    rises = sum(b > a for a, b in itertools.pairwise(values))
+    if last > 2 * first and rises > (len(values) - 1) / 2:
+        return (
+            f"drifting: late by {first * 1e3:.1f} ms a collective in its first steps, "
+            f"{last * 1e3:.1f} ms in its last"
+        )
+    return f"steady: late by {float(np.median(values)) * 1e3:.1f} ms a collective, step after step"

@@ -238,3 +238,22 @@ def test_csv_cells_are_never_formulas(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["report", str(run), "--format", "csv", "-o", str(out)]) == 0
     cells = [c.strip('"') for line in out.read_text().splitlines() for c in line.split(",")]
     assert not [c for c in cells if c[:1] in ("=", "+", "@")]
+
+
+def test_a_node_that_fails_to_start_frees_its_slot_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever breaks between claiming a slot and starting (here: an unexpected error
+    merging the manifest), the node file says ended, so the slot is not held for 60 s."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr("commlens.trace.manifest.merge_manifest", broken)
+    out = tmp_path / "shared"
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun, "--nnodes", "2", "--node_rank", "0", "--master_port", "1", "x.py"]
+    with pytest.raises(RuntimeError, match="unexpected"):
+        main(["trace", "--out", str(out), "--", *cmd])
+    node = json.loads((out / "node-00000.json").read_text())
+    assert node["status"] == "ended" and node["result"] == "not started"

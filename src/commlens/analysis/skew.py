@@ -203,3 +203,21 @@ def skew_by_step(run: Source) -> pa.Table:
 
 def _table(rows: list[dict[str, Any]], schema: dict[str, pa.DataType]) -> pa.Table:
     return pa.table({k: pa.array([r[k] for r in rows], t) for k, t in schema.items()})
+
+
+def late_ranks(stragglers: pa.Table) -> list[int]:
+    """Ranks whose mean lateness stands out from the run's (a :func:`straggler_table`).
+
+    A rank is late when its mean lateness exceeds the median over ranks by more
+    than half the median, eight median absolute deviations and 1 µs: jitter
+    shared by every rank never qualifies, a rank or node that keeps the others
+    waiting does.
+    """
+    if stragglers.num_rows < 3:
+        return []
+    late = np.asarray(stragglers.column("mean_lateness_s").to_numpy(zero_copy_only=False))
+    ranks = stragglers.column("rank").to_pylist()
+    med = float(np.median(late))
+    mad = float(np.median(np.abs(late - med)))
+    floor = max(0.5 * med, 8 * mad, 1e-6)
+    return sorted(int(r) for r, x in zip(ranks, late, strict=True) if x - med > floor)

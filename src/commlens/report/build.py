@@ -13,6 +13,7 @@ from commlens.analysis.rankpass import RankPass, rank_pass
 from commlens.errors import UsageError
 from commlens.report.document import Column, Document, Section, plot
 from commlens.report.highlights import highlights
+from commlens.report.nodes import node_lines
 from commlens.report.provenance import (
     CALLER_BLOCKED,
     exposed_meaning,
@@ -401,6 +402,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         lines = [*highlights(op_t, rank_t, phase_t, skew_t, straggler_t, exposed), coverage.line]
     else:  # the headline's steps are fewer than the tables'
         lines = [*_headline(rp.head, exposed), f"{coverage.line}; {TABLES_SCOPE}"]
+    lines[-1:-1] = node_lines(run.manifest, straggler_t)
     if synthetic_times(run.manifest):
         lines = [
             "imported aggregate-only data: times are synthetic; only op counts and bytes "

@@ -215,9 +215,10 @@ class Spec:
         return -(-self.world_size // self.ranks_per_node)
 
     def ops_per_step(self) -> int:
-        """Collective and p2p events per rank per step (an inner pipeline stage)."""
+        """Collective and p2p events per rank per step on an inner pipeline stage
+        (the first and last stages each have half its p2p ops)."""
         tp_ops = 4 * self.layers if self.tp > 1 else 0
-        pp_ops = 2 if self.pp > 1 else 0
+        pp_ops = 4 if self.pp > 2 else 2 if self.pp == 2 else 0
         return self.microbatches * (tp_ops + pp_ops) + (self.buckets + 1 if self.dp > 1 else 0)
 
 

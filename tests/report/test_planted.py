@@ -69,3 +69,14 @@ def test_text_headline_names_them(run: tuple[Path, Planted]) -> None:
     head = " ".join(text.split("\n\n")[1].split())  # the lines as wrapped, joined
     assert f"ranks {format_ranks(planted.stragglers)}; all of node {planted.slow_node}" in head
     assert "node007 +280.0 µs" in head
+
+
+def test_text_ranks_as_distribution(run: tuple[Path, Planted]) -> None:
+    run_dir, _ = run
+    text = " ".join(_report(run_dir).split())
+    rows = json.loads(_report(run_dir, "--format", "json"))["ranks"]
+    shares = sorted((-r["exposed_share"], r["rank"]) for r in rows)
+    lo, hi = -shares[-1][0] * 100, -shares[0][0] * 100
+    worst = ", ".join(f"rank {r} ({-s * 100:.1f})" for s, r in shares[:5])
+    assert f"exposed (%) over 64 ranks: min {lo:.1f}, quartiles " in text
+    assert f"max {hi:.1f}; highest: {worst}" in text

@@ -20,6 +20,7 @@ from commlens.report.provenance import (
     provenance_facts,
     synthetic_times,
 )
+from commlens.report.spread import rank_spread_note
 from commlens.trace.files import format_ranks
 from commlens.trace.layout import MANIFEST
 from commlens.trace.reader import RunView
@@ -76,6 +77,8 @@ RANK_COLUMNS = (
     C("ops", "ops", "int"),
     C("bytes", "bytes", "bytes"),
 )
+RANK_SPREAD = [("comm_share", "comm (%)"), ("exposed_share", "exposed (%)")]
+"""The Ranks table's columns summarised as a distribution over many ranks."""
 SHARE_COLUMNS = (
     C("count", "count", "int"),
     C("bytes", "bytes", "bytes"),
@@ -317,6 +320,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             rank_t,
             RANK_COLUMNS,
             max_rows=64,
+            note=rank_spread_note(rank_t, RANK_SPREAD),
         ),
         Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
         Section(

@@ -447,7 +447,6 @@ def generate(run_dir: Path, spec: Spec) -> Planted:
                 (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
             )
 
-    scheme = "+".join(k for k in ("dp", "tp", "pp") if dims.degree(k) > 1)
     for r in range(world):
         host = planted.hosts[r]
         write_rank(
@@ -462,6 +461,7 @@ def generate(run_dir: Path, spec: Spec) -> Planted:
         )
         planted.events += len(per_rank[r])
         per_rank[r] = []
-    workload = {"model": "synthetic", "scheme": scheme, "dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
-    write_manifest(run_dir, world, {"workload": workload})
+    # no workload: nothing here is a model's prediction; validate holds it as a trace
+    layout = {"generator": __name__, "tp": spec.tp, "pp": spec.pp, "dp": spec.dp}
+    write_manifest(run_dir, world, {"synthetic": layout})
     return planted

@@ -1,0 +1,122 @@
+"""Benchmark: every command on generated 3D-parallel runs of growing rank counts.
+
+    .venv/bin/python benchmarks/scale.py [--ranks 128,512,1024] [--steps N] [--keep DIR]
+
+Per rank count: a run of tp 8 x pp 4 x dp (ranks / 32), 8 ranks a node, written
+by :func:`commlens.trace.synthetic.generate` (not timed; a second run of the
+same shape, another seed, for ``compare``), then each command as a child
+process, with its CPU time (user + system) and peak RSS from ``wait4``.
+``--keep DIR`` keeps the runs, one folder per rank count (``DIR/128``, ...),
+and each command's output beside them; otherwise they go to a temporary
+directory, removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _child import Usage, run_child
+
+from commlens.trace.synthetic import Spec, generate
+
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("report text", ["report", "{run}"]),
+    ("report json", ["report", "{run}", "--format", "json"]),
+    ("report html", ["report", "{run}", "--format", "html", "-o", "{out}/report.html"]),
+    ("compare", ["compare", "{run}", "{other}"]),
+    (
+        "query",
+        ["query", "{run}", "SELECT rank, op, count(*), sum(size_bytes) FROM events GROUP BY ALL"],
+    ),
+    ("export chrome", ["export", "{run}", "--format", "chrome", "-o", "{out}/trace.json"]),
+    ("validate", ["validate", "{run}"]),
+    ("whatif", ["whatif", "{run}", "--net", "rdma-100g"]),
+    ("doctor", ["doctor", "{run}"]),
+]
+OK_RC = {"validate": {0, 1}, "doctor": {0, 1}}
+"""Exit statuses that are answers, not failures (1: a gap or a problem found)."""
+
+
+def spec_for(ranks: int, steps: int, mb: int, layers: int, seed: int = 0) -> Spec:
+    tp, pp = 8, 4
+    if ranks % (tp * pp):
+        raise SystemExit(f"--ranks: {ranks} is not a multiple of tp 8 x pp 4 = 32")
+    return Spec(
+        tp=tp,
+        pp=pp,
+        dp=ranks // (tp * pp),
+        ranks_per_node=8,
+        steps=steps,
+        microbatches=mb,
+        layers=layers,
+        seed=seed,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="128,512,1024", help="rank counts, comma-separated")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=8, help="layers per stage (4 TP ops each)")
+    ap.add_argument("--keep", type=Path, help="keep the runs here, one folder per rank count")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.ranks.split(",") if x]
+    base = args.keep or Path(tempfile.mkdtemp(prefix="commlens-scale-"))
+    exe = [sys.executable, "-m", "commlens"]
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs"
+    )
+    rows: list[tuple[int, int, str, Usage]] = []
+    try:
+        for n in sizes:
+            where = base / str(n)
+            run, other, out = where / "run", where / "other", where / "out"
+            for d in (run, other, out):
+                if d.exists():
+                    shutil.rmtree(d)
+            out.mkdir(parents=True)
+            t = time.perf_counter()
+            planted = generate(run, spec_for(n, args.steps, args.microbatches, args.layers))
+            generate(other, spec_for(n, args.steps, args.microbatches, args.layers, seed=1))
+            print(
+                f"{n} ranks: {planted.events:,} events, generated in "
+                f"{time.perf_counter() - t:.0f} s",
+                flush=True,
+            )
+            for name, argv in COMMANDS:
+                cmd = [a.format(run=run, other=other, out=out) for a in argv]
+                usage = run_child([*exe, *cmd], out / (name.replace(" ", "_") + ".out"))
+                ok = usage.rc == 0 or usage.rc in OK_RC.get(name, set())
+                rows.append((n, planted.events, name, usage))
+                print(
+                    f"  {name:<14} cpu {usage.cpu_s:7.1f} s  wall {usage.wall_s:7.1f} s  "
+                    f"peak {usage.peak_rss_gib:5.2f} GiB{'' if ok else f'  FAILED rc={usage.rc}'}",
+                    flush=True,
+                )
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print()
+    print("| command | " + " | ".join(f"{n} ranks: CPU s / peak GiB" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name, _ in COMMANDS:
+        cells = [
+            f"{u.cpu_s:.1f} / {u.peak_rss_gib:.2f}"
+            + ("" if u.rc in {0} | OK_RC.get(name, set()) else " (failed)")
+            for n in sizes
+            for m, _e, c, u in rows
+            if m == n and c == name
+        ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

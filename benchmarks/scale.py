@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/scale.py [--ranks 128,512,1024] [--steps N] [--keep DIR]
 
 Per rank count: a run of tp 8 x pp 4 x dp (ranks / 32), 8 ranks a node, written
-by :func:`commlens.trace.synthetic.generate` (not timed; a second run of the
-same shape, another seed, for ``compare``), then each command as a child
+by :func:`commlens.trace.synthetic.generate` one directory per node (not timed;
+``merge``, the first command, joins them into the run the others read; a
+second run of the same shape, another seed, for ``compare``), then each command as a child
 process, with its CPU time (user + system) and peak RSS from ``wait4``.
 ``--keep DIR`` keeps the runs, one folder per rank count (``DIR/128``, ...),
 and each command's output beside them; otherwise they go to a temporary
@@ -26,6 +27,7 @@ from _child import Usage, run_child
 from commlens.trace.synthetic import Spec, generate
 
 COMMANDS: list[tuple[str, list[str]]] = [
+    ("merge", ["merge", "{run}", "{nodes}"]),
     ("report text", ["report", "{run}"]),
     ("report json", ["report", "{run}", "--format", "json"]),
     ("report html", ["report", "{run}", "--format", "html", "-o", "{out}/report.html"]),
@@ -79,12 +81,14 @@ def main() -> None:
         for n in sizes:
             where = base / str(n)
             run, other, out = where / "run", where / "other", where / "out"
-            for d in (run, other, out):
+            nodes = where / "nodes"
+            for d in (run, other, out, nodes):
                 if d.exists():
                     shutil.rmtree(d)
             out.mkdir(parents=True)
             t = time.perf_counter()
-            planted = generate(run, spec_for(n, args.steps, args.microbatches, args.layers))
+            spec = spec_for(n, args.steps, args.microbatches, args.layers)
+            planted = generate(nodes, spec, per_node=True)  # merged into run by "merge"
             generate(other, spec_for(n, args.steps, args.microbatches, args.layers, seed=1))
             print(
                 f"{n} ranks: {planted.events:,} events, generated in "
@@ -92,7 +96,14 @@ def main() -> None:
                 flush=True,
             )
             for name, argv in COMMANDS:
-                cmd = [a.format(run=run, other=other, out=out) for a in argv]
+                node_dirs = [str(d) for d in sorted(nodes.iterdir())]
+                cmd = [
+                    x
+                    for a in argv
+                    for x in (
+                        node_dirs if a == "{nodes}" else [a.format(run=run, other=other, out=out)]
+                    )
+                ]
                 usage = run_child([*exe, *cmd], out / (name.replace(" ", "_") + ".out"))
                 ok = usage.rc == 0 or usage.rc in OK_RC.get(name, set())
                 rows.append((n, planted.events, name, usage))

@@ -80,3 +80,22 @@ def test_text_ranks_as_distribution(run: tuple[Path, Planted]) -> None:
     worst = ", ".join(f"rank {r} ({-s * 100:.1f})" for s, r in shares[:5])
     assert f"exposed (%) over 64 ranks: min {lo:.1f}, quartiles " in text
     assert f"max {hi:.1f}; highest: {worst}" in text
+
+
+def test_per_node_directories_merge_to_the_same_run(tmp_path: Path) -> None:
+    spec = Spec(tp=2, pp=1, dp=8, ranks_per_node=4, steps=2)
+    whole, nodes, merged = tmp_path / "whole", tmp_path / "nodes", tmp_path / "merged"
+    generate(whole, spec)
+    planted = generate(nodes, spec, per_node=True)
+    dirs = sorted(nodes.iterdir())
+    assert [d.name for d in dirs] == ["node000", "node001", "node002", "node003"]
+    assert len(list(dirs[1].glob("rank-*.parquet"))) == 4
+    subprocess.run(
+        [sys.executable, "-m", "commlens", "merge", str(merged), *map(str, dirs)],
+        capture_output=True,
+        check=True,
+    )
+    a = json.loads(_report(whole, "--format", "json"))
+    b = json.loads(_report(merged, "--format", "json"))
+    assert a["stragglers"] == b["stragglers"] and a["ops"] == b["ops"]
+    assert format_ranks(planted.stragglers) in "\n".join(b["highlights"])

@@ -306,8 +306,13 @@ def _planted(spec: Spec) -> Planted:
     return Planted(world, hosts, stragglers, slow_host, slow_ranks, offsets)
 
 
-def generate(run_dir: Path, spec: Spec) -> Planted:
-    """Write a run of ``spec``'s shape into ``run_dir`` (created); return what it plants."""
+def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
+    """Write a run of ``spec``'s shape into ``run_dir`` (created); return what it plants.
+
+    ``per_node``: as a job whose nodes share no file system leaves it, one run
+    directory per node (``run_dir/<host>``, each with its own ``run.json``), for
+    ``commlens merge``.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     world = spec.world_size
     dims, groups, names = _layout(spec)
@@ -449,8 +454,10 @@ def generate(run_dir: Path, spec: Spec) -> Planted:
 
     for r in range(world):
         host = planted.hosts[r]
+        where = run_dir / host if per_node else run_dir
+        where.mkdir(exist_ok=True)
         write_rank(
-            run_dir,
+            where,
             r,
             per_rank[r],
             world_size=world,
@@ -463,5 +470,6 @@ def generate(run_dir: Path, spec: Spec) -> Planted:
         per_rank[r] = []
     # no workload: nothing here is a model's prediction; validate holds it as a trace
     layout = {"generator": __name__, "tp": spec.tp, "pp": spec.pp, "dp": spec.dp}
-    write_manifest(run_dir, world, {"synthetic": layout})
+    for where in sorted({run_dir / h for h in planted.hosts.values()}) if per_node else [run_dir]:
+        write_manifest(where, world, {"synthetic": layout})
     return planted

@@ -20,6 +20,7 @@ rank's metadata and ``run.json`` through :mod:`commlens.trace.manifest`.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,7 @@ class Planted:
     """role -> its groups' ranks."""
 
 
+_CHUNK = 64  # ranks generated together
 _SLOT_US = 1500.0  # one op slot: room for the latest arrival plus the op
 _BW = {"tp": 100e3, "pp": 25e3, "dp": 12e3}  # bytes per µs (GB/s × 1e3)
 _LAT_US = {"tp": 8.0, "pp": 10.0, "dp": 25.0}
@@ -333,7 +335,7 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     shard = bucket * spec.buckets // max(spec.dp, 1)
     step_us = (n_fixed + spec.buckets + 4) * _SLOT_US
     rng = np.random.default_rng(spec.seed)
-    per_rank: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+    per_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     windows: list[list[tuple[int, int]]] = [[] for _ in range(world)]
 
     def add(
@@ -355,119 +357,126 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
             )
         )
 
-    for step in range(spec.steps):
-        t0 = step * step_us
-        arrive = late[None, :] + rng.uniform(0, spec.jitter_us, (n_fixed + spec.buckets + 1, world))
-        for s, (kind, op, _role, phase, size, module) in enumerate(slots):
-            base = t0 + s * _SLOT_US
-            a = base + arrive[s]
-            if kind == "tp":
-                last = a[member_idx["tp"]].max(axis=1)
-                service = _service_us("tp", size, spec.tp, op)
-                for r in range(world):
-                    end = last[gi["tp"][r]] + service
+    rows = n_fixed + spec.buckets + 1
+    arrivals = [
+        late[None, :] + rng.uniform(0, spec.jitter_us, (rows, world)) for _ in range(spec.steps)
+    ]
+    # ranks a chunk at a time: memory holds one chunk's events, not the run's
+    for first in range(0, world, _CHUNK):
+        chunk = range(first, min(first + _CHUNK, world))
+        for step in range(spec.steps):
+            t0 = step * step_us
+            arrive = arrivals[step]
+            for s, (kind, op, _role, phase, size, module) in enumerate(slots):
+                base = t0 + s * _SLOT_US
+                a = base + arrive[s]
+                if kind == "tp":
+                    last = a[member_idx["tp"]].max(axis=1)
+                    service = _service_us("tp", size, spec.tp, op)
+                    for r in chunk:
+                        end = last[gi["tp"][r]] + service
+                        add(
+                            r,
+                            op,
+                            "tp",
+                            a[r],
+                            end,
+                            end - a[r],
+                            size=size,
+                            step=step,
+                            phase=phase,
+                            module=module,
+                        )
+                    continue
+                # p2p: the sender of a pair arrives half a slot after its receiver posts the recv
+                service = _service_us("pp", size, 2, op)
+                forward = kind.endswith("fwd")
+                for r in chunk:
+                    stage = coords[r]["pp"]
+                    peer_stage = stage + (1 if forward == kind.startswith("send") else -1)
+                    if not 0 <= peer_stage < spec.pp:
+                        continue
+                    c = coords[r]
+                    peer = dims.rank_of(c["dp"], c["tp"], peer_stage)
+                    if kind.startswith("send"):
+                        issue = a[r] + _SLOT_US / 2
+                        end = max(issue, a[peer]) + service
+                    else:
+                        issue = a[r]
+                        end = max(issue, a[peer] + _SLOT_US / 2) + service
                     add(
                         r,
                         op,
-                        "tp",
-                        a[r],
+                        "pp",
+                        issue,
                         end,
-                        end - a[r],
+                        end - issue,
                         size=size,
                         step=step,
                         phase=phase,
-                        module=module,
+                        peer=peer,
                     )
-                continue
-            # p2p: the sender of a pair arrives half a slot after its receiver posts the recv
-            service = _service_us("pp", size, 2, op)
-            forward = kind.endswith("fwd")
-            for r in range(world):
-                stage = coords[r]["pp"]
-                peer_stage = stage + (1 if forward == kind.startswith("send") else -1)
-                if not 0 <= peer_stage < spec.pp:
-                    continue
-                c = coords[r]
-                peer = dims.rank_of(c["dp"], c["tp"], peer_stage)
-                if kind.startswith("send"):
-                    issue = a[r] + _SLOT_US / 2
-                    end = max(issue, a[peer]) + service
-                else:
-                    issue = a[r]
-                    end = max(issue, a[peer] + _SLOT_US / 2) + service
-                add(
-                    r,
-                    op,
-                    "pp",
-                    issue,
-                    end,
-                    end - issue,
-                    size=size,
-                    step=step,
-                    phase=phase,
-                    peer=peer,
-                )
-        if spec.dp > 1:
-            # async DDP buckets fire during the last backward, waited for before the optimizer
-            fired = t0 + (n_fixed - spec.buckets) * _SLOT_US
-            ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
-            service = _service_us("dp", bucket, spec.dp, "all_reduce")
-            for b in range(spec.buckets):
-                a = fired + b * _SLOT_US + arrive[n_fixed + b]
+            if spec.dp > 1:
+                # async DDP buckets fire during the last backward, waited for before the optimizer
+                fired = t0 + (n_fixed - spec.buckets) * _SLOT_US
+                ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
+                service = _service_us("dp", bucket, spec.dp, "all_reduce")
+                for b in range(spec.buckets):
+                    a = fired + b * _SLOT_US + arrive[n_fixed + b]
+                    last = a[member_idx["dp"]].max(axis=1)
+                    for r in chunk:
+                        end = last[gi["dp"][r]] + service
+                        add(
+                            r,
+                            "all_reduce",
+                            "dp",
+                            a[r],
+                            end,
+                            max(0.0, end - ready),
+                            size=bucket,
+                            step=step,
+                            phase="backward",
+                            is_async=True,
+                            api="ddp_hook",
+                        )
+                a = ready + _SLOT_US + arrive[-1]
                 last = a[member_idx["dp"]].max(axis=1)
-                for r in range(world):
+                service = _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+                for r in chunk:
                     end = last[gi["dp"][r]] + service
                     add(
                         r,
-                        "all_reduce",
+                        "all_gather",
                         "dp",
                         a[r],
                         end,
-                        max(0.0, end - ready),
-                        size=bucket,
+                        end - a[r],
+                        size=shard * spec.dp,
+                        bytes_in=shard,
                         step=step,
-                        phase="backward",
-                        is_async=True,
-                        api="ddp_hook",
+                        phase="optimizer",
                     )
-            a = ready + _SLOT_US + arrive[-1]
-            last = a[member_idx["dp"]].max(axis=1)
-            service = _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
-            for r in range(world):
-                end = last[gi["dp"][r]] + service
-                add(
-                    r,
-                    "all_gather",
-                    "dp",
-                    a[r],
-                    end,
-                    end - a[r],
-                    size=shard * spec.dp,
-                    bytes_in=shard,
-                    step=step,
-                    phase="optimizer",
+            for r in chunk:
+                windows[r].append(
+                    (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
                 )
-        for r in range(world):
-            windows[r].append(
-                (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
-            )
 
-    for r in range(world):
-        host = planted.hosts[r]
-        where = run_dir / host if per_node else run_dir
-        where.mkdir(exist_ok=True)
-        write_rank(
-            where,
-            r,
-            per_rank[r],
-            world_size=world,
-            windows_ns=windows[r],
-            offset_ns=planted.clock_offset_ns[host],
-            host=host,
-            meta={"group_roles": {names[role][int(gi[role][r])]: role for role in groups}},
-        )
-        planted.events += len(per_rank[r])
-        per_rank[r] = []
+        for r in chunk:
+            host = planted.hosts[r]
+            where = run_dir / host if per_node else run_dir
+            where.mkdir(exist_ok=True)
+            write_rank(
+                where,
+                r,
+                per_rank[r],
+                world_size=world,
+                windows_ns=windows[r],
+                offset_ns=planted.clock_offset_ns[host],
+                host=host,
+                meta={"group_roles": {names[role][int(gi[role][r])]: role for role in groups}},
+            )
+            planted.events += len(per_rank[r])
+            per_rank[r] = []
     # no workload: nothing here is a model's prediction; validate holds it as a trace
     layout = {"generator": __name__, "tp": spec.tp, "pp": spec.pp, "dp": spec.dp}
     for where in sorted({run_dir / h for h in planted.hosts.values()}) if per_node else [run_dir]:

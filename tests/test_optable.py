@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+
 import duckdb
 import pytest
 
 import commlens.analysis
 import commlens.analysis.bandwidth
 import commlens.analysis.rankpass
+import commlens.analysis.timeline
 import commlens.bench.worker
 import commlens.predict.calls
 from commlens import optable as ops
@@ -111,3 +114,52 @@ def test_the_sql_factors_are_the_table(convention: str, wire: str) -> None:
     assert len(got) == len(rows)
     for op, n, factor in got:
         assert factor == wire_factor(op, n, wire), (op, n)
+
+
+def test_the_op_facts_name_known_ops() -> None:
+    assert set(ops.P2P_OPS) == set(ops.SENDS) | set(ops.RECVS) <= set(OPS)
+    assert {ops.RECEIVER[s] for s in ops.SENDS} == set(ops.RECVS)
+    assert not set(ops.FROM_ROOT) & set(ops.TO_ROOT)
+    assert ops.ROOTED <= set(OPS) and not ops.ROOTED & ops.P2P_OPS
+    assert set(ops.BLOCKING) <= set(ops.TENSOR_OPS) and not set(ops.BLOCKING) & ops.ROOTED
+    assert set(ops.TENSOR_TWIN) == set(ops.OBJECT_OPS)
+    for obj, tensor in ops.TENSOR_TWIN.items():
+        assert tensor in ops.TENSOR_OPS and OP_TRAFFIC[obj] == OP_TRAFFIC[tensor]
+        assert (obj in ops.ROOTED) == (tensor in ops.ROOTED)
+        assert (obj in ops.P2P_OPS) == (tensor in ops.P2P_OPS)
+
+
+def test_the_backend_table() -> None:
+    assert ops.backend("gloo") is ops.GLOO and ops.backend("nccl") is ops.NCCL
+    assert ops.GLOO.workers == 2 and ops.NCCL.workers == 1
+    assert ops.GLOO.op_as_run("reduce_scatter") == "all_reduce"
+    assert ops.NCCL.op_as_run("reduce_scatter") == "reduce_scatter"
+    # a backend the table does not know (mpi, a missing manifest) runs ops as NCCL does
+    assert ops.backend("mpi") is ops.NCCL and ops.backend(None) is ops.NCCL
+
+
+def test_every_reader_takes_the_op_facts_from_the_table() -> None:
+    import commlens.analysis.expectations as expectations
+    import commlens.capture.recorder as recorder
+    import commlens.doctor.from_run as from_run
+    import commlens.importers.clocks as import_clocks
+    import commlens.whatif.calibrate as calibrate
+    import commlens.whatif.clocks as clocks
+    import commlens.whatif.durations as durations
+    import commlens.whatif.model as model
+
+    diagnose = importlib.import_module(
+        "commlens.doctor.diagnose"
+    )  # the package re-exports a function of that name
+    for module in (recorder, commlens.analysis.rankpass, expectations, from_run):
+        assert module.P2P_OPS is ops.P2P_OPS, module.__name__
+    assert expectations.RECEIVER is ops.RECEIVER
+    assert (model.SENDS, model.RECVS) == (ops.SENDS, ops.RECVS)
+    assert diagnose.ROOTED is ops.ROOTED and from_run.ROOTED is ops.ROOTED
+    assert (clocks.FROM_ROOT, clocks.TO_ROOT) == (ops.FROM_ROOT, ops.TO_ROOT)
+    assert clocks.BLOCKING is ops.BLOCKING and import_clocks.BLOCKING is ops.BLOCKING
+    assert durations.TENSOR_TWIN is ops.TENSOR_TWIN and calibrate.TENSOR_TWIN is ops.TENSOR_TWIN
+    assert durations.GLOO is ops.GLOO
+    for name in ("GLOO_WORKERS", "GLOO_AS", "OBJECT_AS_TENSOR", "STRICT", "_RECEIVES", "P2P"):
+        for module in (durations, clocks, expectations, from_run, commlens.analysis.timeline):
+            assert not hasattr(module, name), (module.__name__, name)

@@ -1,9 +1,14 @@
-"""The canonical names of communication ops and phases, and how each op moves its bytes.
+"""The canonical names of communication ops and phases, every fact about an op, and
+the backends' facts.
 
 :data:`OP_TRAFFIC` is the one table of bandwidth factors (conventions §2, §3):
 analysis, the model and bench all read it. ``S`` is the op's nccl-tests
 message size and ``n`` the size of the op's *own* process group, never the
-world size.
+world size. Beside it: which ops are point-to-point (:data:`P2P_OPS`), which
+are rooted and which way their data flows (:data:`FROM_ROOT`, :data:`TO_ROOT`),
+which block every member until all arrive (:data:`BLOCKING`), the tensor op an
+object op runs as (:data:`TENSOR_TWIN`), and per backend what a process group
+of it does (:data:`BACKENDS`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,32 @@ OBJECT_OPS = (
 )
 OPS = TENSOR_OPS + OBJECT_OPS
 PHASES = ("forward", "backward", "optimizer", "other")
+
+SENDS = ("send", "send_object")
+"""Point-to-point ops that send."""
+RECVS = ("recv", "recv_object")
+"""Point-to-point ops that receive."""
+P2P_OPS = frozenset(SENDS + RECVS)
+"""Point-to-point ops: one peer, no process group of their own to match in."""
+RECEIVER = {"send": "recv", "send_object": "recv_object"}
+"""The op that receives what a send sends."""
+FROM_ROOT = ("broadcast", "scatter", "broadcast_object", "scatter_object")
+"""Rooted ops whose members receive the root's data."""
+TO_ROOT = ("reduce", "gather", "gather_object")
+"""Rooted ops whose root receives every member's data."""
+ROOTED = frozenset(FROM_ROOT + TO_ROOT)
+"""Ops with a root (the event's ``peer``)."""
+BLOCKING = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+"""Collectives no member can finish before every member has started."""
+TENSOR_TWIN = {
+    "all_gather_object": "all_gather",
+    "gather_object": "gather",
+    "scatter_object": "scatter",
+    "broadcast_object": "broadcast",
+    "send_object": "send",
+    "recv_object": "recv",
+}
+"""Object op -> the tensor op it runs as (it pickles the objects into a byte tensor)."""
 
 WIRE_CONVENTIONS = ("ring", "study_b")
 
@@ -130,3 +161,30 @@ def bus_factor(op: str, n: int) -> float:
 def wire_factor(op: str, n: int, convention: str = "ring") -> float:
     """Bytes one rank puts on the wire per byte of S (conventions §2); see :meth:`Traffic.wire`."""
     return traffic(op).wire(n, convention)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a process group of one torch.distributed backend does with its ops."""
+
+    name: str
+    workers: int
+    """Ops one group runs at once (gloo: its worker threads, 2 by default)."""
+    runs_as: Mapping[str, str]
+    """Ops the backend runs as another (gloo has no native reduce-scatter)."""
+
+    def op_as_run(self, op: str) -> str:
+        """The op ``op`` is run as on this backend."""
+        return self.runs_as.get(op, op)
+
+
+GLOO = Backend("gloo", workers=2, runs_as=MappingProxyType({"reduce_scatter": "all_reduce"}))
+NCCL = Backend("nccl", workers=1, runs_as=MappingProxyType({}))
+BACKENDS: Mapping[str, Backend] = MappingProxyType({b.name: b for b in (GLOO, NCCL)})
+"""Backend name -> its :class:`Backend`."""
+
+
+def backend(name: str | None) -> Backend:
+    """The :class:`Backend` of ``name``; one the table does not know runs one op at a
+    time per group and each op as itself, as NCCL does."""
+    return BACKENDS.get(name or "", NCCL)

@@ -15,7 +15,7 @@ from commlens.cli.main import main
 from commlens.doctor import diagnose
 from commlens.doctor.from_fr import evidence_from_dumps
 from commlens.errors import RunFormatError
-from commlens.importers.flight_recorder import load_dump, read_dumps
+from commlens.importers.flight_recorder import _entry, load_dump, read_dumps
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "flight_recorder"
 MEGATRON = TRACES / "nvrx-megatron-16rank"
@@ -144,3 +144,21 @@ def test_page_formats(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", str(MEGATRON / "lock_gil_1st"), "--format", fmt]) == 1
     out = capsys.readouterr().out
     assert "hang: ranks 9,14 at the root" in out and "PIPELINE_MODEL_PARALLEL_GROUP" in out
+
+
+def test_an_entry_reads_op_and_dtype_names_by_the_importers_tables() -> None:
+    # The names commops and importers.model know, as other importers read them.
+    raw = {
+        "profiling_name": "nccl:all_gather_into_tensor",
+        "process_group": ["0", "default_pg"],
+        "input_sizes": [[4]],
+        "input_dtypes": ["Float8_e4m3fn"],
+        "output_sizes": [[8]],
+        "output_dtypes": ["Float8_e4m3fn"],
+    }
+    entry = _entry(0, raw, {})
+    assert (entry.op, entry.dtype) == ("all_gather", "float8_e4m3fn")
+    assert (entry.bytes_in, entry.bytes_out) == (4, 8)
+    raw.update(profiling_name="gloo:barrier", input_dtypes=["BFloat16"], output_dtypes=[])
+    entry = _entry(0, raw, {})
+    assert (entry.op, entry.dtype, entry.bytes_in) == ("barrier", "bfloat16", 8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commlens.analysis.timeline import GLOO_WORKERS
+from commlens.optable import GLOO
 from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
 from commlens.whatif.durations import (
@@ -223,7 +223,7 @@ def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlie
     dur, wire = np.full(6, 10e-6), np.full(3, 8e-6)
     one = replay(prog, dur)
     assert one.start.tolist() == [us(0), us(10), us(20)]  # one worker: one after the other
-    two = replay(prog, dur, workers=GLOO_WORKERS, wire=wire)
+    two = replay(prog, dur, workers=GLOO.workers, wire=wire)
     # B starts on the second worker at 1 and ends when its bytes followed A's, which
     # held the link until A's release (0..10): at 18; C waits for a worker (A frees
     # one at 10) and its bytes follow B's (1..18): 26.
@@ -231,9 +231,9 @@ def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlie
     assert sorted(set(two.end.tolist())) == [us(10), us(18), us(26)]
     # fewer bytes: B's follow A's release at 10 (14); C's follow B's (10..14), C ends at
     # its own time (20)
-    short = replay(prog, dur, workers=GLOO_WORKERS, wire=np.full(3, 4e-6))
+    short = replay(prog, dur, workers=GLOO.workers, wire=np.full(3, 4e-6))
     assert sorted(set(short.end.tolist())) == [us(10), us(14), us(20)]
-    alone = replay(prog, dur, workers=GLOO_WORKERS, wire=np.zeros(3))
+    alone = replay(prog, dur, workers=GLOO.workers, wire=np.zeros(3))
     assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
 
 
@@ -244,7 +244,7 @@ def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket(
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
     dur = np.full(6, 10e-6)
     tl = replay(
-        prog, dur, workers=GLOO_WORKERS, wire=np.full(3, 4e-6), queued_wire=np.full(3, 8e-6)
+        prog, dur, workers=GLOO.workers, wire=np.full(3, 4e-6), queued_wire=np.full(3, 8e-6)
     )
     assert sorted(set(tl.end.tolist())) == [us(10), us(18), us(26)]
 
@@ -254,7 +254,7 @@ def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket(
     tl = replay(
         prog,
         np.full(4, 10e-6),
-        workers=GLOO_WORKERS,
+        workers=GLOO.workers,
         wire=np.full(2, 4e-6),
         queued_wire=np.full(2, 8e-6),
     )
@@ -264,7 +264,7 @@ def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket(
     dur = np.full(4, 10e-6)
     dur[np.flatnonzero(prog.inst == 0)[0]] = 2e-6
     tl = replay(
-        prog, dur, workers=GLOO_WORKERS, wire=np.full(2, 4e-6), queued_wire=np.full(2, 8e-6)
+        prog, dur, workers=GLOO.workers, wire=np.full(2, 4e-6), queued_wire=np.full(2, 8e-6)
     )
     assert sorted(tl.end[prog.inst == 0].tolist()) == [us(4), us(10)]
 
@@ -294,7 +294,7 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     prog = build_program(make_trace(events, both_steps(20)))
     assert prog.first_of_queue.tolist() == [True, True]
     assert prog.opens_queue.tolist() == [True, False]
-    tl = replay(prog, np.full(4, 10e-6), workers=GLOO_WORKERS, wire=np.full(2, 8e-6))
+    tl = replay(prog, np.full(4, 10e-6), workers=GLOO.workers, wire=np.full(2, 8e-6))
     assert sorted(set(tl.end.tolist())) == [us(10), us(18)]  # its bytes after A's (0..10)
 
 

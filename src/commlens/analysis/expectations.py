@@ -37,8 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
-P2P = {"send", "recv", "send_object", "recv_object", "isend", "irecv"}
-_RECEIVES = {"send": "recv", "isend": "recv", "send_object": "recv_object"}
+from commlens.optable import P2P_OPS, RECEIVER
+
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
              "int16": 2, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
 _FLOATS = {"float64", "float32", "float16", "bfloat16"}
@@ -101,7 +101,7 @@ def _matched_sizes(rows: list[dict[str, Any]]) -> list[Expectation]:
     roles: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for r in sorted(rows, key=lambda r: (r["rank"], r["seq"])):
-        if r["op"] in P2P or (r["group_size"] or 1) < 2:
+        if r["op"] in P2P_OPS or (r["group_size"] or 1) < 2:
             continue
         calls[(r["pg_name"], r["op"])][r["rank"]].append(int(r["size_bytes"] or 0))
         roles[r["pg_name"]] = r["role"] or roles.get(r["pg_name"], "")
@@ -264,10 +264,10 @@ def _pairs(rows: list[dict[str, Any]]) -> list[Expectation]:
     ranks = {int(r["rank"]) for r in rows}
     for r in rows:
         op, peer = r["op"], r["peer"]
-        if op not in P2P or peer is None or peer < 0:
+        if op not in P2P_OPS or peer is None or peer < 0:
             continue
-        if op in _RECEIVES:
-            key, side = (_RECEIVES[op], int(r["rank"]), int(peer)), sent
+        if op in RECEIVER:
+            key, side = (RECEIVER[op], int(r["rank"]), int(peer)), sent
         else:
             key, side = (op, int(peer), int(r["rank"])), got
         side[key][0] += 1

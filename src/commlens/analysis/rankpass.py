@@ -53,7 +53,6 @@ from commlens.analysis.rankagg import (
     split_aggregate,
 )
 from commlens.analysis.timeline import (
-    GLOO_WORKERS,
     queue_service,
     segments,
     spread,
@@ -61,10 +60,10 @@ from commlens.analysis.timeline import (
     windows_by_rank,
 )
 from commlens.netem.nic import read_nic
+from commlens.optable import P2P_OPS, backend
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
 
-P2P_OPS = ("send", "recv", "send_object", "recv_object")
 _COLUMNS = [
     "seq",
     "op",
@@ -222,7 +221,7 @@ def _run_pass(
     ops, groups, triples = names["op"], names["pg_name"], Codes()
     info = RunGroups()
     excluded = _groups_touching(run)
-    workers = GLOO_WORKERS if run.manifest.get("backend") == "gloo" else 1
+    workers = backend(run.manifest.get("backend")).workers
     step_parts: list[dict[str, np.ndarray]] = []
     util_parts: list[tuple[int, np.ndarray]] = []
     agg_parts: list[pa.Table] = []

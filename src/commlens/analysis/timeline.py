@@ -123,10 +123,6 @@ def step_rows(
     }
 
 
-GLOO_WORKERS = 2
-"""Ops ProcessGroupGloo runs at once on one group (its worker threads, 2 by default)."""
-
-
 def queue_service(
     group: np.ndarray, s: np.ndarray, e: np.ndarray, workers: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -45,6 +45,7 @@ from commlens.capture.intercept import Intercepted
 from commlens.capture.ops import dtype_name
 from commlens.capture.threads import keep_thread_state
 from commlens.capture.timing import CudaTimer
+from commlens.optable import P2P_OPS
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import FORMAT_NAME, merge_manifest, write_json_atomic
 from commlens.trace.packed import NO_PEER, PACKED_EVENT
@@ -59,7 +60,6 @@ _pack = PACKED_EVENT.pack
 COLLECT_AT = 64
 # After an optimizer step, the first of these starts the next step (a pipeline
 # stage's receive of its next activations comes before its forward).
-P2P_OPS = frozenset(("send", "recv", "send_object", "recv_object"))
 # Past META_SPACED_FROM step windows, the writer thread's rank-json rewrites use
 # at most META_SHARE of the CPU time (encoding 100,000 steps holds the GIL for
 # a while). Waiting on the disk is not counted: a slow fsync holds nothing the

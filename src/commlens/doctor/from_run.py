@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from commlens.doctor.diagnose import ROOTED, SIZED
+from commlens.doctor.diagnose import SIZED
 from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
+from commlens.optable import P2P_OPS, ROOTED
 from commlens.safefile import read_bytes
 from commlens.trace.layout import inflight_path, stacks_path
 from commlens.trace.manifest import read_manifest
 
 MAX_SIDE_FILE = 64 << 20
 """Largest in-flight or stacks file read (a rank's are kilobytes)."""
-P2P = frozenset(("send", "recv", "send_object", "recv_object"))
 COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "peer",
            "t_issue_ns", "t_end_ns", "t_wait_ns", "step"]  # fmt: skip
 
@@ -143,7 +143,7 @@ def _rank_cols(table: Any) -> _RankCols:
     order = np.argsort(t_issue, kind="stable")
     g, o, d = g[order], o[order], d[order]
     peer = ints("peer", -1)[order]
-    p2p = np.isin(o, [i for i, n in enumerate(names) if n in P2P])
+    p2p = np.isin(o, [i for i, n in enumerate(names) if n in P2P_OPS])
     key = np.where(p2p, ((g * 64 + o) << 24) + peer + 1, g)
     key = np.where(p2p, -1 - key, key)  # collectives and point-to-point keys apart
     return _RankCols(groups, names, dtypes, g, o, d, peer, ints("bytes_in")[order],
@@ -243,7 +243,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
                 if k not in last:
                     last[k] = i
             rows = [_row(c, i) for i in sorted(last.values())]
-            counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P else (r["pg_name"],):
+            counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P_OPS else (r["pg_name"],):
                       r["seq"] for r in rows}  # fmt: skip
             done = set(zip(c.g.tolist(), c.o.tolist(), c.t_issue.tolist(), strict=True))
             g_code = {n: i for i, n in enumerate(c.group)}
@@ -259,7 +259,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
                     groups[name] = Group(
                         name, str(o.get("role") or ""), tuple(o.get("pg_ranks") or ())
                     )
-                k = (name, op, o.get("peer")) if op in P2P else (name,)
+                k = (name, op, o.get("peer")) if op in P2P_OPS else (name,)
                 counts[k] = counts.get(k, 0) + 1
                 rows.append({**{col: o.get(col) for col in COLUMNS}, "done": False,
                              "seq": counts[k], "site": o.get("site", ""),
@@ -326,7 +326,7 @@ def _ops(rank: int, rows: list[dict[str, Any]]) -> list[Op]:
                 rank=rank,
                 group=str(r["pg_name"] or ""),
                 seq=int(r["seq"]),
-                p2p=op in P2P,
+                p2p=op in P2P_OPS,
                 op=op,
                 dtype=str(r["dtype"] or ""),
                 bytes_in=int(r["bytes_in"] or 0),

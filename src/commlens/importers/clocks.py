@@ -19,8 +19,7 @@ import statistics
 from collections import defaultdict
 
 from commlens.importers.model import ImportedRun
-
-BLOCKING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
+from commlens.optable import BLOCKING
 
 Key = tuple[str, str, int, int]
 

@@ -27,35 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import RunFormatError
+from commlens.importers.commops import canonical_op
+from commlens.importers.model import dtype_of
 from commlens.safefile import read_bytes
 
 MAX_DUMP_BYTES = 1 << 30
 """Largest dump file read (a 2,000-entry dump with stacks is a few MB)."""
-DTYPE_BYTES = {
-    "Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2,
-    "Byte": 1, "Char": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-}  # fmt: skip
-"""Bytes per element of the c10 scalar type names a dump writes."""
-DTYPE_NAMES = {
-    "Float": "float32", "BFloat16": "bfloat16", "Half": "float16", "Double": "float64",
-    "Long": "int64", "Int": "int32", "Short": "int16", "Byte": "uint8", "Char": "int8",
-    "Bool": "bool",
-}  # fmt: skip
-"""c10 names -> the torch dtype names commlens runs use."""
-OP_NAMES = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "all_reduce_coalesced": "all_reduce", "_allgather_base": "all_gather",
-    "_all_gather_base": "all_gather", "allgather": "all_gather", "all_gather": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor_coalesced":
-    "all_gather", "allgather_coalesced": "all_gather", "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce",
-    "gather": "gather", "scatter": "scatter", "all_to_all": "all_to_all",
-    "alltoall": "all_to_all", "alltoall_base": "all_to_all", "all_to_allv": "all_to_all",
-    "send": "send", "recv": "recv", "barrier": "barrier",
-}  # fmt: skip
-"""Flight Recorder op names (after ``nccl:`` / ``gloo:``) -> commlens's canonical ops."""
 STATES = ("scheduled", "started", "completed")
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 _P2P = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)$")
@@ -231,7 +208,7 @@ def _nbytes(sizes: tuple[tuple[int, ...], ...], dtypes: list[Any]) -> int:
         for d in shape:
             n *= d
         dtype = str(dtypes[i]) if i < len(dtypes) else (str(dtypes[-1]) if dtypes else "")
-        total += n * DTYPE_BYTES.get(dtype, 0)
+        total += n * (dtype_of(dtype) or ("", 0))[1]
     return total
 
 
@@ -273,12 +250,12 @@ def _entry(rank: int, raw: dict[str, Any], groups: dict[str, FrGroup]) -> FrEntr
         collective_seq_id=_int(raw.get("collective_seq_id")),
         p2p_seq_id=_int(raw.get("p2p_seq_id")),
         is_p2p=bool(raw.get("is_p2p", False)) or p2p is not None,
-        op=OP_NAMES.get(name, name),
+        op=canonical_op(name) or name,
         profiling_name=pname,
         peer=peer,
         input_sizes=ins,
         output_sizes=outs,
-        dtype=DTYPE_NAMES.get(dtype, dtype),
+        dtype=(dtype_of(dtype) or (dtype, 0))[0],
         bytes_in=_nbytes(ins, in_dt),
         bytes_out=_nbytes(outs, out_dt),
         state=state if state in STATES else "scheduled",

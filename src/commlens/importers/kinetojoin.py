@@ -33,6 +33,7 @@ from commlens.importers.kinetoops import (
 )
 from commlens.importers.kinetoscan import CpuOp, FileScan, Kernel, Spans
 from commlens.importers.model import ImportedRun, Op, RankTrace, dtype_of
+from commlens.optable import GLOO
 
 
 def base_ns(s: FileScan) -> int:
@@ -330,9 +331,6 @@ def _overlap(union: tuple[np.ndarray, np.ndarray], start: float, end: float) -> 
     return float(np.clip(b - a, 0, None).sum())
 
 
-_GLOO_OF = {"reduce_scatter": "all_reduce"}  # gloo runs reduce_scatter as an all_reduce
-
-
 def _match_gloo(ops: list[tuple[Op, CpuOp]], anns: list[CpuOp]) -> dict[int, CpuOp]:
     """op index -> its ``gloo:*`` annotation: per kind, the earliest op issued before it
     and not yet matched, whose element count agrees when both are known."""
@@ -341,7 +339,7 @@ def _match_gloo(ops: list[tuple[Op, CpuOp]], anns: list[CpuOp]) -> dict[int, Cpu
         return {}
     waiting: dict[str, list[int]] = defaultdict(list)
     for idx, (op, _cpu) in sorted(enumerate(ops), key=lambda x: x[1][1].ts):
-        waiting[_GLOO_OF.get(op.op, op.op)].append(idx)
+        waiting[GLOO.op_as_run(op.op)].append(idx)
     out: dict[int, CpuOp] = {}
     for ann in gloo:
         kind = canonical_op(ann.name)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from commlens.optable import TENSOR_TWIN
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
 from commlens.whatif.durations import (
-    OBJECT_AS_TENSOR,
     Steps,
     dense_unique,
     host_in_alpha,
@@ -152,7 +152,7 @@ def _kind_name(prog: Program, code: int) -> tuple[str, str, int]:
     n_ops, n_roles = len(tr.op_names), len(tr.role_names)
     name = tr.op_names[code % n_ops]
     return (
-        OBJECT_AS_TENSOR.get(name, name),
+        TENSOR_TWIN.get(name, name),
         tr.role_names[code // n_ops % n_roles],
         int(code // (n_ops * n_roles)),
     )
@@ -245,7 +245,7 @@ def _host_alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarra
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
     across = (spans[prog.inst_group] > 1)[prog.inst[events]]
-    names = [OBJECT_AS_TENSOR.get(o, o) for o in tr.op_names]
+    names = [TENSOR_TWIN.get(o, o) for o in tr.op_names]
 
     def alphas(profile: NetworkProfile) -> list[float]:
         return [profile.alpha(o) if host_in_alpha(profile) else 0.0 for o in names]

@@ -20,13 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlens.optable import BLOCKING, FROM_ROOT, TO_ROOT
 from commlens.whatif.source import Trace
 
-STRICT = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
-FROM_ROOT = ("broadcast", "scatter", "broadcast_object", "scatter_object")
-"""Rooted ops whose members receive the root's data."""
-TO_ROOT = ("reduce", "gather", "gather_object")
-"""Rooted ops whose root receives every member's data."""
 MAX_PAIRS_GROUP = 64
 """Groups larger than this contribute only neighbouring pairs (a ring)."""
 MAX_WORLD = 4096
@@ -43,7 +39,7 @@ def _bounds(
     ``members``: the events in the order of their instances."""
     w = tr.world_size
     bound = np.full((w, w), NONE, dtype=np.int64)
-    strict = np.isin(np.array(tr.op_names, dtype=object), STRICT)[tr.op]
+    strict = np.isin(np.array(tr.op_names, dtype=object), BLOCKING)[tr.op]
     order = members[strict[members]]
     del strict
     inst_sorted = inst[order]

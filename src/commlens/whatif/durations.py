@@ -24,23 +24,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commlens.errors import UsageError
+from commlens.optable import GLOO, TENSOR_TWIN
 from commlens.predict.cost import flat_time
 from commlens.predict.limits import check_scale
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.model import Program
-
-OBJECT_AS_TENSOR = {
-    "all_gather_object": "all_gather",
-    "gather_object": "gather",
-    "scatter_object": "scatter",
-    "broadcast_object": "broadcast",
-    "send_object": "send",
-    "recv_object": "recv",
-}
-
-GLOO_AS = {"reduce_scatter": "all_reduce"}
-"""Ops gloo runs as another (REFERENCE.md §6: it has no native reduce-scatter)."""
 
 
 def _running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -346,8 +335,8 @@ def host_in_alpha(profile: NetworkProfile) -> bool:
 def _op_names(prog: Program, flat: bool) -> list[str]:
     """The op each op code is costed as: object collectives as their tensor op, and
     (``flat``: gloo) the ops gloo runs as another as that one."""
-    ops = [OBJECT_AS_TENSOR.get(o, o) for o in prog.trace.op_names]
-    return [GLOO_AS.get(o, o) for o in ops] if flat else ops
+    ops = [TENSOR_TWIN.get(o, o) for o in prog.trace.op_names]
+    return [GLOO.op_as_run(o) for o in ops] if flat else ops
 
 
 def op_steps(prog: Program, fabric: Fabric, flat: bool = False) -> np.ndarray:
@@ -450,7 +439,7 @@ def modelled(
     (:func:`node_links`): it costs the full rate. A flat send costs its host work
     only: it ends once its bytes are in the socket (its receive carries the wire
     time). Each step of a flat op pays ``steps``' latency and the link's burst
-    (:class:`Steps`), and a reduce-scatter costs an all-reduce (:data:`GLOO_AS`).
+    (:class:`Steps`), and a reduce-scatter costs an all-reduce (:data:`commlens.optable.GLOO`).
     """
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups

@@ -39,12 +39,11 @@ from functools import cached_property
 import numpy as np
 
 from commlens.errors import RunFormatError
+from commlens.optable import RECVS, SENDS
 from commlens.whatif.clocks import causal_shifts, shift_clocks
 from commlens.whatif.source import Trace
 
 ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
-SENDS = ("send", "send_object")
-RECVS = ("recv", "recv_object")
 
 
 @dataclass

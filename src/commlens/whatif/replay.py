@@ -67,7 +67,7 @@ def replay(
     would overlap, the one the replay reached first goes first); its send, whose bytes went into
     the socket, ends ``dur[send]`` after the pair's start without that wait.
 
-    ``workers`` (gloo: :data:`~commlens.analysis.timeline.GLOO_WORKERS`) collectives
+    ``workers`` (gloo: ``commlens.optable.GLOO.workers``) collectives
     of one group may run at once: one starts when a worker is free (the second
     latest release of the instances before it on its queue, with two). An
     instance that starts while the bytes of those before it on its queue are still

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from commlens.analysis.timeline import GLOO_WORKERS
 from commlens.errors import UsageError
 from commlens.netem.cluster import BURST_S, burst_bytes
 from commlens.netem.rate import parse_rate
+from commlens.optable import GLOO
 from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_steps
@@ -278,7 +278,7 @@ FLAT_RING = (
     "a send finds the socket buffer still holding the message before it and waits for the "
     "wire), and the channel carries one message at a time; a message does not overtake "
     "one on its node's link (one that starts while another is on it goes after it); a "
-    f"group runs up to {GLOO_WORKERS} ops at once (gloo's worker threads), the later one's "
+    f"group runs up to {GLOO.workers} ops at once (gloo's worker threads), the later one's "
     "bytes after the earlier's on the link"
 )
 
@@ -420,7 +420,7 @@ def run_study(
         release = delta_release(prog, own_times, took) if used == "delta" else None
         if flat and used != "delta":
             wire, queued = wire_pair(prog, fabric, prog.cost_groups, own_burst)
-            timeline = replay(prog, own_times, None, own_links, GLOO_WORKERS, wire, queued)
+            timeline = replay(prog, own_times, None, own_links, GLOO.workers, wire, queued)
             del wire, queued
         else:
             timeline = replay(prog, own_times, release)
@@ -462,7 +462,7 @@ def run_study(
         if flat and used != "delta":
             links = node_links(prog, fabric)
             wire, queued = wire_pair(prog, fabric, groups, on.burst_bytes)
-            timeline = replay(prog, times, None, links, GLOO_WORKERS, wire, queued)
+            timeline = replay(prog, times, None, links, GLOO.workers, wire, queued)
             del links, wire, queued
         else:
             timeline = replay(prog, times, release)

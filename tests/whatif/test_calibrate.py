@@ -8,18 +8,14 @@ import numpy as np
 import pytest
 
 from commlens.errors import UsageError
+from commlens.netem.cluster import SHAPED_EFFICIENCY
+from commlens.predict.networks import network_profile, network_profiles
 from commlens.predict.profiles import NetworkProfile, OpOverride
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
 from commlens.whatif.durations import Steps, measured, modelled, stepped_time
 from commlens.whatif.model import Program, build_program
-from commlens.whatif.study import (
-    SHAPED_EFFICIENCY,
-    kept_steps,
-    network_profile,
-    network_profiles,
-    recorded_burst,
-)
+from commlens.whatif.study import kept_steps, recorded_burst
 from tests.whatif.synthetic import Ev, make_trace, repeated_ops
 
 WIRE = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)

@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--net",
         default="tcp-10g,ipoib-100g,rdma-100g",
-        help="comma list of inter-node profiles (names or FILE.toml); speedups are over the first",
+        help="comma list of inter-node networks (profile names, FILE.toml, a link rate such as "
+        "200mbit, or unshaped); speedups are over the first",
     )
     p.add_argument(
         "--gpus-per-node",
@@ -83,15 +84,15 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commlens.predict.profiles import get_profile, get_profiles
+    from commlens.predict.networks import network_profile, network_profiles
     from commlens.report.output import emit
     from commlens.report.predict import predict_document
 
     check_args(args)
     pred = predict(
         job_from_args(args, PREDICT),
-        get_profiles(args.net),
-        intra=get_profile(args.intra),
+        network_profiles(args.net),
+        intra=network_profile(args.intra),
         gpus_per_node=args.gpus_per_node,
         algorithm=args.algo,
         tflops=args.tflops,

@@ -20,12 +20,8 @@ from commlens.job.models import get_preset
 from commlens.job.parallel import resolve_dims
 from commlens.job.spec import Job
 from commlens.predict.forecast import DEFAULT_TFLOPS, predict
-from commlens.predict.profiles import NetworkProfile, get_profile
-
-EMULATED_LATENCY_S = 50e-6
-"""Alpha of an emulated veth + tbf link (a small-message all-reduce on loopback namespaces)."""
-EMULATED_EFFICIENCY = 0.95
-"""The shaper delivers 93-95% of its rate under load (netem.cluster)."""
+from commlens.predict.networks import network_profile
+from commlens.predict.profiles import NetworkProfile
 
 
 def validate_point(run_dir: Path, tolerance: float) -> dict[str, Any]:
@@ -48,20 +44,6 @@ def validate_point(run_dir: Path, tolerance: float) -> dict[str, Any]:
             f"{first.reason})"
         )
     return {"ok": result.ok, "summary": summary, "mismatches": len(result.failures)}
-
-
-def link_profile(link: str) -> NetworkProfile:
-    """A profile of an emulated link (``500mbit``) for the model."""
-    from commlens.netem.rate import parse_rate
-
-    return NetworkProfile(
-        name=f"emulated-{link}",
-        latency_s=EMULATED_LATENCY_S,
-        bandwidth_Gbps=parse_rate(link) / 1e9,
-        efficiency=EMULATED_EFFICIENCY,
-        scope="inter",
-        source="rate of the emulated link; efficiency from commlens.netem",
-    )
 
 
 def _rows(
@@ -102,9 +84,9 @@ def predict_point(
     job = Job.from_dict(manifest.get("workload") or {})
     # on loopback, as if each rank were a node of its own (so the network matters)
     gpus_per_node = job.dims.world_size // nodes if nodes > 1 else 1
-    profiles = [get_profile(n) for n in networks]
+    profiles = [network_profile(n) for n in networks]
     if nodes > 1 and link:
-        profiles.append(link_profile(link))
+        profiles.append(network_profile(link, label=f"emulated-{link}"))
     tflops = tflops_per_rank if tflops_per_rank > 0 else DEFAULT_TFLOPS
     return _rows(job, profiles, gpus_per_node, tflops, "point")
 
@@ -148,5 +130,5 @@ def predict_scale(point: dict[str, Any], scale: Any) -> list[dict[str, Any]]:
         job = scaled_job(point, folded)
     if job is None:
         return []
-    profiles = [get_profile(n) for n in scale.networks]
+    profiles = [network_profile(n) for n in scale.networks]
     return _rows(job, profiles, scale.gpus_per_node, DEFAULT_TFLOPS, "study")

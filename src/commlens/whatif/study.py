@@ -8,10 +8,16 @@ from pathlib import Path
 import numpy as np
 
 from commlens.errors import UsageError
-from commlens.netem.cluster import BURST_S, burst_bytes
-from commlens.netem.rate import parse_rate
 from commlens.optable import GLOO
-from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile, get_profiles
+from commlens.predict.networks import (
+    BURST_S,
+    UNSHAPED,
+    emulated_profile,
+    link_burst,
+    network_profile,
+    network_profiles,
+)
+from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
 from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_steps
 from commlens.whatif.durations import (
@@ -151,25 +157,6 @@ def placement_for(
     return Placement(per, world // per, intra_name, algorithm, source)
 
 
-SHAPED_EFFICIENCY = 0.97
-"""Share of an emulated link's rate that transfers reach (REFERENCE.md §6: 0.96-0.98)."""
-UNSHAPED = "unshaped"
-"""``--net`` name of an emulated link without a rate: the veth pair, as loopback."""
-
-
-def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:
-    """An emulated link of ``rate_bits``: loopback's latency, the shaper's efficiency."""
-    return NetworkProfile(
-        name=label,
-        latency_s=get_profile("loopback").latency_s,
-        bandwidth_Gbps=rate_bits / 1e9,
-        efficiency=SHAPED_EFFICIENCY,
-        scope="inter",
-        source=f"{why} ({rate_bits / 1e9:g} Gbit/s shaped); efficiency {SHAPED_EFFICIENCY} "
-        "as measured in REFERENCE.md §6; latency of loopback",
-    )
-
-
 def recorded_burst(trace: Trace) -> float:
     """Bytes of the bucket of the link the run was captured on (0: none recorded; runs
     shaped with tbf recorded it as ``tbf_burst_bytes``)."""
@@ -178,39 +165,6 @@ def recorded_burst(trace: Trace) -> float:
         return 0.0
     burst = topo.get("burst_bytes", topo.get("tbf_burst_bytes"))
     return float(burst) if isinstance(burst, int) and burst > 0 else 0.0
-
-
-def link_burst(profile: NetworkProfile) -> float:
-    """Bytes of the bucket of an emulated link named by its rate (0 for other networks)."""
-    if not profile.name[:1].isdigit() or profile.name.endswith(".toml"):
-        return 0.0
-    return float(burst_bytes(parse_rate(profile.name)))
-
-
-def network_profile(spec: str) -> NetworkProfile:
-    """A profile name or FILE.toml, a link rate (``200mbit``: an emulated link of that
-    rate) or ``unshaped`` (an emulated link without a rate, as loopback)."""
-    if spec == UNSHAPED:
-        loopback = get_profile("loopback")
-        return NetworkProfile(
-            name=UNSHAPED,
-            latency_s=loopback.latency_s,
-            bandwidth_Gbps=loopback.bandwidth_Gbps,
-            efficiency=loopback.efficiency,
-            scope="inter",
-            source=f"an unshaped emulated link (veth), as the loopback profile: {loopback.source}",
-        )
-    if spec[:1].isdigit() and not spec.endswith(".toml"):
-        return emulated_profile(parse_rate(spec), spec, "an emulated link of that rate")
-    return get_profile(spec)
-
-
-def network_profiles(specs: str) -> list[NetworkProfile]:
-    """The profiles of a comma list of :func:`network_profile` specs."""
-    names = [s.strip() for s in specs.split(",") if s.strip()]
-    if not names or len(names) > MAX_NETWORKS:
-        get_profiles(specs)  # refuses an empty or too long list with its one line
-    return [network_profile(name) for name in names]
 
 
 def own_link(trace: Trace, spec: str | None) -> tuple[NetworkProfile, int] | None:

@@ -190,11 +190,11 @@ def test_report_with_missing_and_truncated_ranks(
     path.write_bytes(path.read_bytes()[:1000])
     assert main(["report", str(tiny), "--width", "120"]) == 0
     captured = capsys.readouterr()
-    assert "missing ranks: 1, 3 (excluded from cross-rank figures)" in captured.out
+    assert "missing ranks: 1,3 (excluded from cross-rank figures)" in captured.out
     assert "rank-00001.parquet is truncated" in captured.out
     assert "rank 3: no events file" in captured.err
     # every group includes rank 1 or rank 3: nothing can be matched across ranks
-    assert "Ranks 1, 3 are missing" in captured.out
+    assert "Ranks 1,3 are missing" in captured.out
     assert main(["report", str(tiny), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["missing_ranks"] == [1, 3]

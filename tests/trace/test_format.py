@@ -188,3 +188,23 @@ def test_a_step_range_applies_to_events_and_steps(tmp_path: Path, steps: tuple) 
             assert seen and all(
                 (first is None or s >= first) and (stop is None or s < stop) for s in seen
             )
+
+
+def test_one_format_ranks_for_every_reader() -> None:
+    import importlib
+
+    from commlens.trace.files import format_ranks
+
+    assert format_ranks([6, 0, 1, 2, 3]) == "0-3,6"
+    assert format_ranks([5, 6, 7, 8, 9, 0, 2, 2]) == "0,2,5-9"
+    assert format_ranks([3, 4]) == "3-4" and format_ranks([]) == format_ranks(None) == ""
+    for name in ("report.document", "report.csv", "report.doctor", "doctor.diagnose",
+                 "whatif.source", "report.build"):  # fmt: skip
+        module = importlib.import_module(f"commlens.{name}")
+        assert module.format_ranks is format_ranks, name
+
+
+def test_the_nic_file_is_named_once() -> None:
+    from commlens.netem import nic
+
+    assert nic.NIC_FILE is layout.NIC_FILE

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from commlens.doctor.model import Diagnosis, Evidence, Op, RankFacts, Wait
 from commlens.doctor.straggle import trend
 from commlens.optable import ROOTED
-from commlens.report.document import format_ranks
+from commlens.trace.files import format_ranks
 
 SIZED = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
 """Ops whose members must pass equal sizes (all_to_all, gather, scatter may differ)."""

@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from commlens.safefile import open_binary, open_regular
+from commlens.trace.layout import NIC_FILE
 
-NIC_FILE = "nic.parquet"
 SCHEMA = pa.schema(
     [
         ("t_ns", pa.int64()),

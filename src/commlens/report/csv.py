@@ -10,7 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from commlens.report.base import Renderer
-from commlens.report.document import Document, format_ranks
+from commlens.report.document import Document
+from commlens.trace.files import format_ranks
 
 
 def tidy(table: pa.Table) -> pa.Table:

@@ -7,7 +7,8 @@ from typing import Any
 import pyarrow as pa
 
 from commlens.doctor.model import Diagnosis, Evidence
-from commlens.report.document import Column, Document, Section, format_ranks
+from commlens.report.document import Column, Document, Section
+from commlens.trace.files import format_ranks
 
 MAX_STACK_LINES = 60
 """Lines of one rank's stacks shown (the JSON keeps them all)."""

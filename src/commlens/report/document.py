@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from commlens.trace.files import format_ranks
 from commlens.units import format_bytes
 
 Figure = Any  # matplotlib.figure.Figure, imported lazily
@@ -128,23 +129,6 @@ def plot(name: str, *tables: Any) -> Callable[[], Figure]:
         return getattr(plots, name)(*tables)
 
     return make
-
-
-def format_ranks(ranks: Sequence[int] | None) -> str:
-    """[0, 1, 2, 3, 6] -> '0-3,6'."""
-    if not ranks:
-        return ""
-    values = sorted(int(r) for r in ranks)
-    parts: list[str] = []
-    start = prev = values[0]
-    for value in values[1:]:
-        if value == prev + 1:
-            prev = value
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
-        start = prev = value
-    parts.append(f"{start}-{prev}" if prev > start else f"{start}")
-    return ",".join(parts)
 
 
 def fixed(value: float, digits: int) -> str:

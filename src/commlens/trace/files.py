@@ -20,6 +20,7 @@ then leaves the rank out the same way (``RunView.drop_rank``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,11 +97,11 @@ def rank_ranges(ranks: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def format_ranks(ranks: list[int]) -> str:
-    """Sorted ranks for a reader, runs of three or more as ``a..b``: "0, 2, 5..9"."""
-    return ", ".join(
-        str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}..{b}"
-        for a, b in rank_ranges(ranks)
+def format_ranks(ranks: Sequence[int] | None) -> str:
+    """Ranks for a reader, each once, in order, runs as ``a-b``: [0, 1, 2, 3, 6] -> "0-3,6"."""
+    return ",".join(
+        str(a) if a == b else f"{a}-{b}"
+        for a, b in rank_ranges(sorted({int(r) for r in ranks or ()}))
     )
 
 

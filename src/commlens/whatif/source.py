@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from commlens.errors import RunFormatError
-from commlens.report.document import format_ranks
+from commlens.trace.files import format_ranks
 from commlens.trace.manifest import SYNTHETIC_TIMES, time_semantics
 
 COLUMNS = [

@@ -4,7 +4,9 @@ Also the ``readonly_dir`` fixture: folders no one can write to, root included.""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -83,3 +85,85 @@ def readonly_dir() -> Iterator[Callable[[Path], Path]]:
     for path in reversed(mounted):
         if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode:
             subprocess.run(["umount", "--lazy", str(path)], capture_output=True, check=False)
+
+
+# --- the two layers: ``pytest -m "not e2e"`` runs only tests that spawn no process ---
+
+_SPAWNS = re.compile(
+    r"\bsubprocess\b|multiprocessing|\bmp\.spawn\b|\bPopen\b|os\.fork\b|torchrun|"
+    r"tests\.distributed|\bspawn_ranks\b|\brun_ranks\b|EmulatedCluster|launch_job|"
+    r"""main\(\s*\[\s*["'](?:run|trace|bench|sweep|launch)["']"""
+)
+"""What in a test module, a fixture or a tests/ helper it imports starts a process:
+ranks, a command that launches them, a CLI in a subprocess, torchrun, namespaces."""
+_E2E_DIRS = ("frameworks", "netem", "launch", "gpu")
+"""Folders whose every test starts processes (framework jobs, namespaces, launchers, GPUs)."""
+
+
+def _spawns(path: Path, seen: set[Path] | None = None) -> bool:
+    """Whether the test file at ``path``, or a helper module of tests/ it imports, starts
+    a process (by :data:`_SPAWNS`)."""
+    seen = set() if seen is None else seen
+    if path in seen or not path.is_file() or path.name == "conftest.py":  # its fixtures: below
+        return False
+    seen.add(path)
+    text = path.read_text(encoding="utf-8")
+    if _SPAWNS.search(text):
+        return True
+    root = Path(__file__).resolve().parent.parent
+    for mod in re.findall(r"^\s*(?:from|import) (tests(?:\.\w+)+)", text, re.M):
+        if _spawns(root / (mod.replace(".", "/") + ".py"), seen):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``e2e`` every test that starts processes: its folder (:data:`_E2E_DIRS`), its
+    module or a tests/ helper it imports, or one of its fixtures (by :data:`_SPAWNS`)."""
+    spawning: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.path))
+        if path not in spawning:
+            spawning[path] = path.parent.name in _E2E_DIRS or _spawns(path)
+        e2e = spawning[path]
+        info = getattr(item, "_fixtureinfo", None)
+        for name in getattr(item, "fixturenames", ()):
+            if e2e or info is None:
+                break
+            for fdef in info.name2fixturedefs.get(name, ()):
+                if name in ("_no_leftovers",):  # the suite's own guard: ip(8) as root
+                    continue
+                try:
+                    source = inspect.getsource(fdef.func)
+                except (OSError, TypeError):
+                    continue
+                module = inspect.getsourcefile(fdef.func)
+                if _SPAWNS.search(source) or (
+                    module is not None
+                    and Path(module).name != "conftest.py"
+                    and _spawns(Path(module))
+                ):
+                    e2e = True
+        if e2e:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _refuse(*_args: object, **_kwargs: object) -> None:
+    raise AssertionError(
+        "this test starts a process: it belongs to the e2e layer (tests/conftest.py)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Under ``-m "not e2e"`` a test that starts a process fails, naming the layer it
+    belongs to: the marking above is checked by every run of the unit layer."""
+    if "not e2e" not in (item.config.option.markexpr or "") or item.get_closest_marker("e2e"):
+        return (yield)
+    import multiprocessing.util
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess.Popen, "_execute_child", _refuse)
+        mp.setattr(os, "fork", _refuse)
+        mp.setattr(multiprocessing.util, "spawnv_passfds", _refuse)
+        return (yield)

@@ -131,6 +131,7 @@ def test_b200_all_gather_and_its_group(tmp_path: Path) -> None:
     assert len(groups) == 15 and "3" in groups
 
 
+@pytest.mark.e2e  # reads the ranks in worker processes
 def test_ranks_read_in_parallel_give_the_same_run(
     dlrm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

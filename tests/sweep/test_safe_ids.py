@@ -50,6 +50,7 @@ def test_an_unsafe_sweep_name_is_refused(name: str) -> None:
         parse_spec(HOSTILE.replace('name = "t"', f"name = {name!r}"))
 
 
+@pytest.mark.e2e  # runs the sweep's points as child processes
 def test_sweep_writes_only_under_out_and_stays_reportable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,7 +6,8 @@ Per rank count: a run of tp 8 x pp 4 x dp (ranks / 32), 8 ranks a node, written
 by :func:`commlens.trace.synthetic.generate` one directory per node (not timed;
 ``merge``, the first command, joins them into the run the others read; a
 second run of the same shape, another seed, for ``compare``), then each command as a child
-process, with its CPU time (user + system) and peak RSS from ``wait4``.
+process, with its CPU time (user + system) and peak RSS from ``wait4`` (this
+process stays small: a child's peak counts what it was forked with).
 ``--keep DIR`` keeps the runs, one folder per rank count (``DIR/128``, ...),
 and each command's output beside them; otherwise they go to a temporary
 directory, removed at the end.
@@ -20,6 +21,8 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 from _child import Usage, run_child
@@ -88,8 +91,12 @@ def main() -> None:
             out.mkdir(parents=True)
             t = time.perf_counter()
             spec = spec_for(n, args.steps, args.microbatches, args.layers)
-            planted = generate(nodes, spec, per_node=True)  # merged into run by "merge"
-            generate(other, spec_for(n, args.steps, args.microbatches, args.layers, seed=1))
+            # generated in a child: a command forked from this process would report its
+            # peak RSS (ru_maxrss counts the memory a child starts with)
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+                planted = pool.submit(generate, nodes, spec, per_node=True).result()
+                other_spec = spec_for(n, args.steps, args.microbatches, args.layers, seed=1)
+                pool.submit(generate, other, other_spec).result()
             print(
                 f"{n} ranks: {planted.events:,} events, generated in "
                 f"{time.perf_counter() - t:.0f} s",

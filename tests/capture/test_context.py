@@ -187,3 +187,20 @@ def test_setup_ops_outside_constructors_are_setup_unless_no_forward_follows(
     assert [s["step"] for s in marked.manifest["ranks"]["0"]["steps"]] == [0, 1, 2]
     got = marked.duckdb().execute("select step from events where rank = 0 order by seq")
     assert [s for (s,) in got.fetchall()] == [0, 1, 2]
+
+
+def test_a_module_under_two_roots_is_named_from_the_outermost() -> None:
+    """A model run inside its wrapper and on its own (an evaluation) is two roots; an op
+    is named from the wrapper's path whichever root a set happens to list first."""
+    from torch import nn
+
+    from commlens.capture.context import ModuleNames
+
+    inner = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    wrapper = nn.Sequential()
+    wrapper.add_module("module", inner)
+    for roots in ([inner, wrapper], [wrapper, inner]):
+        names = ModuleNames()
+        assert names.find(roots, inner[1]) == "module.1"
+        assert names.holder(roots, inner[0].weight) == "module.0"
+        assert names.ordered(roots) == [wrapper, inner]

@@ -357,6 +357,8 @@ class ModuleNames:
         # (id(root), id(module)) -> (root ref, module ref, name): no weakref made per call.
         self._seen: dict[tuple[int, int], tuple[weakref.ref[Module], weakref.ref[Module], str]] = {}
         self._unheld: dict[int, weakref.ref[torch.Tensor]] = {}  # parameters no root holds
+        # ids of a set of roots -> those roots, outermost first
+        self._order: dict[tuple[int, ...], list[weakref.ref[Module]]] = {}
 
     def _tables(self, root: Module, key: int, which: int) -> tuple[dict[int, str], dict[int, str]]:
         """``root``'s tables, scanned again when ``key`` is not in table ``which``."""
@@ -382,21 +384,55 @@ class ModuleNames:
         self._seen[(id(root), id(module))] = (weakref.ref(root), weakref.ref(module), name)
         return name
 
+    def ordered(self, roots: Any) -> list[Module]:
+        """``roots`` outermost first, the same order in every run.
+
+        A root that another root holds (a model run both inside its DDP or Fabric
+        wrapper and on its own, as an evaluation often does) comes after the one
+        holding it, so an op is named by one path in forward and backward; roots
+        that hold each other in neither way, larger first, then by class name.
+        """
+        current = list(roots)
+        if len(current) < 2:
+            return current
+        key = tuple(sorted(map(id, current)))
+        hit = self._order.get(key)
+        if hit is not None:
+            got = [ref() for ref in hit]
+            if all(m is not None for m in got):
+                return got  # type: ignore[return-value]
+
+        def held_by(root: Module) -> int:
+            return sum(
+                1
+                for other in current
+                if other is not root and id(root) in self._tables(other, id(root), 0)[0]
+            )
+
+        def size(root: Module) -> int:
+            return len(self._tables(root, id(root), 0)[0])
+
+        order = sorted(current, key=lambda r: (held_by(r), -size(r), type(r).__qualname__))
+        if len(self._order) > 1_000:
+            self._order.clear()
+        self._order[key] = [weakref.ref(m) for m in order]
+        return order
+
     def find(self, roots: Any, module: Module) -> str:
-        """``module``'s path under the first of ``roots`` holding it, or ""."""
-        for root in list(roots):
+        """``module``'s path under the outermost of ``roots`` holding it, or ""."""
+        for root in self.ordered(roots):
             if id(module) in self._tables(root, id(module), 0)[0]:
                 return self.name(root, module)
         return ""
 
     def holder(self, roots: Any, param: torch.Tensor) -> str:
-        """The path of the module holding ``param`` directly, under the first of ``roots``
+        """The path of the module holding ``param`` directly, under the outermost of ``roots``
         holding it, or "". A parameter two modules share (a tied embedding) is its first
         holder's, as ``named_parameters`` names it."""
         miss = self._unheld.get(id(param))
         if miss is not None and miss() is param:
             return ""
-        for root in list(roots):
+        for root in self.ordered(roots):
             held = self._tables(root, id(param), 1)[1]
             if id(param) in held:
                 return held[id(param)] or ROOT_NAME

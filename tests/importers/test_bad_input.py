@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -133,3 +134,19 @@ def test_a_file_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     folder = trace("kineto/generated-gloo-cpu")
     line = _fails([str(folder), str(folder / "rank0.pt.trace.json.gz")], tmp_path / "run", capsys)
     assert "rank0.pt.trace.json.gz is given twice" in line
+
+
+def test_a_source_that_is_no_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A named pipe, a device and a broken link are named as what they are (never read)."""
+    fifo = tmp_path / "rank0.json"
+    os.mkfifo(fifo)
+    assert "is a named pipe, not a trace file" in _fails([str(fifo)], tmp_path / "run", capsys)
+    zero = tmp_path / "rank1.json"
+    zero.symlink_to("/dev/zero")
+    assert "is a device, not a trace file" in _fails([str(zero)], tmp_path / "run", capsys)
+    broken = tmp_path / "rank2.json"
+    broken.symlink_to(tmp_path / "gone.json")
+    assert "a broken link" in _fails([str(broken)], tmp_path / "run", capsys)
+    assert "no such file" in _fails([str(tmp_path / "none.json")], tmp_path / "run", capsys)

@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import io
 import os
+import stat
 import tarfile
 import zlib
 from pathlib import Path
@@ -60,7 +61,7 @@ def expand_sources(args: list[str], scratch: Path) -> dict[Path, SourceFile]:
             elif path.is_file():
                 files = [path]
             else:
-                raise UsageError(f"{path}: no such file or directory")
+                raise UsageError(f"{path}: {_what_else(path)}")
             for file in files:
                 real = os.path.realpath(file)
                 if real in seen:
@@ -71,6 +72,26 @@ def expand_sources(args: list[str], scratch: Path) -> dict[Path, SourceFile]:
                 else:
                     out[file] = SourceFile(str(file), sha256_of(file), file.stat().st_size)
     return out
+
+
+def _what_else(path: Path) -> str:
+    """Why ``path``, neither a folder nor a regular file, is no source."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken link" if path.is_symlink() else "no such file or directory"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    kind = (
+        "a named pipe"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    return f"is {kind}, not a trace file"
 
 
 def _hidden(path: Path, top: Path) -> bool:

@@ -33,6 +33,7 @@ from commlens.importers.commops import canonical_op
 from commlens.importers.model import Group, ImportedRun, Op, Provenance, RankTrace
 from commlens.importers.registry import ImportOptions
 from commlens.importers.sources import head_text, text_lines
+from commlens.optable import traffic
 
 NAME = "ds-log"
 _VERBOSE = re.compile(
@@ -48,7 +49,6 @@ _ROW = re.compile(
 )
 _NAME_LINE = re.compile(r"^(?P<op>[A-Za-z_][\w]*)(?: \| \[Caller Func: (?P<caller>[^\]]*)\])?\s*$")
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-_WHOLE = frozenset({"broadcast", "send", "recv", "reduce", "barrier"})
 
 
 def detect(path: Path) -> bool:
@@ -155,7 +155,7 @@ def _world_from(lines: list[_Line]) -> int | None:
     sizes = set()
     for line in lines:
         op = canonical_op(line.name)
-        if op is None or op in _WHOLE or line.ratio is None or not 0.0 < line.ratio < 1.0:
+        if op is None or not traffic(op).shared or line.ratio is None or not 0.0 < line.ratio < 1.0:
             continue
         sizes.add(round(1.0 / (1.0 - line.ratio)))
     return max(sizes) if sizes else None

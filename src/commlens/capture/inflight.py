@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from commlens.capture.context import STATES
 from commlens.capture.ops import dtype_name
+from commlens.safefile import open_own
 from commlens.trace.layout import inflight_path, stacks_path
 from commlens.trace.manifest import write_json_atomic
 
@@ -144,8 +145,13 @@ class StackDumps:
         """Only where the signal is the default's: a program's own handler is kept."""
         if self.file is not None or signal.getsignal(STACK_SIGNAL) is not signal.SIG_DFL:
             return
-        self.path = stacks_path(run_dir, rank)
-        self.file = open(self.path, "w")  # open while the rank lives
+        path = stacks_path(run_dir, rank)
+        try:
+            fd = open_own(path)  # never through a link commlens did not make
+        except OSError:
+            return  # something else is there: no stacks rather than writing into it
+        self.path = path
+        self.file = os.fdopen(fd, "w")  # open while the rank lives
         faulthandler.register(STACK_SIGNAL, file=self.file, all_threads=True, chain=False)
 
     def unregister(self) -> None:

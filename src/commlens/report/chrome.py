@@ -6,7 +6,8 @@ run's first op) with its fields under the PyTorch profiler's argument names
 time on one capture path (async ops, DDP buckets) go on extra tracks, since
 complete events of one track must nest. Steps are async
 spans (``ph: "b"``/``"e"``, category ``step``) on each rank. Events stream
-from DuckDB in batches, so a large run is never held in memory as JSON.
+from DuckDB in batches, so a large run is never held in memory as JSON. A
+selection of ranks keeps their processes only (``otherData.ranks`` names them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
+from commlens.trace.files import format_ranks
 from commlens.trace.reader import RunView
 
 # (api, is_async) -> (tid, thread name)
@@ -37,7 +39,7 @@ _QUERY = """
 SELECT rank, seq, op, api, pg_name, pg_ranks, group_size, role, dtype, count, bytes_in,
        bytes_out, size_bytes, peer, is_async, t_issue_ns, t_end_ns, t_wait_ns, step, phase,
        module
-FROM events ORDER BY rank, t_issue_ns, seq
+FROM events {where} ORDER BY rank, t_issue_ns, seq
 """
 
 
@@ -80,10 +82,22 @@ def _op_event(e: dict[str, Any], t0: int) -> dict[str, Any]:
     }
 
 
-def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, Any]]:
-    """Every trace event of ``run``: metadata, steps, then ops (rank by rank)."""
+def _where(ranks: list[int] | None) -> str:
+    """The SQL filter that keeps ``ranks`` (all when None)."""
+    return "" if ranks is None else f"WHERE rank IN ({', '.join(map(str, [*ranks, -1]))})"
+
+
+def trace_events(
+    run: RunView, batch_rows: int = 65536, ranks: list[int] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every trace event of ``run`` (of ``ranks`` only, when given): metadata, steps,
+    then ops (rank by rank). Times count from the first op of the whole run, so that
+    traces of different selections line up."""
+    where = _where(ranks)
     row = run.row("SELECT min(t_issue_ns) FROM events")
-    steps = run.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+    steps = run.sql(
+        f"SELECT rank, step, t_start_ns, t_end_ns FROM steps {where} ORDER BY rank, step"
+    )
     starts = [
         t
         for t in (
@@ -93,9 +107,11 @@ def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, An
         if t
     ]
     t0 = int(min(starts)) if starts else 0
-    ranks = run.sql("SELECT rank, status FROM ranks ORDER BY rank").to_pylist()
-    threads = run.sql("SELECT DISTINCT rank, api, is_async FROM events ORDER BY ALL").to_pylist()
-    for r in ranks:
+    processes = run.sql(f"SELECT rank, status FROM ranks {where} ORDER BY rank").to_pylist()
+    threads = run.sql(
+        f"SELECT DISTINCT rank, api, is_async FROM events {where} ORDER BY ALL"
+    ).to_pylist()
+    for r in processes:
         label = f"rank {r['rank']}" + (" (missing)" if r["status"] == "missing" else "")
         yield {"name": "process_name", "ph": "M", "pid": r["rank"], "args": {"name": label}}
         yield {
@@ -121,7 +137,7 @@ def trace_events(run: RunView, batch_rows: int = 65536) -> Iterator[dict[str, An
         yield {**span, "ph": "b", "ts": round((s["t_start_ns"] - t0) / 1e3, 3)}
         yield {**span, "ph": "e", "ts": round((s["t_end_ns"] - t0) / 1e3, 3)}
     lanes = _Lanes()
-    reader = run.con.sql(_QUERY).to_arrow_reader(batch_rows)
+    reader = run.con.sql(_QUERY.format(where=where)).to_arrow_reader(batch_rows)
     for batch in reader:
         for e in batch.to_pylist():
             event = _op_event(e, t0)
@@ -158,19 +174,23 @@ def _lane_tid(tid: int, lane: int) -> int:
     return tid if lane == 0 else 100 * (tid + 1) + lane
 
 
-def write_chrome_trace(run: RunView, out: IO[str]) -> int:
-    """Write the trace JSON to ``out``; returns the number of op events."""
+def write_chrome_trace(run: RunView, out: IO[str], ranks: list[int] | None = None) -> int:
+    """Write the trace JSON (of ``ranks`` only, when given) to ``out``; returns the
+    number of op events."""
     run.check_pages()  # a rank with damaged pages is left out before anything is written
     out.write('{"displayTimeUnit": "ms", "otherData": ')
-    out.write(
-        json.dumps(
-            {"generator": "commlens", "run": str(run.path), "missing_ranks": run.missing_ranks}
-        )
-    )
+    other: dict[str, Any] = {
+        "generator": "commlens",
+        "run": str(run.path),
+        "missing_ranks": run.missing_ranks,
+    }
+    if ranks is not None:
+        other["ranks"] = format_ranks(ranks)
+    out.write(json.dumps(other))
     out.write(', "traceEvents": [\n')
     n_ops = 0
     first = True
-    for event in trace_events(run):
+    for event in trace_events(run, ranks=ranks):
         if not first:
             out.write(",\n")
         first = False

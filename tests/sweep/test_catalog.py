@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from commlens.cli.main import main
+from commlens.report.sweep import build_sweep_document, render_sweep, save_figures
 from commlens.sweep import findings
 from commlens.sweep.catalog import is_sweep_dir, open_catalog, write_catalog
-from commlens.sweep.report import build_sweep_document, render_sweep, save_figures
 
 
 def record(

@@ -102,7 +102,7 @@ def test_the_demo_summary_in_every_format(tmp_path: Path) -> None:
     import json
 
     from commlens.report.formats import get_renderer
-    from commlens.sweep.summary import demo_document
+    from commlens.report.sweep_summary import demo_document
 
     records = [_record("dp", "2 nodes, 100mbit"), _record("pp", "2 nodes, unshaped", "failed")]
     speed = [
@@ -138,8 +138,8 @@ def test_the_sweep_summary_and_list_in_every_format(
 
     from commlens.cli.main import main
     from commlens.report.formats import get_renderer
+    from commlens.report.sweep_summary import outcome_document, status_line
     from commlens.sweep.runner import SweepOutcome
-    from commlens.sweep.summary import outcome_document, status_line
 
     ok, failed = _record("dp", "loopback"), _record("tp", "loopback", "failed")
     outcome = SweepOutcome(

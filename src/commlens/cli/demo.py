@@ -38,12 +38,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from commlens.cli.sweep import execute, progress_console
     from commlens.report.output import emit
+    from commlens.report.sweep import render_sweep
+    from commlens.report.sweep_summary import demo_document
     from commlens.sweep.catalog import clear_sweep, open_catalog
     from commlens.sweep.demo import demo_plan
     from commlens.sweep.findings import link_speedup
-    from commlens.sweep.report import render_sweep
-    from commlens.sweep.sections import point_spreads
-    from commlens.sweep.summary import demo_document
+    from commlens.sweep.spread import point_spreads
 
     console = progress_console(args)
     plan = demo_plan(False if args.loopback else None)

@@ -168,7 +168,7 @@ def run_report(args: argparse.Namespace) -> int:
     from commlens.trace.reader import open_run
 
     if is_sweep_dir(args.run):  # a `commlens sweep` directory: tables and plots across the grid
-        from commlens.sweep.report import render_sweep
+        from commlens.report.sweep import render_sweep
 
         render_sweep(args.run, args.format, args.output, width=args.width)
         return 0

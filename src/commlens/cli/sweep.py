@@ -62,9 +62,9 @@ def execute(spec: SweepSpec, out: Path, console: Console, recollect: bool = Fals
     """Run the sweep under a progress bar naming the point being run (on a console that
     is no terminal: a line as each point starts, and one every so often while it runs)."""
     from commlens.cli.progress import Progress
+    from commlens.report.sweep_summary import status_line
     from commlens.sweep.grid import expand
     from commlens.sweep.runner import run_sweep
-    from commlens.sweep.summary import status_line
 
     points = expand(spec)
     with Progress(console, "sweep", total=len(points), every_s=30.0) as progress:
@@ -98,9 +98,9 @@ def _sigterm(signum: int, frame: Any) -> None:
 def run(args: argparse.Namespace) -> int:
 
     from commlens.report.output import emit
+    from commlens.report.sweep_summary import outcome_document, points_document
     from commlens.sweep.grid import expand
     from commlens.sweep.spec import load_spec
-    from commlens.sweep.summary import outcome_document, points_document
 
     spec = load_spec(args.file)
     name = spec.settings.name
@@ -116,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, old)
     figures: list[Path] = []
     if args.report:
-        from commlens.sweep.report import render_sweep
+        from commlens.report.sweep import render_sweep
 
         render_sweep(out, None, args.report)
     if args.figures:
-        from commlens.sweep.report import save_figures
+        from commlens.report.sweep import save_figures
 
         figures = save_figures(out, args.figures, prefix=f"{name}-")
     emit(outcome_document(name, outcome, args.report, figures), None, args.format, width=args.width)

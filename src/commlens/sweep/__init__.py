@@ -1,7 +1,7 @@
 """Sweeps: a grid of `commlens run` points, resumable, with a DuckDB catalog and a report.
 
 ``commlens sweep FILE.toml`` (:func:`run_sweep`), ``commlens report SWEEP_DIR``
-(:func:`commlens.sweep.report.render_sweep`), ``commlens demo``.
+(:func:`commlens.report.sweep.render_sweep`), ``commlens demo``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.safefile import META_LIMIT, read_json
+from commlens.sweep.catalog import point_dir
 from commlens.trace.layout import MANIFEST
 
 
@@ -179,3 +180,13 @@ def link_findings(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Sprea
         if compared:
             lines.append(f"{model}: {compared}" if len(models) > 1 else compared)
     return lines
+
+
+def point_spreads(sweep: Path, ids: list[str]) -> dict[str, Spread]:
+    """The step spread of each point that has a run (by point id)."""
+    found = {}
+    for point_id in ids:
+        s = run_spread(point_dir(sweep, point_id) / "run")
+        if s is not None:
+            found[point_id] = s
+    return found

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from commlens.report.document import Document
+from commlens.report.sweep_sections import sweep_sections
 from commlens.sweep.catalog import SPEC_FILE, open_catalog
-from commlens.sweep.sections import sweep_sections
 from commlens.units import plural
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from commlens.report import sweep_plots as figures
 from commlens.report.document import Column, Section
-from commlens.sweep import figures, findings
-from commlens.sweep.catalog import point_dir
-from commlens.sweep.spread import Spread, link_findings, run_spread
+from commlens.sweep import findings
+from commlens.sweep.spread import link_findings, point_spreads
 
 
 def _section(
@@ -38,16 +38,6 @@ def _link_note(speed: pa.Table, sweep: Path | None) -> str:
     ids = [r[k] for r in rows for k in ("slowest_id", "fastest_id")]
     spreads = point_spreads(sweep, ids) if sweep is not None else {}
     return "\n".join(link_findings(rows, spreads))
-
-
-def point_spreads(sweep: Path, ids: list[str]) -> dict[str, Spread]:
-    """The step spread of each point that has a run (by point id)."""
-    found = {}
-    for point_id in ids:
-        s = run_spread(point_dir(sweep, point_id) / "run")
-        if s is not None:
-            found[point_id] = s
-    return found
 
 
 def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:

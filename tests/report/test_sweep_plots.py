@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from matplotlib.patches import Rectangle
 
-from commlens.sweep.figures import sizes
+from commlens.report.sweep_plots import sizes
 
 
 def test_sizes_is_grouped_bars_over_every_log2_bucket() -> None:

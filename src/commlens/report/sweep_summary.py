@@ -1,7 +1,7 @@
 """What ``commlens sweep`` and ``commlens demo`` print, as Documents for
 :mod:`commlens.report`'s renderers: the points (``--list``), a line per finished
 point, what one start did, and the demo's points side by side. The report of a
-sweep directory is :mod:`commlens.sweep.report`.
+sweep directory is :mod:`commlens.report.sweep`.
 """
 
 from __future__ import annotations

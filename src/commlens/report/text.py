@@ -9,7 +9,8 @@ than the width is fitted to it: column titles wrap at their spaces first, then
 text cells at theirs, then words longer than half the width fold, the columns
 with the most room to give shrinking first. Numbers are never wrapped nor cut:
 a table whose columns cannot shrink enough is shown in parts, each with the
-row's leading text columns (its key) and as many others as fit. Prose (facts,
+row's key (its leading text columns, and the leading numbers, such as a step or
+a size bucket, that tell its rows apart) and as many others as fit. Prose (facts,
 warnings, intro, highlights, notes) wraps at the width, with a hanging indent.
 """
 
@@ -19,7 +20,7 @@ import io
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich import box
@@ -99,12 +100,31 @@ def column_widths(extents: Sequence[Extent], room: int) -> list[int]:
     return widths
 
 
+def key_columns(
+    numeric: Sequence[bool], cells: Sequence[Sequence[str]], fits: Callable[[list[int]], bool]
+) -> list[int]:
+    """The leading columns that name a row, repeated in every part of a split table: the
+    leading text columns, then further leading columns (numbers too: a step, a size
+    bucket) until no two rows show the same key, as far as ``fits`` allows."""
+    keys: list[int] = []
+    for i in range(len(numeric)):
+        named = len({tuple(row[k] for k in keys) for row in cells}) == len(cells)
+        if not fits([*keys, i]) or (numeric[i] and named):
+            break
+        keys.append(i)
+    return keys
+
+
 def table_parts(
-    numeric: Sequence[bool], floors: Sequence[int], width: int, gap: int = GAP
+    numeric: Sequence[bool],
+    floors: Sequence[int],
+    width: int,
+    gap: int = GAP,
+    cells: Sequence[Sequence[str]] = (),
 ) -> list[list[int]]:
     """The columns of each part of a table shown in ``width`` columns: all in one when
-    their floors fit, else the leading text columns (the row's key) repeated in each
-    part with as many of the others as fit."""
+    their floors fit, else the row's key (:func:`key_columns` of the shown ``cells``,
+    in at most half the width) repeated in each part with as many others as fit."""
     every = list(range(len(floors)))
 
     def need(cols: list[int]) -> int:
@@ -112,11 +132,7 @@ def table_parts(
 
     if need(every) <= width:
         return [every]
-    keys: list[int] = []
-    for i in every:
-        if numeric[i] or need([*keys, i]) > width // 2:
-            break
-        keys.append(i)
+    keys = key_columns(numeric, cells, lambda cols: need(cols) <= width // 2)
     parts: list[list[int]] = []
     current: list[int] = []
     for i in every[len(keys) :]:
@@ -214,7 +230,7 @@ class TextRenderer(Renderer):
         naturals, floors = [e.natural for e in extents], [e.floor for e in extents]
         gap, parts = GAP, [list(range(len(floors)))]
         if width is not None:
-            parts = table_parts(numeric, floors, width)
+            parts = table_parts(numeric, floors, width, GAP, shown)
             if len(parts) > 1 and len(table_parts(numeric, floors, width, TIGHT_GAP)) == 1:
                 gap, parts = TIGHT_GAP, [list(range(len(floors)))]
         keys = section.table.column(section.group_by).to_pylist() if section.group_by else []

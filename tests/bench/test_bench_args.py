@@ -50,6 +50,7 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["--fit", "{tmp}/p.toml", "--fit-name", ""], "non-empty name"),
         (["--fit", "{tmp}/p.toml", "--fit-name", "a\nb"], "printable line"),
         (["--fit-name", "lab"], "need --fit FILE.toml"),
+        (["--fit-min-r2", "0.8"], "need --fit FILE.toml"),
         (["--fit", "{tmp}/p.toml", "-o", "{tmp}/p.toml"], "name the same file"),
         (["--nproc", "2000"], "--nproc 2,000 is more ranks than one host runs"),
         (["--nproc", "0"], "--nproc must be at least 1"),
@@ -198,3 +199,63 @@ def test_fit_lines_and_profile(
     err = capsys.readouterr().err
     assert "fit all_reduce: t = 69.8 µs + S / 0.034 GB/s (r2 1.0000, max error 0.0%)" in err
     assert "wrote network profile" in err and target.exists()
+
+
+def _scattered_report(scatter: list[float]) -> Callable[..., runner.BenchReport]:
+    """A bench whose all_reduce grows 1 µs per KB but each size's time is scaled by its
+    own factor (a busy host's scatter)."""
+
+    def fake_bench(cfg: BenchConfig, on_row: Any = None) -> runner.BenchReport:
+        rows = []
+        for k, s in zip(scatter, cfg.sizes, strict=True):
+            t = (1e-3 + s * 1e-9) * k
+            rows.append(
+                {"op": "all_reduce", "size_bytes": s, "count": s // 4, "dtype": "float32",
+                 "ranks": 2, "nodes": 1, "iters": 2, "ok": True, "time_min_s": t,
+                 "time_mean_s": t, "time_max_s": t, "time_p50_s": t, "time_p99_s": t,
+                 "algbw_GB/s": s / t / 1e9, "busbw_GB/s": s / t / 1e9,
+                 "busbw_Gbit/s": 8 * s / t / 1e9}
+            )  # fmt: skip
+        return runner.BenchReport(cfg, rows)
+
+    return fake_bench
+
+
+SIZES_6 = "64K:2M:2"  # 64K .. 2M: six sizes
+
+
+def test_a_poor_fit_is_refused_and_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "run_bench", _scattered_report([3.0, 0.4, 2.5, 0.5, 3.0, 0.9]))
+    target = tmp_path / "p.toml"
+    code = main(["bench", "--sizes", SIZES_6, "--fit", str(target), "-o", os.devnull])
+    *progress, err = capsys.readouterr().err.strip().splitlines()
+    assert all(line.startswith("bench: ") for line in progress)
+    assert code != 0 and err.startswith("commlens bench: error: poor fit: all_reduce r2 ")
+    assert "is below 0.5" in err and "nothing written" in err
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    # accepted when asked, with the warning that it is poor
+    assert main(["bench", "--sizes", SIZES_6, "--fit", str(target), "--fit-min-r2", "-5"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: poor fit: all_reduce r2 " in err and target.exists()
+
+
+def test_a_good_fit_is_written_without_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "run_bench", _scattered_report([1.02, 0.98, 1.01, 0.99, 1.0, 1.0]))
+    target = tmp_path / "p.toml"
+    assert main(["bench", "--sizes", SIZES_6, "--fit", str(target), "-o", os.devnull]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "fit all_reduce: " in err and target.exists()
+    assert "r2 0.99" in err or "r2 1.0000" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "1.5", "lots"])
+def test_fit_min_r2_must_be_a_number_at_most_1(
+    value: str, tmp_path: Path, no_ranks: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--fit", str(tmp_path / "p.toml"), "--fit-min-r2", value])
+    assert exc.value.code == 2 and "--fit-min-r2" in capsys.readouterr().err

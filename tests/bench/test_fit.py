@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlens.bench.fit import fit_line, fit_report, profile_dict, write_profile
+from commlens.bench.fit import (
+    FitQuality,
+    fit_line,
+    fit_report,
+    judge_fits,
+    profile_dict,
+    write_profile,
+)
 from commlens.bench.runner import BenchConfig, BenchReport, run_bench
 from commlens.errors import UsageError
 from commlens.predict.cost import flat_time
@@ -161,3 +168,52 @@ def test_profile_fitted_on_a_link_has_the_link_rate(tmp_path: Path) -> None:
             "ring",
         )
         assert 0.5 < predicted / row["time_p50_s"] < 2.0, row
+
+
+def _scattered(
+    op: str, n: int, a: float, b: float, scatter: list[float]
+) -> list[dict[str, object]]:
+    """``_rows`` with each size's time scaled by its own factor (a busy host's scatter)."""
+    rows = _rows(op, n, a, b)
+    for row, k in zip(rows, scatter, strict=True):
+        row["time_p50_s"] = row["time_mean_s"] = float(row["time_p50_s"]) * k  # type: ignore[arg-type]
+    return rows
+
+
+def test_a_good_fit_passes_the_quality_gate() -> None:
+    cfg = BenchConfig(ops=["all_reduce", "sendrecv"], nproc=4, nodes=2, backend="gloo")
+    rows = _rows("all_reduce", 4, 200e-6, 8e-9, noise=0.03) + _rows("sendrecv", 4, 50e-6, 8e-9)
+    fits = fit_report(BenchReport(cfg, rows))
+    assert all(f.r2 > 0.99 for f in fits)
+    quality = judge_fits(fits)
+    assert quality.refused == [] and quality.warned == []
+
+
+def test_a_scattered_fit_is_refused_and_a_middling_one_warned() -> None:
+    # Times that grow with size but scatter by up to 3x about the line (as at load 12):
+    # r2 far below 0.5. A milder scatter leaves r2 between 0.5 and 0.9: a warning.
+    cfg = BenchConfig(ops=["all_reduce", "all_gather"], nproc=4, nodes=2, backend="gloo")
+    wild = [3.0, 0.4, 2.5, 0.5, 1.0, 3.0, 0.6]
+    mild = [1.0, 1.0, 1.0, 1.0, 1.0, 0.55, 1.3]
+    rows = _scattered("all_reduce", 4, 2e-3, 1e-9, wild)
+    rows += _scattered("all_gather", 4, 1e-3, 1e-9, mild)
+    fits = {f.op: f for f in fit_report(BenchReport(cfg, rows))}
+    assert not fits["all_reduce"].flat and fits["all_reduce"].r2 < 0.5
+    assert 0.5 <= fits["all_gather"].r2 < 0.9
+    quality = judge_fits(list(fits.values()))
+    assert [q.split()[0] for q in quality.refused] == ["all_reduce"]
+    assert [q.split()[0] for q in quality.warned] == ["all_gather"]
+    assert judge_fits(list(fits.values()), min_r2=-10.0).refused == []  # --fit-min-r2 accepts
+
+
+def test_a_flat_fit_is_judged_by_its_spread_not_r2() -> None:
+    # A flat op's r2 is about 0 whatever its quality: it is warned of only when its
+    # times lie far from its latency.
+    cfg = BenchConfig(ops=["all_reduce", "sendrecv"], nproc=4, nodes=2, backend="gloo")
+    tight = _rows("all_reduce", 4, 2e-3, -1e-11, noise=0.02) + _rows("sendrecv", 4, 5e-5, 8e-9)
+    fits = fit_report(BenchReport(cfg, tight))
+    assert next(f for f in fits if f.op == "all_reduce").flat
+    assert judge_fits(fits) == judge_fits(fits, min_r2=0.99) == FitQuality([], [])
+    loose = _rows("all_reduce", 4, 2e-3, -1e-11, noise=0.5) + _rows("sendrecv", 4, 5e-5, 8e-9)
+    quality = judge_fits(fit_report(BenchReport(cfg, loose)))
+    assert quality.refused == [] and [q.split()[0] for q in quality.warned] == ["all_reduce"]

@@ -15,6 +15,15 @@ noise) is *flat*: ``t(S) = A``, and the profile gives it its latency only, so
 that it takes the link's per-byte rate, which comes from the preferred op that
 did grow. When no op grew, there is no rate to write and the fit fails.
 
+The fit's quality decides whether the profile is written (:func:`judge_fits`):
+an op that grew with size and whose line explains less than ``--fit-min-r2``
+(default 0.5) of its times' variance is refused, and nothing is written; below
+0.9 it is written with a warning. Times that scatter that much about a line come
+from a busy host (a fit made at a load average of 12 had r² from −0.51 to 0.69
+and predicted worse than the built-in model of its link). A flat op has no line
+whose r² could be judged: its spread about its latency (the largest relative
+error) is warned of when above 25%.
+
 To calibrate the link between nodes, run one rank per node (``--nproc K
 --nodes K --link RATE``): with several ranks per node the measured op also
 contains the loopback part, which the model's hierarchical fabric charges to
@@ -77,6 +86,40 @@ class OpFit:
         steps = flat_time(op, 0.0, self.n, 1.0, 0.0, "ring")
         per_byte = flat_time(op, 1.0, self.n, 0.0, 1.0, "ring")
         return self.intercept_s / steps, self.slope_s_per_byte / per_byte
+
+
+R2_MIN = 0.5
+"""Below this r², an op's fit is refused (``--fit-min-r2``' default)."""
+R2_WARN = 0.9
+"""Below this r², an op's fit is written with a warning."""
+FLAT_SPREAD_WARN = 0.25
+"""A flat op whose times lie further than this from its latency is warned of."""
+
+
+@dataclass(frozen=True)
+class FitQuality:
+    """What :func:`judge_fits` found: the ops refused and the ops warned of, one line each."""
+
+    refused: list[str]
+    warned: list[str]
+
+
+def judge_fits(fits: list[OpFit], min_r2: float = R2_MIN) -> FitQuality:
+    """The fits' quality against ``min_r2`` (refused below) and :data:`R2_WARN` (warned):
+    r² for an op that grew with size, the spread about its latency for a flat one."""
+    refused, warned = [], []
+    for f in fits:
+        if f.flat:
+            if f.max_rel_err > FLAT_SPREAD_WARN:
+                warned.append(
+                    f"{f.op} is flat over its sizes and its times lie up to "
+                    f"{f.max_rel_err:.0%} from its latency"
+                )
+        elif f.r2 < min_r2:
+            refused.append(f"{f.op} r2 {f.r2:.2f} is below {min_r2:g}")
+        elif f.r2 < R2_WARN:
+            warned.append(f"{f.op} r2 {f.r2:.2f} is below {R2_WARN:g}")
+    return FitQuality(refused, warned)
 
 
 def fit_line(sizes: list[float], times: list[float]) -> tuple[float, float]:

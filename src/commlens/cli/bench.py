@@ -11,6 +11,7 @@ from commlens.bench.sizes import format_size, parse_size, parse_sizes
 from commlens.cli.report import add_width_option
 from commlens.errors import UsageError
 from commlens.job.options import TOTAL_RANKS_HELP, TotalRanks, add_node_options, resolve_nproc
+from commlens.numbers import number_type
 from commlens.report.formats import FORMATS
 
 MIN, MAX = "8", "64M"
@@ -104,6 +105,14 @@ def register(subparsers: Any) -> None:
         default="0",
         help="fit only sizes of at least this, e.g. 64K (default 0: all)",
     )
+    p.add_argument(
+        "--fit-min-r2",
+        default=None,
+        type=number_type(high=1.0),
+        metavar="R2",
+        help="refuse the fit (write nothing) when an op that grew with size has r2 below "
+        "this; below 0.9 it is written with a warning (default 0.5)",
+    )
     p.set_defaults(func=run)
 
 
@@ -163,8 +172,8 @@ def _check_fit(args: argparse.Namespace, cfg: BenchConfig) -> tuple[Path | None,
     from commlens.predict.profiles import check_profile_name
 
     if not args.fit:
-        if args.fit_name is not None or args.fit_min_size != "0":
-            raise UsageError("--fit-name and --fit-min-size need --fit FILE.toml")
+        if args.fit_name is not None or args.fit_min_size != "0" or args.fit_min_r2 is not None:
+            raise UsageError("--fit-name, --fit-min-size and --fit-min-r2 need --fit FILE.toml")
         return None, 0
     fit_path = Path(args.fit)
     if fit_path.suffix != ".toml":
@@ -227,13 +236,20 @@ def check_args(args: argparse.Namespace) -> tuple[BenchConfig, Path | None, int]
 
 
 def _fitted_profile(
-    report: BenchReport, fit_min: int, fit_path: Path, name: str
-) -> tuple[list[OpFit], dict[str, Any]]:
-    """The fits and the profile dict, refused (nothing written) if the model would not load it."""
-    from commlens.bench.fit import fit_report, profile_dict
+    report: BenchReport, fits: list[OpFit], fit_path: Path, name: str, min_r2: float
+) -> tuple[dict[str, Any], list[str]]:
+    """The profile dict and the warnings on the fits' quality; refused (nothing written)
+    if an op's fit is poor or the model would not load it."""
+    from commlens.bench.fit import judge_fits, profile_dict
     from commlens.predict.profiles import profile_from_dict
 
-    fits = fit_report(report, min_size=fit_min)
+    quality = judge_fits(fits, min_r2)
+    if quality.refused:
+        raise UsageError(
+            f"poor fit: {'; '.join(quality.refused)} (the times scatter about the line: a busy "
+            "host?); nothing written (bench again on a quieter host, fit larger sizes with "
+            "--fit-min-size, or accept it with a lower --fit-min-r2)"
+        )
     try:
         profile = profile_dict(report, fits, name)
         profile_from_dict(profile, f"fitted profile for {fit_path}")
@@ -241,7 +257,7 @@ def _fitted_profile(
         raise UsageError(
             f"{exc}; nothing written (fit larger sizes with --fit-min-size, or a slower --link)"
         ) from None
-    return fits, profile
+    return profile, quality.warned
 
 
 def run(args: argparse.Namespace) -> int:
@@ -257,13 +273,21 @@ def run(args: argparse.Namespace) -> int:
     report = _run_with_progress(cfg, err)
     emit(bench_document(report), args.output, args.format, width=args.width)
     if fit_path is not None:
-        from commlens.bench.fit import write_profile
+        from commlens.bench.fit import R2_MIN, fit_report, write_profile
 
         name = fit_path.stem if args.fit_name is None else args.fit_name
-        fits, profile = _fitted_profile(report, fit_min, fit_path, name)
+        fits = fit_report(report, min_size=fit_min)
+        min_r2 = R2_MIN if args.fit_min_r2 is None else args.fit_min_r2
+        profile, warned = _fitted_profile(report, fits, fit_path, name, min_r2)
         write_profile(fit_path, profile)
         for f in fits:
             err.print(fit_line(f))
+        for why in warned:
+            err.print(
+                f"warning: poor fit: {why}; the profile may predict worse than the "
+                "built-in model of the link",
+                markup=False,
+            )
         err.print(f"wrote network profile {fit_path}")
     wrong = [f"{r['op']} {format_size(r['size_bytes'])}" for r in report.measured if not r["ok"]]
     if wrong:

@@ -1,346 +1,391 @@
-"""Benchmark: how close ``commlens whatif`` comes to runs measured on other links.
+"""Benchmark: how close `commlens whatif` comes to measured runs, beside the host's noise.
 
-    .venv/bin/python benchmarks/whatif_accuracy.py [--quick] [--out DIR] [--reuse]
-        [--model gpt-tiny] [--steps 6] [--capture 50mbit] [--links 20mbit,unshaped]
-        [--fit-links]
+    .venv/bin/python benchmarks/whatif_accuracy.py [--set main,scale,fsdp2] [--windows N]
+        [--quick] [--out DIR] [--real JOB] [--first-window K] [--fit-unshaped]
 
-Needs root (network namespaces). For each scheme (dp, zero3, tp, pp 1f1b, 3d)
-on 4 ranks over 2 emulated nodes it runs ``commlens run --nproc 4 --nodes 2
---link RATE`` on the capture link and on every other link (the third-party
-scripts ``ddp-script`` and ``fsdp2-script``, named in ``--schemes``: ``commlens
-trace --nproc 4 --nodes 2 --link RATE -- python examples/SCRIPT STEPS``), then replays the
-capture for all of them with ``whatif`` (default calibration: the run's
-recorded link rate plus per-op CPU terms fitted from the run itself; the
-unshaped link, whose rate depends on the host's CPU and load, gets the
-profile ``commlens bench --fit`` measures on it just before its first run,
-unless ``--no-fit``; with ``--fit-links`` every emulated link, the capture
-link included, gets the profile ``bench --fit`` measures on it too, once per
-link, kept in ``--out`` as ``LINK-fit.toml``, the capture replayed with
-``--profile`` of its own link's) and prints, per (scheme, link), the predicted and
-measured median step times and the error; then the schemes ordered by link
-sensitivity (slowest link's step over the fastest's), predicted and measured.
-The self-replay row is the capture predicted on its own link. With ``--repeats N``
-every run is made N times and every capture-link run is replayed (a row per
-capture); the sensitivity order is then also checked pair by pair, for the pairs
-of schemes whose ratios over the repeats do not overlap.
+Needs root (network namespaces). Drives commlens through its command line only
+(``trace``, ``run``, ``whatif --format json``, ``bench --fit``).
 
-The default links are slow so that gpt-tiny's messages (a 564 KB gradient
-all-reduce for dp) keep the link busy: the shaper lets its bucket (4 ms of the rate,
-500 KB at 1 Gbit/s; the manifest's ``burst_bytes``) through at full speed
-after the link was idle; the replay credits it once per op, but on a link
-whose bucket holds most of an op (gpt-tiny at 1 Gbit/s) the measured step
-hardly depends on the rate and the bucket's state decides it.
+``main`` (a window of about 10 minutes on an idle 2-core host): three jobs on 4
+ranks over 2 emulated nodes, captured at 1 Gbit/s and predicted for 200 Mbit/s
+and the unshaped link:
 
-``--quick`` runs 4 steps of each (about 8 minutes on a loaded 2-core host;
-its median of 3 steps moves by several percent from run to run: the default
-6 steps are steadier); on a loaded host the unshaped link's steps vary most
-(CPU-bound), so each capture line gives the load average it ran at;
-``--reuse`` keeps runs already in ``--out`` (re-analysis only).
+- ``ddp-sleep`` and ``pp-sleep`` (``benchmarks/accuracy_job.py``): compute that
+  sleeps instead of using the CPU, DDP's buckets overlapped with it and a
+  blocking metric all-reduce; the pipeline variant's send/recv on the critical
+  path;
+- one real job, rotating over the windows through the built-in schemes of
+  gpt-tiny and the example scripts (``--real`` picks one).
+
+The runs are interleaved (each repeat runs every link, each link every job),
+three times, with the load average logged per run. Each capture's prediction
+and the mean of the captures' predictions are scored against the mean of the
+link's runs, with the noise floor (one repeated run predicting the others) and
+the runs' coefficient of variation beside them, then the predicted and
+measured sensitivity (200 Mbit/s over unshaped). A window is void, counted and
+run again (``--max-void`` times), not scored, when a controlled job's runs vary
+by more than 5% (cv) on any link; a real job's cell is judged only where twice
+its noise (the larger cv of its link's runs and of the captures) is within
+10%, else printed as "host noise too large".
+
+``scale``: ``ddp-sleep`` and gpt-tiny's ``zero3`` captured on 2 ranks (one per
+node, 1 Gbit/s), predicted with ``whatif --dp 4 --nodes 2 --ranks-per-node 2``
+against runs on 4 ranks over 2 nodes; and those 4-rank runs predicted with
+``--nodes 4 --ranks-per-node 1`` against runs on 4 nodes.
+
+``fsdp2``: ``examples/fsdp2_train.py`` (plain ``fully_shard``) on 2 ranks over
+2 nodes, captured unshaped and predicted for 200 Mbit/s against runs there:
+within 10%, and never faster than the capture's own-link replay.
+
+Steps are medians over the steps after the first (``whatif --steps 1:``; the
+measured step of every run is the ``captured`` figure of its own ``whatif``
+answer). ``--quick``: 6 steps, 2 repeats, one window.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SCHEMES: dict[str, list[str]] = {
+from accuracy_table import Cell, Window, cv, mean, table
+
+CAPTURE, SLOW, FAST = "1gbit", "200mbit", "unshaped"
+LINKS = (CAPTURE, SLOW, FAST)
+JOB = "benchmarks/accuracy_job.py"
+CONTROLLED: dict[str, list[str]] = {"ddp-sleep": [JOB, "ddp"], "pp-sleep": [JOB, "pp"]}
+BUILTIN: dict[str, list[str]] = {
     "dp": ["--scheme", "dp"],
     "zero3": ["--scheme", "zero3"],
     "tp": ["--scheme", "tp", "--tp", "4"],
     "pp": ["--scheme", "pp", "--pp", "2", "--microbatches", "4", "--schedule", "1f1b"],
     "3d": ["--scheme", "3d", "--tp", "2", "--pp", "2", "--microbatches", "2"],
 }
-SCRIPTS: dict[str, str] = {
-    "ddp-script": "examples/ddp_train.py",
-    "fsdp2-script": "examples/fsdp2_train.py",
+SCRIPTS: dict[str, list[str]] = {
+    "ddp-script": ["examples/ddp_train.py"],
+    "fsdp2-script": ["examples/fsdp2_train.py"],
 }
-"""Third-party jobs, traced (``commlens trace --nproc 4 --nodes 2``), not run: plain
-DDP and FSDP2 scripts that know nothing of commlens, given the step count."""
-UNSHAPED = "unshaped"
+REAL = ["dp", "ddp-script", "zero3", "fsdp2-script", "pp", "tp", "3d"]
+"""The real jobs in the order the windows rotate through them."""
+SETS = ("main", "scale", "fsdp2")
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class Row:
-    """One (scheme, link, capture): the step ``whatif`` predicts from the capture link's
-    run ``capture`` (0-based), and the measured step of every run on the link (seconds,
-    median over the kept steps; on the capture link run ``capture`` is the capture)."""
+class Options:
+    sets: list[str]
+    windows: int
+    first_window: int
+    steps: int
+    repeats: int
+    max_void: int
+    real: str | None
+    out: Path
+    fit_unshaped: bool
 
-    scheme: str
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    """The options, checked (a usage error names the bad one)."""
+    doc = __doc__ or ""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--set", default="main", help=f"comma list of {', '.join(SETS)}")
+    p.add_argument("--windows", type=int, default=1, help="scored windows of the main set")
+    p.add_argument(
+        "--first-window",
+        type=int,
+        default=1,
+        help="number of the first window (the real job rotates with it)",
+    )
+    p.add_argument("--steps", type=int, default=12, help="steps per run (default 12)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per (job, link) (default 3)")
+    p.add_argument("--max-void", type=int, default=2, help="void windows rerun at most")
+    p.add_argument("--real", default=None, help=f"the real job: one of {', '.join(REAL)}")
+    p.add_argument("--out", type=Path, default=Path("runs/whatif-accuracy"))
+    p.add_argument(
+        "--fit-unshaped",
+        action="store_true",
+        help="predict the unshaped link with a profile `bench --fit` measures on it at the "
+        "start of each window (the built-in model of it when the fit is refused as poor)",
+    )
+    p.add_argument("--quick", action="store_true", help="6 steps, 2 repeats, one window")
+    a = p.parse_args(argv)
+    sets = [s for s in a.set.split(",") if s]
+    bad = [s for s in sets if s not in SETS]
+    if bad or not sets:
+        p.error(f"--set: unknown set {bad[0] if bad else a.set!r}; one of {', '.join(SETS)}")
+    if a.real is not None and a.real not in REAL:
+        p.error(f"--real: unknown job {a.real!r}; one of {', '.join(REAL)}")
+    steps, repeats, windows = (6, 2, 1) if a.quick else (a.steps, a.repeats, a.windows)
+    for name, value, least in (
+        ("--steps", steps, 3),
+        ("--repeats", repeats, 2),
+        ("--windows", windows, 1),
+        ("--first-window", a.first_window, 1),
+        ("--max-void", a.max_void, 0),
+    ):
+        if value < least:
+            p.error(f"{name} must be at least {least}, got {value}")
+    return Options(
+        sets,
+        windows,
+        a.first_window,
+        steps,
+        repeats,
+        a.max_void,
+        a.real,
+        a.out.resolve(),
+        a.fit_unshaped,
+    )
+
+
+def real_job(opts: Options, window: int) -> str:
+    """The window's real job: ``--real``, else the rotation's."""
+    return opts.real or REAL[(window - 1) % len(REAL)]
+
+
+def job_command(job: str, out: Path, link: str, steps: int, nproc: int, nodes: int) -> list[str]:
+    """The commlens command that runs ``job`` into ``out``."""
+    cl = [sys.executable, "-m", "commlens"]
+    shaped = [] if link == FAST else ["--link", link]
+    where = ["--nproc", str(nproc), "--nodes", str(nodes), *shaped, "--out", str(out), "--force"]
+    if job in BUILTIN:
+        return [*cl, "run", "--model", "gpt-tiny", *BUILTIN[job], *where, "--steps", str(steps)]
+    script = CONTROLLED.get(job) or SCRIPTS[job]
+    return [*cl, "trace", *where, "--", sys.executable, *script, str(steps)]
+
+
+@dataclass(frozen=True)
+class Run:
+    job: str
     link: str
-    guess_s: float
-    runs_s: list[float]
-    capture: int = 0
+    path: Path
+    load: float
 
 
-def capture(
-    out: Path, model: str, scheme: str, link: str, steps: int, reuse: bool, repeat: int = 1
-) -> Path:
-    """Run ``scheme`` on ``link`` into ``out/scheme-link`` (``scheme-link-rN`` for the
-    N-th repeat; kept with ``reuse``)."""
-    run = out / (f"{scheme}-{link}" if repeat == 1 else f"{scheme}-{link}-r{repeat}")
-    if reuse and (run / "run.json").exists():
-        return run
-    shaped = [] if link == UNSHAPED else ["--link", link]
-    if scheme in SCRIPTS:
-        cmd = [sys.executable, "-m", "commlens", "trace", "--nproc", "4", "--nodes", "2"]
-        cmd += ["--out", str(run), "--force", *shaped, "--", sys.executable, SCRIPTS[scheme]]
-        cmd.append(str(steps))
-    else:
-        cmd = [sys.executable, "-m", "commlens", "run", "--model", model, "--nproc", "4"]
-        cmd += ["--nodes", "2", "--steps", str(steps), "--out", str(run), "--force"]
-        cmd += SCHEMES[scheme] + shaped
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def launch(job: str, out: Path, link: str, steps: int, nproc: int = 4, nodes: int = 2) -> Run:
+    """Run ``job`` once (a second try if it fails), logging its time and load average."""
+    cmd = job_command(job, out, link, steps, nproc, nodes)
+    for attempt in (1, 2):
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
+        load = os.getloadavg()[0]
+        if proc.returncode == 0:
+            print(
+                f"  {out.name}: {time.perf_counter() - t:.0f} s, load average {load:.1f}",
+                flush=True,
+            )
+            return Run(job, link, out, load)
+        print(f"  {out.name} failed (try {attempt}): {proc.stderr.strip()[-600:]}", flush=True)
+    raise SystemExit(f"{' '.join(cmd)} failed twice")
+
+
+def whatif(run: Path, nets: list[str], extra: Sequence[str] = ()) -> dict[str, Any]:
+    """``commlens whatif RUN --net NETS --steps 1: --format json``, read back."""
+    answer = (
+        run.parent / f"{run.name}.whatif-{len(list(run.parent.glob(run.name + '.whatif-*')))}.json"
+    )
+    cmd = [sys.executable, "-m", "commlens", "whatif", str(run), "--net", ",".join(nets)]
+    cmd += ["--steps", "1:", *extra, "--format", "json", "-o", str(answer)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    load = os.getloadavg()[0]
-    print(f"  captured {run.name} in {time.perf_counter() - t:.0f} s (load {load:.1f})", flush=True)
-    return run
+    data: dict[str, Any] = json.loads(answer.read_text())
+    return data
 
 
-def fit_profile(out: Path, stem: str, link: str, reuse: bool) -> str:
-    """``commlens bench --fit`` on 4 ranks over 2 nodes joined by ``link`` into
-    ``out/STEM-fit.toml``: the profile of a link whose rate is not known (unshaped
-    veth: CPU-bound, so it depends on the host and its load), measured right before
-    the runs on it, or (``--fit-links``) of an emulated link (sizes from 64 KB when
-    all sizes give no line). Its path, or ``link`` itself (the built-in model of it)
-    when the fit fails (noise on a loaded host; ``STEM-fit.failed`` says why, and
-    ``--reuse`` keeps the failure rather than fitting again at another time)."""
-    path = out / f"{stem}-fit.toml"
-    failed = out / f"{stem}-fit.failed"  # a fit that failed stays failed under --reuse
-    if reuse and path.exists():
-        return str(path)
-    if reuse and failed.exists():
-        return link
+def medians(answer: dict[str, Any]) -> list[float]:
+    """Median step of each network of a whatif answer, in the order given to --net."""
+    return [float(n["median_step_s"]) for n in answer["networks"]]
+
+
+def captured(answer: dict[str, Any]) -> float:
+    return float(answer["captured"]["median_step_s"])
+
+
+def own_link(answer: dict[str, Any]) -> float:
+    return float(answer["own_link"]["median_step_s"])
+
+
+def commit() -> str:
+    """The commit the window runs on (and whether the tree has changes)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    ).stdout.strip()
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+def fit_unshaped(out: Path) -> str:
+    """A ``bench --fit`` profile of the unshaped link, or ``unshaped`` (the built-in
+    model) when the fit is refused."""
+    path = out / "unshaped-fit.toml"
     cmd = [sys.executable, "-m", "commlens", "bench", "--nproc", "4", "--nodes", "2"]
-    cmd += ["--ops", "all_reduce,all_gather,broadcast,sendrecv", "--sizes", "4K:1M:4"]
-    cmd += ["-w", "3", "-n", "20", "--fit", str(path), "--fit-name", link]
-    cmd += [] if link == UNSHAPED else ["--link", link]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode:  # small sizes too noisy for a line: fit the larger ones
-        cmd += ["--fit-min-size", "64K"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    load = os.getloadavg()[0]
+    cmd += ["--ops", "all_reduce,all_gather,sendrecv", "--sizes", "4K:1M:4", "-w", "3"]
+    cmd += ["-n", "20", "--fit", str(path), "--fit-name", "unshaped-fit"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
+    quality = [line for line in proc.stderr.splitlines() if line.startswith(("fit ", "warning"))]
+    for line in quality:
+        print(f"  {line}")
     if proc.returncode:
         why = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
-        print(f"  no fit for {link} (load average {load:.1f}): {why}", flush=True)
-        failed.write_text(why + "\n")
-        return link
-    print(f"  fitted {path.name} (load average {load:.1f})", flush=True)
+        print(f"  no fit of the unshaped link: {why}; its built-in model instead", flush=True)
+        return FAST
     return str(path)
 
 
-def measured_step(run: Path) -> float:
-    """Median over the steps after the first of the slowest rank's step time, seconds."""
-    from commlens.whatif.source import read_trace
-    from commlens.whatif.study import kept_steps
-
-    trace = read_trace(run)
-    keep = kept_steps(trace, None)
-    times = []
-    for s in keep:
-        rows = trace.step_index == s
-        times.append(float((trace.step_end[rows] - trace.step_start[rows]).max()) / 1e9)
-    return float(np.median(times))
-
-
-def predicted(
-    run: Path, links: list[str], nets: dict[str, str], op_times: str, own: str | None
-) -> dict[str, float]:
-    """Median step time ``whatif`` predicts for ``run`` on each link (``--net nets[link]``;
-    ``--profile own`` where given), seconds."""
-    from commlens.whatif.study import run_study
-
-    spec = ",".join(nets.get(link, link) for link in links)
-    study = run_study(run, spec, op_times=op_times, captured_net=own)
-    return {link: a.figures.median_step_s for link, a in zip(links, study.answers, strict=True)}
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="4 steps per run")
-    parser.add_argument("--out", type=Path, default=Path("runs/whatif-accuracy"))
-    parser.add_argument("--reuse", action="store_true", help="keep runs already in --out")
-    parser.add_argument("--model", default="gpt-tiny")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--capture", default="50mbit")
-    parser.add_argument("--links", default=f"20mbit,{UNSHAPED}")
-    parser.add_argument(
-        "--schemes",
-        default=",".join(SCHEMES),
-        help=f"built-in schemes of --model ({', '.join(SCHEMES)}) and traced scripts "
-        f"({', '.join(SCRIPTS)})",
+def run_window(opts: Options, window: int, attempt: int) -> tuple[Window, str]:
+    """One window of the main set: its cells and its table."""
+    real = real_job(opts, window)
+    jobs = [*CONTROLLED, real]
+    where = opts.out / f"w{window}-a{attempt}"
+    where.mkdir(parents=True, exist_ok=True)
+    at = commit()
+    print(f"window {window} (attempt {attempt}) at {at}, real job {real}", flush=True)
+    nets = list(LINKS)
+    if opts.fit_unshaped:
+        nets[LINKS.index(FAST)] = fit_unshaped(where)
+    runs: dict[tuple[str, str], list[Run]] = {(j, x): [] for j in jobs for x in LINKS}
+    for rep in range(1, opts.repeats + 1):
+        for link in LINKS:
+            for job in jobs:
+                out = where / f"{job}-{link}-r{rep}"
+                runs[job, link].append(launch(job, out, link, opts.steps))
+    result = Window(loads=[r.load for rs in runs.values() for r in rs])
+    for job in jobs:
+        answers = [whatif(r.path, nets) for r in runs[job, CAPTURE]]
+        caps = [captured(a) for a in answers]
+        capture_cv = cv(caps)
+        controlled = job in CONTROLLED
+        result.cells.append(
+            Cell(job, CAPTURE, True, controlled, [own_link(a) for a in answers], caps)
+        )
+        for k, link in enumerate(LINKS):
+            if link == CAPTURE:
+                continue
+            measured = [captured(whatif(r.path, [link])) for r in runs[job, link]]
+            guesses = [medians(a)[k] for a in answers]
+            result.cells.append(Cell(job, link, False, controlled, guesses, measured, capture_cv))
+    title = (
+        f"window {window} (attempt {attempt}), commit {at}: 4 ranks on 2 emulated nodes, "
+        f"captured at {CAPTURE}, {opts.repeats} runs per (job, link) interleaved, "
+        f"{opts.steps} steps (median after the first); unshaped predicted with "
+        f"{'its bench --fit profile' if nets[2] != FAST else 'the built-in model'}"
     )
-    parser.add_argument("--op-times", default="fit,delta", help="whatif --op-times modes")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="run every (scheme, link) this many times, one after the other: every "
-        "capture-link run is replayed for every link, its prediction scored against "
-        "the mean of the link's runs and against each, and the runs' spread is the "
-        "host's noise floor",
+    return result, table(result, title, SLOW, FAST)
+
+
+def main_set(opts: Options) -> None:
+    voids = 0
+    for window in range(opts.first_window, opts.first_window + opts.windows):
+        for attempt in range(1, opts.max_void + 2):
+            result, text = run_window(opts, window, attempt)
+            why = result.void_reasons()
+            if not why:
+                print(text, flush=True)
+                break
+            voids += 1
+            print(f"window {window} attempt {attempt} VOID, not scored: {'; '.join(why)}")
+            print(text.replace("\n", "\n  | "), flush=True)
+        else:
+            print(f"window {window}: void {opts.max_void + 1} times, given up")
+    print(f"void windows: {voids}")
+
+
+def scale_set(opts: Options) -> None:
+    """2-rank captures predicted at 4 ranks on 2 nodes; 4-rank runs on 4 nodes."""
+    where = opts.out / "scale"
+    at = commit()
+    print(f"scale-out at {at}", flush=True)
+    jobs = ["ddp-sleep", "zero3"]
+    shapes = {"2x1": (2, 2), "4x2": (4, 2), "4x4": (4, 4)}  # name: (ranks, nodes)
+    runs: dict[tuple[str, str], list[Run]] = {(j, s): [] for j in jobs for s in shapes}
+    for rep in range(1, opts.repeats + 1):
+        for job in jobs:
+            for shape, (nproc, nodes) in shapes.items():
+                out = where / f"{job}-{shape}-r{rep}"
+                runs[job, shape].append(launch(job, out, CAPTURE, opts.steps, nproc, nodes))
+    result = Window(loads=[r.load for rs in runs.values() for r in rs])
+    cases = (
+        ("2x1", "4x2", ["--dp", "4", "--nodes", "2", "--ranks-per-node", "2"]),
+        ("4x2", "4x4", ["--nodes", "4", "--ranks-per-node", "1"]),
     )
-    parser.add_argument(
-        "--no-fit",
-        action="store_true",
-        help="predict the unshaped link with the loopback profile, not one bench --fit measured",
+    for job in jobs:
+        for source, target, flags in cases:
+            answers = [whatif(r.path, [CAPTURE], flags) for r in runs[job, source]]
+            guesses = [medians(a)[0] for a in answers]
+            caps = [captured(a) for a in answers]
+            measured = [captured(whatif(r.path, [CAPTURE])) for r in runs[job, target]]
+            cap_cv = cv(caps)
+            label = f"{source}>{target}"
+            result.cells.append(
+                Cell(job, label, False, job in CONTROLLED, guesses, measured, cap_cv)
+            )
+            print(
+                f"  {job} {label} ({' '.join(flags)}): captures {mean(caps) * 1e3:.1f} ms "
+                f"at {source}",
+                flush=True,
+            )
+    title = (
+        f"scale-out, commit {at}: link {CAPTURE}, NxK = N ranks on K nodes; "
+        f"{opts.repeats} runs of each, {opts.steps} steps"
     )
-    parser.add_argument(
-        "--fit-links",
-        action="store_true",
-        help="predict every emulated link (and calibrate on the capture link) with the "
-        "profile bench --fit measures on it, not its nominal rate",
-    )
-    args = parser.parse_args()
-    steps = 4 if args.quick else args.steps
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    schemes = [s for s in args.schemes.split(",") if s]
-    unknown = [s for s in schemes if s not in SCHEMES and s not in SCRIPTS]
-    if unknown:
-        parser.error(f"unknown scheme {unknown[0]!r}: one of {', '.join([*SCHEMES, *SCRIPTS])}")
-    others = [x for x in args.links.split(",") if x and x != args.capture]
-    links = [args.capture, *others]
-    args.out.mkdir(parents=True, exist_ok=True)
+    print(table(result, title, SLOW, FAST), flush=True)
+
+
+def fsdp2_set(opts: Options) -> None:
+    """FSDP2 on 2 ranks over 2 nodes, captured unshaped, predicted at 200 Mbit/s."""
+    where = opts.out / "fsdp2"
+    at = commit()
+    job = "fsdp2-script"
+    runs: dict[str, list[Run]] = {FAST: [], SLOW: []}
+    for rep in range(1, opts.repeats + 1):
+        for link in (FAST, SLOW):
+            runs[link].append(launch(job, where / f"{link}-r{rep}", link, opts.steps, 2, 2))
+    measured = [captured(whatif(r.path, [SLOW])) for r in runs[SLOW]]
+    target = mean(measured)
+    lines = [
+        f"FSDP2 (examples/fsdp2_train.py), 2 ranks on 2 nodes, commit {at}: captured unshaped, "
+        f"predicted at {SLOW}; measured there {', '.join(f'{m * 1e3:.1f}' for m in measured)} ms "
+        f"(mean {target * 1e3:.1f})",
+        f"{'capture':8s} {'captured':>9s} {'own link':>9s} {SLOW:>9s} {'error':>7s} "
+        f"{'within 10%':>10s} {'not faster than own':>19s}",
+    ]
+    for k, r in enumerate(runs[FAST], 1):
+        a = whatif(r.path, [SLOW, FAST])
+        guess, own = medians(a)[0], own_link(a)
+        err = guess / target - 1.0
+        lines.append(
+            f"{k:<8d} {captured(a) * 1e3:7.1f}ms {own * 1e3:7.1f}ms {guess * 1e3:7.1f}ms "
+            f"{err:+7.1%} {'yes' if abs(err) <= 0.10 else 'no':>10s} "
+            f"{'yes' if guess >= own else 'NO':>19s}"
+        )
+    loads = [r.load for rs in runs.values() for r in rs]
+    lines.append(f"load average over the runs: {min(loads):.1f} to {max(loads):.1f}")
+    print("\n".join(lines), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(argv)
+    opts.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    modes = [m for m in args.op_times.split(",") if m]
-    found: dict[str, list[Row]] = {m: [] for m in modes}
-    nets: dict[str, str] = {}
-    if args.fit_links:
-        for link in (x for x in links if x != UNSHAPED):
-            nets[link] = fit_profile(args.out, link, link, args.reuse)
-    own = nets.get(args.capture)
-    for scheme in schemes:
-        runs: dict[str, list[Path]] = {link: [] for link in links}
-        for repeat in range(1, args.repeats + 1):
-            for link in links:
-                if link == UNSHAPED and not args.no_fit and repeat == 1:
-                    nets[link] = fit_profile(args.out, f"{scheme}-{link}", link, args.reuse)
-                run = capture(args.out, args.model, scheme, link, steps, args.reuse, repeat)
-                runs[link].append(run)
-        real = {link: [measured_step(r) for r in runs[link]] for link in links}
-        for mode in modes:
-            for k, run in enumerate(runs[args.capture]):
-                guess = predicted(run, links, nets, mode, own)
-                found[mode] += [Row(scheme, link, guess[link], real[link], k) for link in links]
-    for mode in modes:
-        report(found[mode], mode, schemes, links, args, steps)
+    for name in opts.sets:
+        {"main": main_set, "scale": scale_set, "fsdp2": fsdp2_set}[name](opts)
     print(f"took {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f}")
     return 0
-
-
-def report(
-    rows: list[Row],
-    mode: str,
-    schemes: list[str],
-    links: list[str],
-    args: argparse.Namespace,
-    steps: int,
-) -> None:
-    """Print the table of one --op-times mode."""
-    print(
-        f"\nwhatif accuracy: {args.model}, 4 ranks on 2 emulated nodes, captured at "
-        f"{args.capture}, {steps} steps (median of steps after the first), "
-        f"--op-times {mode}{', profiles fitted on every link' if args.fit_links else ''}"
-    )
-    many = args.repeats > 1
-    head = f"{'scheme':12s} {'link':10s} {'predicted':>10s} {'measured':>10s} {'error':>8s}"
-    print(head + (f"  {'runs (ms)':>20s} {'spread':>7s} {'error per run':>17s}" if many else ""))
-    errors: dict[str, list[float]] = {"self": [], "cross": []}
-    for row in rows:
-        own = row.link == args.capture
-        real_s = row.runs_s[row.capture] if own else float(np.mean(row.runs_s))
-        err = row.guess_s / real_s - 1.0
-        errors["self" if own else "cross"].append(abs(err))
-        line = (
-            f"{row.scheme:12s} {row.link:10s} {row.guess_s * 1e3:8.1f}ms {real_s * 1e3:8.1f}ms "
-            f"{err:+7.1%}"
-        )
-        if many:
-            each = [row.guess_s / r - 1.0 for r in row.runs_s]
-            runs = ", ".join(f"{r * 1e3:.1f}" for r in row.runs_s)
-            spread = max(row.runs_s) / min(row.runs_s) - 1.0
-            line += f"  {runs:>20s} {spread:7.1%} {min(each):+7.1%} to {max(each):+7.1%}"
-        if many:
-            line += f"  from capture {row.capture + 1}"
-        print(line + (" (self)" if own else ""))
-    for kind, errs in errors.items():
-        if errs:
-            print(f"{kind}-replay: mean |error| {np.mean(errs):.1%}, max {max(errs):.1%}")
-    if many:
-        spreads = [max(r.runs_s) / min(r.runs_s) - 1.0 for r in rows if r.capture == 0]
-        print(
-            f"repeated runs of one (scheme, link): spread mean {np.mean(spreads):.1%}, "
-            f"max {max(spreads):.1%} (the host's noise floor)"
-        )
-    slow, fast = _extremes(links)
-    sens = {
-        which: sorted(schemes, key=lambda s: -_ratio(rows, s, slow, fast, which == "predicted"))
-        for which in ("predicted", "measured")
-    }
-    for which, order in sens.items():
-        ratios = ", ".join(
-            f"{s} {_ratio(rows, s, slow, fast, which == 'predicted'):.2f}x" for s in order
-        )
-        print(f"sensitivity ({slow} over {fast}), {which}: {ratios}")
-    print(f"ordering {'the same' if sens['predicted'] == sens['measured'] else 'DIFFERS'}")
-    if many:
-        _pairwise_order(rows, schemes, slow, fast)
-
-
-def _ratio_range(rows: list[Row], scheme: str, slow: str, fast: str) -> tuple[float, float]:
-    """The least and the most ``slow`` over ``fast`` any two of the scheme's runs give."""
-    by = {r.link: r.runs_s for r in rows if r.scheme == scheme and r.capture == 0}
-    return min(by[slow]) / max(by[fast]), max(by[slow]) / min(by[fast])
-
-
-def _pairwise_order(rows: list[Row], schemes: list[str], slow: str, fast: str) -> None:
-    """Print whether the prediction orders every two schemes as the runs do, for the
-    pairs the runs tell apart: one scheme's least ratio above the other's most."""
-    told, wrong = 0, []
-    for a, b in itertools.combinations(schemes, 2):
-        (a_lo, a_hi), (b_lo, b_hi) = (_ratio_range(rows, s, slow, fast) for s in (a, b))
-        if a_lo <= b_hi and b_lo <= a_hi:
-            continue  # the runs' ranges overlap: the host's noise cannot order them
-        told += 1
-        more, less = (a, b) if a_lo > b_hi else (b, a)
-        if _ratio(rows, more, slow, fast, True) <= _ratio(rows, less, slow, fast, True):
-            wrong.append(f"{more} over {less}")
-    pairs = len(schemes) * (len(schemes) - 1) // 2
-    verdict = f"DIFFERS ({', '.join(wrong)})" if wrong else "the same"
-    print(
-        f"ordering of the {told} of {pairs} pairs the runs tell apart (their ratios' "
-        f"ranges over the repeats apart): {verdict}"
-    )
-
-
-def _extremes(links: list[str]) -> tuple[str, str]:
-    """(slowest, fastest) of the links; unshaped is the fastest."""
-    from commlens.netem.rate import parse_rate
-
-    def rate(link: str) -> float:
-        return float("inf") if link == UNSHAPED else parse_rate(link)
-
-    ordered = sorted(links, key=rate)
-    return ordered[0], ordered[-1]
-
-
-def _ratio(rows: list[Row], scheme: str, slow: str, fast: str, guess: bool) -> float:
-    """Step time on ``slow`` over ``fast`` for ``scheme``, predicted (the mean over the
-    captures) or measured (the mean over the runs)."""
-    by: dict[str, list[float]] = {}
-    for r in (r for r in rows if r.scheme == scheme):
-        by.setdefault(r.link, []).append(r.guess_s if guess else float(np.mean(r.runs_s)))
-    return float(np.mean(by[slow]) / np.mean(by[fast]))
 
 
 if __name__ == "__main__":

@@ -216,7 +216,12 @@ def own_link(answer: dict[str, Any]) -> float:
 
 
 def commit() -> str:
-    """The commit the window runs on (and whether the tree has changes)."""
+    """The commit the window runs on (and whether the tree has changes): git's, or a
+    snapshot's ``COMMIT`` file (``git archive`` of a commit, so that a checkout moving
+    on meanwhile does not change the code measured)."""
+    stamp = REPO / "COMMIT"
+    if stamp.is_file():
+        return stamp.read_text().strip() + " (snapshot)"
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
     ).stdout.strip()

@@ -273,7 +273,7 @@ def test_report_to_dev_stdout_through_a_pipe(tiny: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("# commlens report: tiny_run")
+    assert done.stdout.startswith("# commlens report: gpt-tiny dp+tp, 4 ranks (gloo; tiny_run)")
     assert "](data:image/png;base64," in done.stdout  # no asset folder beside a pipe
 
 

@@ -21,7 +21,7 @@ def test_a_large_run_gets_a_note_on_stderr(
     lines = captured.err.splitlines()
     assert lines[0] == "commlens report: 52 events of 4 ranks; reading them..."
     assert lines[-1].startswith("commlens report: 52 events read and analysed in ")
-    assert captured.out.startswith("commlens report: tiny_run")
+    assert captured.out.startswith("commlens report: gpt-tiny dp+tp, 4 ranks (gloo; tiny_run)")
 
 
 def test_a_small_run_gets_none(capsys: pytest.CaptureFixture[str]) -> None:

@@ -88,7 +88,7 @@ def test_markdown_has_tables_and_embedded_plots(tiny: Path, tmp_path: Path) -> N
     out = tmp_path / "report.md"
     assert main(["report", str(tiny), "-o", str(out)]) == 0
     md = out.read_text()
-    assert md.startswith("# commlens report: tiny_run")
+    assert md.startswith("# commlens report: gpt-tiny dp+tp, 4 ranks (gloo; tiny_run)")
     assert md.count("\n## ") == len(SECTIONS)
     images = re.findall(r"!\[[^]]*\]\((report_files/[a-z-0-9]+\.png)\)", md)
     assert len(images) == 6

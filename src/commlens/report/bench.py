@@ -86,8 +86,11 @@ def bench_document(report: BenchReport) -> Document:
     for key in _BANDWIDTHS:
         columns[key] = [None if "skipped" in r else float(r[key]) for r in rows]
     table = pa.table({c.key: pa.array(columns[c.key]) for c in COLUMNS})
+    link = link_gbit(cfg.link)
     return Document(
         title=f"commlens bench: {where}, {cfg.dtype}, {plural(cfg.iters, 'iter')}",
+        headline=bench_headline(report.measured, link),
+        lead=("busbw vs message size", lambda: _busbw_plot(report.measured, link)),
         sections=[Section("results", "", table, COLUMNS, group_by="op")],
         data=report.to_dict(),
         csv_table=_csv_table(report),
@@ -104,3 +107,35 @@ def fit_line(f: OpFit) -> str:
         )
     rate = 1 / f.slope_s_per_byte / 1e9
     return f"fit {f.op}: t = {f.intercept_s * 1e6:.1f} µs + S / {rate:.3f} GB/s {quality}"
+
+
+def link_gbit(link: str | None) -> float | None:
+    """The emulated link's rate in Gbit/s (None: unshaped or loopback)."""
+    if not link or link == "unshaped":
+        return None
+    from commlens.netem.rate import parse_rate
+
+    return parse_rate(link) / 1e9
+
+
+def bench_headline(rows: list[dict[str, Any]], link: float | None) -> list[str]:
+    """Per op: the highest busbw and where, and the latency of the smallest message."""
+    lines = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = [r for r in rows if r["op"] == op]
+        best = max(mine, key=lambda r: float(r["busbw_Gbit/s"]))
+        small = min(mine, key=lambda r: r["size_bytes"])
+        of_link = f" ({float(best['busbw_Gbit/s']) / link:.0%} of the link)" if link else ""
+        lines.append(
+            f"{op}: busbw up to {float(best['busbw_Gbit/s']):.3f} Gbit/s{of_link} at "
+            f"{format_size(best['size_bytes'])}; {small['time_p50_s'] * 1e6:,.1f} µs (p50) "
+            f"at {format_size(small['size_bytes'])}"
+            + ("" if all(r["ok"] for r in mine) else "; WRONG results at some sizes")
+        )
+    return lines
+
+
+def _busbw_plot(rows: list[dict[str, Any]], link: float | None) -> Any:
+    from commlens.report import plots
+
+    return plots.bench_busbw(rows, link)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ from commlens.report.provenance import (
 from commlens.report.spread import rank_spread_note
 from commlens.trace.files import format_ranks
 from commlens.trace.layout import MANIFEST
-from commlens.trace.reader import RunView
+from commlens.trace.reader import RunView, StepRange
 
 C = Column
 OP_COLUMNS = (
@@ -209,6 +210,76 @@ def _workload_line(workload: dict[str, Any]) -> str:
     return ", ".join(f"{k}={workload[k]}" for k in shown)
 
 
+def run_title(run: RunView) -> str:
+    """What was run, in a line: the workload (model, scheme, layout) or the traced
+    script, on how many ranks and nodes, over which link and backend; the run's name
+    last."""
+    m = run.manifest
+    what = _what_ran(m)
+    topo = m.get("topology")
+    topology: dict[str, Any] = topo if isinstance(topo, dict) else {}
+    nodes = topology.get("nodes")
+    where = f"{run.world_size} ranks"
+    if isinstance(nodes, int) and nodes > 1:
+        where += f" on {nodes} nodes"
+        if topology.get("link"):
+            where += f", {topology['link']} link"
+    head = f"commlens report: {what}, {where}" if what else f"commlens report: {where}"
+    return f"{head} ({m.get('backend', '?')}; {run.name})"
+
+
+def _what_ran(m: dict[str, Any]) -> str:
+    """'gpt-tiny dp, dp×tp×pp 4×1×1', 'ddp_train.py', or '' when the manifest says neither."""
+    workload = m.get("workload")
+    if isinstance(workload, dict) and workload.get("model"):
+        model = workload["model"]
+        name = model.get("name") if isinstance(model, dict) else model
+        nested = workload.get("dims")
+        dims: dict[str, Any] = nested if isinstance(nested, dict) else workload
+        layout = "×".join(str(dims[k]) for k in ("dp", "tp", "pp") if k in dims)
+        parts = [str(name), str(workload.get("scheme") or "")]
+        return " ".join(p for p in parts if p) + (f", dp×tp×pp {layout}" if layout else "")
+    command = m.get("command")
+    if isinstance(command, list):
+        scripts = [str(c) for c in command if str(c).endswith(".py")]
+        if scripts:
+            return Path(scripts[0]).name
+    return ""
+
+
+def measured_steps(step_t: pa.Table, steps: StepRange | None) -> tuple[pa.Table, str]:
+    """The rows of the Steps table the headline covers (``steps``; None: the job's
+    recorded steps) and a line on the rows left out (set-up, warm-up, the tail) with
+    their length, so that a long set-up never sets the scale of the steps."""
+    kinds = step_t.column("kind").to_pylist()
+    numbers = step_t.column("step").to_pylist()
+    if steps is None:
+        keep = [k == "step" for k in kinds]
+    else:
+        first, stop = steps
+        keep = [
+            k == "step" and (first is None or n >= first) and (stop is None or n < stop)
+            for k, n in zip(kinds, numbers, strict=True)
+        ]
+    named = {
+        "step": "warm-up step {n}",
+        "setup": "set-up",
+        "after last step": "after the last step",
+    }
+    out = [
+        f"{named.get(k, k + ' step {n}').format(n=n)} ({t:.3g} s)"
+        for k, n, t, kept in zip(
+            kinds, numbers, step_t.column("step_s").to_pylist(), keep, strict=True
+        )
+        if not kept
+    ]
+    line = ""
+    if out:
+        shown = out if len(out) <= 3 else [*out[:2], f"{len(out) - 2} more"]
+        line = "not drawn: " + ", ".join(shown)
+    return step_t.filter(pa.array(keep, pa.bool_())), line
+
+
 def _outside_note(step_t: pa.Table) -> str:
     """Which rows of the Steps table are not steps of the job (set-up, the tail)."""
     rows = [r for r in step_t.to_pylist() if r["kind"] != "step"]
@@ -312,7 +383,6 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             "counted once); exposed = "
             f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
             "overlapped = comm - exposed." + _outside_note(step_t),
-            plots=[("Time breakdown per step", plot("step_breakdown", step_t))],
         ),
         Section(
             "ranks",
@@ -415,9 +485,12 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         ]
     data["highlights"] = lines
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
+    drawn, left_out = measured_steps(step_t, coverage.steps)
+    lead_title = "Time per measured step (mean over ranks)"
     return Document(
         highlights=lines,
-        title=f"commlens report: {run.name}",
+        lead=(lead_title, plot("step_breakdown", drawn, left_out, lead_title)),
+        title=run_title(run),
         facts=run_facts(run),
         sections=sections,
         warnings=list(run.warnings),

@@ -80,6 +80,29 @@ def _side_by_side(ops: pa.Table, labels: Sequence[str]) -> tuple[pa.Table, list[
     return table, columns
 
 
+def compare_headline(summary: pa.Table) -> list[str]:
+    """A sentence per run after the first: its typical step against the first run's,
+    and where the communication share went."""
+    rows = summary.to_pylist()
+    if len(rows) < 2:
+        return []
+    base = rows[0]
+    lines = []
+    for row in rows[1:]:
+        if not base["step_s"] or not row["step_s"]:
+            lines.append(f"{row['run']}: no measured step to compare with {base['run']}")
+            continue
+        ratio = base["step_s"] / row["step_s"]
+        faster = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+        lines.append(
+            f"{row['run']}: typical step {row['step_s']:.4g} s against {base['step_s']:.4g} s "
+            f"for {base['run']} ({faster}); communication {base['comm_share']:.0%} → "
+            f"{row['comm_share']:.0%} of the step, exposed {base['exposed_share']:.0%} → "
+            f"{row['exposed_share']:.0%}"
+        )
+    return lines
+
+
 def build_compare(runs: Sequence[RunView]) -> Document:
     passes = [rank_pass(run) for run in runs]  # each run's events read once
     summary = compare_summary(passes)
@@ -100,7 +123,6 @@ def build_compare(runs: Sequence[RunView]) -> Document:
             SUMMARY_COLUMNS,
             note="step = median over steps of the slowest rank (first step left out); "
             + work_note(summary),
-            plots=[("Typical step per run", lambda: _step_plot(summary))],
         ),
         Section(
             "ops",
@@ -117,7 +139,9 @@ def build_compare(runs: Sequence[RunView]) -> Document:
         "warnings": warnings,
     }
     return Document(
-        title="commlens compare: " + " vs ".join(labels),
+        title="compare: " + " vs ".join(labels),
+        headline=compare_headline(summary),
+        lead=("Typical step per run", lambda: _step_plot(summary)),
         facts=facts,
         sections=sections,
         warnings=warnings,

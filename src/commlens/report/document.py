@@ -111,6 +111,17 @@ class Document:
     """Plain lines shown under the facts, before the tables."""
     notes: list[str] = field(default_factory=list)
     """Plain lines shown after the tables (verdicts, where files went, what next)."""
+    headline: list[str] = field(default_factory=list)
+    """The answer in a sentence or a few, where the highlights are not it (a verdict, a
+    speedup): a page opens with it; empty: the highlights are the headline."""
+    lead: tuple[str, Callable[[], Figure]] | None = None
+    """The one chart that carries the headline (its title and a deferred figure): a page
+    draws it under the headline, before the facts and tables."""
+
+    @property
+    def answer(self) -> list[str]:
+        """What the page opens with: the headline, else the highlights."""
+        return self.headline or self.highlights
 
     def section(self, key: str) -> Section:
         for section in self.sections:

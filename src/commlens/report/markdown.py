@@ -68,8 +68,13 @@ class MarkdownRenderer(Renderer):
             out += [f"- **warning**: {md_text(line)}" for line in doc.warnings]
         if doc.intro:
             out += ["", *[f"{md_text(line)}  " for line in doc.intro]]
-        if doc.highlights:
-            out += ["", *[f"> {md_text(line)}  " for line in doc.highlights]]
+        if doc.answer:
+            out += ["", *[f"> {md_text(line)}  " for line in doc.answer]]
+        if self.with_plots and doc.lead is not None:
+            title, make = doc.lead
+            out += ["", f"![{md_text(title)}]({self._image(plots.png(make()), 'lead', 0)})"]
+        if doc.headline and doc.highlights:
+            out += ["", *[f"- {md_text(line)}" for line in doc.highlights]]
         for section in doc.sections:
             if section.title:
                 out += ["", f"## {md_text(section.title)}"]

@@ -9,10 +9,12 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -58,10 +60,11 @@ def _empty(fig: Figure, title: str) -> Figure:
     return fig
 
 
-def step_breakdown(steps: pa.Table) -> Figure:
-    """Per step (mean over ranks): exposed comm, overlapped comm, other (compute)."""
+def step_breakdown(steps: pa.Table, left_out: str = "", title: str = "") -> Figure:
+    """Per step (mean over ranks): exposed comm, overlapped comm, other (compute);
+    ``left_out`` says in a subtitle what rows were not drawn (set-up, warm-up)."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "Time breakdown per step (mean over ranks)"
+    title = title or "Time breakdown per step (mean over ranks)"
     if not steps.num_rows:
         return _empty(fig, title)
     ax = fig.add_subplot()
@@ -70,12 +73,14 @@ def step_breakdown(steps: pa.Table) -> Figure:
     overlapped = np.asarray(steps.column("overlapped_s").to_pylist(), dtype=float)
     comm = exposed + overlapped
     other = np.maximum(np.asarray(steps.column("step_s").to_pylist(), dtype=float) - comm, 0)
-    ax.bar(x, exposed, label="exposed comm", color="#d62728")
-    ax.bar(x, overlapped, bottom=exposed, label="overlapped comm", color="#ff9896")
-    ax.bar(x, other, bottom=comm, label="other (compute, idle)", color="#1f77b4")
+    scale, unit = (1e3, "ms") if float(np.max(comm + other)) < 1.0 else (1.0, "s")
+    ax.bar(x, exposed * scale, label="exposed comm", color="#d62728")
+    ax.bar(x, overlapped * scale, bottom=exposed * scale, label="overlapped comm", color="#ff9896")
+    ax.bar(x, other * scale, bottom=comm * scale, label="other (compute, idle)", color="#1f77b4")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(title=title, xlabel="step", ylabel="time (s)")
-    ax.legend(fontsize=LEGEND)
+    ax.set(xlabel="step", ylabel=f"time ({unit})")
+    ax.set_title(title + (f"\n{left_out}" if left_out else ""), fontsize="medium")
+    ax.legend(fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -240,5 +245,33 @@ def grouped_bars(
         ax.bar(x + i * width, values, width, label=name)
     ax.set_xticks(x + width * (len(series) - 1) / 2, labels, rotation=30, fontsize="small")
     ax.set(title=title, ylabel=ylabel)
+    ax.legend(fontsize=LEGEND)
+    return fig
+
+
+def link_rate_line(ax: Axes, link_gbit: float | None) -> None:
+    """The link's rate as a labelled horizontal line (nothing for an unshaped link)."""
+    if link_gbit:
+        ax.axhline(
+            link_gbit, color="black", ls="--", lw=1.2, label=f"link rate {link_gbit:g} Gbit/s"
+        )
+
+
+def bench_busbw(rows: list[dict[str, Any]], link_gbit: float | None = None) -> Figure:
+    """busbw (Gbit/s) against the message size, a line per op, the link's rate drawn."""
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    title = "busbw vs message size"
+    if not rows:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = sorted((r for r in rows if r["op"] == op), key=lambda r: r["size_bytes"])
+        xs = [max(int(r["size_bytes"]), 1) for r in mine]
+        ax.plot(xs, [float(r["busbw_Gbit/s"]) for r in mine], marker="o", label=op)
+    link_rate_line(ax, link_gbit)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
+    ax.set(title=title, xlabel="message size", ylabel="busbw (Gbit/s)")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize=LEGEND)
     return fig

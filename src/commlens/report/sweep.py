@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.report.document import Document
-from commlens.report.sweep_sections import sweep_sections
+from commlens.report.sweep_sections import link_headline, sweep_sections
 from commlens.sweep.catalog import SPEC_FILE, open_catalog
 from commlens.units import plural
 
@@ -36,6 +36,7 @@ def build_sweep_document(path: str | Path) -> Document:
     try:
         counts = dict(con.execute("SELECT status, count(*) FROM points GROUP BY status").fetchall())
         sections = sweep_sections(con, sweep)
+        headline, lead = link_headline(con, sweep)
         data: dict[str, Any] = {"sweep": str(sweep), "status": counts}
         for s in sections:
             data[s.key] = s.table.to_pylist()
@@ -53,7 +54,9 @@ def build_sweep_document(path: str | Path) -> Document:
             f"{plural(counts['pending'], 'point')} not run yet: run `commlens sweep` again"
         )
     return Document(
-        title=f"commlens sweep report: {sweep.name}",
+        title=f"commlens sweep report: {title_line or sweep.name}",
+        headline=headline,
+        lead=lead,
         facts=facts,
         sections=sections,
         warnings=warnings,
@@ -78,7 +81,11 @@ def save_figures(path: str | Path, out_dir: str | Path, prefix: str = "") -> lis
 
     target = make_dir(out_dir)
     written = []
-    for section in build_sweep_document(path).sections:
+    doc = build_sweep_document(path)
+    if doc.lead is not None:
+        file = target / f"{prefix}link_speedup.png"
+        written.append(write_output(file, png(doc.lead[1]()), within=target))
+    for section in doc.sections:
         for _, make in section.plots:
             file = target / f"{prefix}{section.key}.png"
             written.append(write_output(file, png(make()), within=target))

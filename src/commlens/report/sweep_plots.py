@@ -28,25 +28,40 @@ def _grouped_bars(ax: object, groups: list[str], series: dict[str, list[float]])
     ax.set_xticks(x, groups)  # type: ignore[attr-defined]
 
 
-def speedup(table: pa.Table) -> Figure:
-    """Speedup from the slowest to the fastest link, per scheme (bars per model)."""
+def speedup(
+    table: pa.Table, bands: dict[tuple[str, str], tuple[float, float]] | None = None
+) -> Figure:
+    """Speedup from the slowest to the fastest link, per scheme (bars per model), each with
+    its noise band (``bands`` by (model, scheme): the speedup's low and high ends from
+    the middle half of both points' steps) as an error bar."""
     fig = _fig()
     ax = fig.add_subplot()
     rows = table.to_pylist()
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
-    series = {
-        m: [
-            next((r["speedup"] for r in rows if r["model"] == m and r["scheme"] == s), 0.0)
-            for s in schemes
+    bands = bands or {}
+    x = np.arange(len(schemes))
+    width = 0.8 / max(len(models), 1)
+    for i, m in enumerate(models):
+        found = {r["scheme"]: r for r in rows if r["model"] == m}
+        values = [float(found[s]["speedup"]) if s in found else np.nan for s in schemes]
+        lows = [bands.get((m, s), (v, v))[0] for s, v in zip(schemes, values, strict=True)]
+        highs = [bands.get((m, s), (v, v))[1] for s, v in zip(schemes, values, strict=True)]
+        err = [
+            np.maximum(np.array(values) - np.array(lows), 0),
+            np.maximum(np.array(highs) - np.array(values), 0),
         ]
-        for m in models
-    }
-    _grouped_bars(ax, schemes, series)
+        pos = x + (i - (len(models) - 1) / 2) * width
+        ax.bar(pos, values, width, label=m)
+        if bands:
+            ax.errorbar(pos, values, yerr=err, fmt="none", ecolor="black", capsize=4, lw=1)
+    ax.set_xticks(x, schemes)
     ax.axhline(1.0, color="grey", lw=0.8)
     lo = rows[0]["slowest_link"] if rows else "?"
     hi = rows[0]["fastest_link"] if rows else "?"
-    ax.set(title=f"Step-time speedup, {lo} → {hi} link", ylabel="speedup (x)")
+    bar = " (bar: the noise band, middle half of both points' steps)" if bands else ""
+    ax.set_title(f"Step-time speedup, {lo} → {hi} link{bar}", fontsize="medium")
+    ax.set(ylabel="speedup (x)")
     ax.legend(fontsize=LEGEND)
     return fig
 

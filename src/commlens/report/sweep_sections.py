@@ -16,7 +16,13 @@ import pyarrow as pa
 from commlens.report import sweep_plots as figures
 from commlens.report.document import Column, Section
 from commlens.sweep import findings
-from commlens.sweep.spread import link_findings, point_spreads
+from commlens.sweep.spread import (
+    Spread,
+    link_comparisons,
+    link_findings,
+    link_gains,
+    point_spreads,
+)
 
 
 def _section(
@@ -27,17 +33,43 @@ def _section(
     note: str = "",
     plot: tuple[str, Callable[[pa.Table], Any]] | None = None,
 ) -> Section:
-    columns = [Column(k, t, f) for k, t, f in cols if k in table.column_names]
+    columns = [Column(k, t, f) for k, t, f in cols if k in table.column_names and _filled(table, k)]
     plots = [(plot[0], lambda: plot[1](table))] if plot else []
     return Section(key, title, table, columns, note, plots)
 
 
-def _link_note(speed: pa.Table, sweep: Path | None) -> str:
-    """What the speedups show, worded from them (Study A expects DP to gain the most)."""
+def _filled(table: pa.Table, key: str) -> bool:
+    """Whether the column ``key`` holds anything (a column empty in every row is not shown)."""
+    return any(v not in (None, "") for v in table.column(key).to_pylist())
+
+
+def _spreads(speed: pa.Table, sweep: Path | None) -> dict[str, Spread]:
     rows = speed.to_pylist()
     ids = [r[k] for r in rows for k in ("slowest_id", "fastest_id")]
-    spreads = point_spreads(sweep, ids) if sweep is not None else {}
-    return "\n".join(link_findings(rows, spreads))
+    return point_spreads(sweep, ids) if sweep is not None else {}
+
+
+def _link_note(speed: pa.Table, sweep: Path | None) -> str:
+    """What the speedups show, worded from them (Study A expects DP to gain the most)."""
+    return "\n".join(link_findings(speed.to_pylist(), _spreads(speed, sweep)))
+
+
+def link_headline(con: Any, sweep: Path | None) -> tuple[list[str], tuple[str, Any] | None]:
+    """The sweep's answer: how the schemes' speedups from the slowest link to the fastest
+    compare (a sentence per model), and the chart of each speedup with its noise band;
+    ([], None) for a sweep of one link."""
+    speed = findings.link_speedup(con)
+    if not speed.num_rows:
+        return [], None
+    spreads = _spreads(speed, sweep)
+    rows = speed.to_pylist()
+    lines = link_comparisons(rows, spreads) or link_findings(rows, spreads)
+    bands = {
+        (row["model"], row["scheme"]): (gain.low, gain.high)
+        for row, gain in link_gains(rows, spreads)
+        if gain.low is not None and gain.high is not None
+    }
+    return lines, ("speedup per interconnect", lambda: figures.speedup(speed, bands))
 
 
 def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
@@ -84,7 +116,6 @@ def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
                     ("speedup", "speedup", "x"),
                 ],
                 _link_note(speed, sweep),
-                ("speedup per scheme", figures.speedup),
             )
         )
         out.append(

@@ -61,7 +61,7 @@ def traced_document(result: TracedValidation) -> Document:
     unformed = len(rows) - len(formed)
     return _held(
         result,
-        "traced run: held against its own communication (no model in the manifest)",
+        "validate: a traced run, held against its own communication (no model in the manifest)",
         ("expectations", f"{len(formed)} formed, {unformed} could not be formed"),
         Section("expectations", "expectations per group", table, TRACED_COLUMNS),
         verdict,
@@ -85,6 +85,7 @@ def _held(
         ],
         sections=[section],
         notes=[*(f"note: {note}" for note in result.notes), verdict],
+        headline=[verdict],
         data=result.to_dict(),
     )
 
@@ -121,7 +122,7 @@ def validation_document(result: Validation | TracedValidation) -> Document:
         verdict = f"validate: mismatch in {', '.join(bad)}"
     return _held(
         result,
-        f"{job.model.name} {job.scheme} dp={d.dp} tp={d.tp} pp={d.pp}  "
+        f"validate: {job.model.name} {job.scheme} dp={d.dp} tp={d.tp} pp={d.pp}  "
         f"s={job.seq_len} b={job.micro_batch} k={job.microbatches} {job.dtype}",
         ("tolerance", f"{result.tolerance:.2%}"),
         Section("ops", "measured vs predicted, per op and role", table, COLUMNS),

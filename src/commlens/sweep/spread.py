@@ -111,8 +111,8 @@ def gain_sentence(
     band = f"; middle half of the steps {slow.band} s → {fast.band} s"
     verdict = {
         "gain": "a gain beyond the noise",
-        "loss": "slower on the faster link, beyond the noise: other work on this machine "
-        "disturbed it, not the link",
+        "loss": "slower on the faster link, beyond the noise: not explained by the link's "
+        "rate, and not measured here",
         "noise": "the two overlap, so the difference is within the noise",
     }[gain.verdict]
     return f"{head}{band}): {verdict}."
@@ -166,20 +166,47 @@ def comparison_sentence(gains: Sequence[LinkGain]) -> str:
     )
 
 
-def link_findings(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Spread]) -> list[str]:
-    """A sentence per row of ``link_speedup`` and one comparing them; ``spreads`` by point id."""
-    lines: list[str] = []
+def link_gains(
+    rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Spread]
+) -> list[tuple[Mapping[str, Any], LinkGain]]:
+    """Each row of ``link_speedup`` with its gain and band; ``spreads`` by point id."""
+    return [
+        (
+            row,
+            link_gain(
+                row, spreads.get(row.get("slowest_id", "")), spreads.get(row.get("fastest_id", ""))
+            ),
+        )
+        for row in rows
+    ]
+
+
+def link_comparisons(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Spread]) -> list[str]:
+    """One sentence per model comparing its schemes' gains (the sweep's answer)."""
     models: dict[str, list[LinkGain]] = {}
-    several = len({row.get("model", "") for row in rows}) > 1
-    for row in rows:
-        slow, fast = spreads.get(row.get("slowest_id", "")), spreads.get(row.get("fastest_id", ""))
-        lines.append(gain_sentence(row, slow, fast, several))
-        models.setdefault(row.get("model", ""), []).append(link_gain(row, slow, fast))
+    for row, gain in link_gains(rows, spreads):
+        models.setdefault(row.get("model", ""), []).append(gain)
+    lines = []
     for model, gains in models.items():  # schemes are compared within a model only
         compared = comparison_sentence(gains)
         if compared:
             lines.append(f"{model}: {compared}" if len(models) > 1 else compared)
     return lines
+
+
+def link_findings(rows: Sequence[Mapping[str, Any]], spreads: Mapping[str, Spread]) -> list[str]:
+    """A sentence per row of ``link_speedup`` and one comparing them; ``spreads`` by point id."""
+    several = len({row.get("model", "") for row in rows}) > 1
+    lines = [
+        gain_sentence(
+            row,
+            spreads.get(row.get("slowest_id", "")),
+            spreads.get(row.get("fastest_id", "")),
+            several,
+        )
+        for row in rows
+    ]
+    return lines + link_comparisons(rows, spreads)
 
 
 def point_spreads(sweep: Path, ids: list[str]) -> dict[str, Spread]:

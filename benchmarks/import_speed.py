@@ -152,6 +152,9 @@ def main() -> None:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
             trace.unlink()
+            print(
+                f"gzip: {gz.stat().st_size / 1e6:.0f} MB compressed (level 1); MB/s below are of the JSON"
+            )
             rows.append(
                 (
                     "commlens import .gz",

@@ -229,6 +229,15 @@ def _provenance(
         "t_issue_ns": issue,
         "t_end_ns": end,
         "t_wait_ns": wait,
+        **(
+            {
+                "t_cpu_issue_ns": "the CPU op's start (record_param_comms, or the c10d call "
+                "around it): when the CPU issued the op; null for an op found only as a kernel",
+                "stream": "the stream of the op's GPU kernel (the trace's args.stream)",
+            }
+            if device
+            else {}
+        ),
         "step": "ProfilerStep#N window holding the CPU op; -1 outside every recorded step",
     }
     totals: dict[str, int] = defaultdict(int)

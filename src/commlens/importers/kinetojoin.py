@@ -231,6 +231,10 @@ def build_rank(
             op.t_issue_ns, op.t_end_ns = to_ns(start), to_ns(end)
             op.t_wait_ns = max(0, op.t_end_ns - op.t_issue_ns - round(overlap * 1000))
             op.device = f"device {device}"
+            if cpu.tid != -1:  # a CPU op, not a kernel standing for its own op
+                op.t_cpu_issue_ns = to_ns(cpu.ts)
+            stream = ks[0].args.get("stream")
+            op.stream = stream if isinstance(stream, int) and stream >= 0 else None
             op.is_async = True
             built.device = True
             counts["kernel"] += 1

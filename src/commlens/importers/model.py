@@ -76,6 +76,10 @@ class Op:
     api: str = ""
     device: str = ""
     """The device the op ran on (for the exposure), empty for a CPU op."""
+    t_cpu_issue_ns: int | None = None
+    """When the CPU issued an op timed by its device (the run's ``t_cpu_issue_ns``)."""
+    stream: int | None = None
+    """The device stream its kernel ran on (the run's ``stream``)."""
     end_known: bool = True
     """False when the source holds no end (``t_end_ns`` is then the issue time)."""
     group_seq: int | None = None

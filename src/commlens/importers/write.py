@@ -29,7 +29,7 @@ from commlens.trace.manifest import (
     write_json_atomic,
 )
 from commlens.trace.rundir import build_beside, first_foreign, foreign_in_run, is_run_dir
-from commlens.trace.schema import EVENT_COLUMNS, MAX_BYTES, MAX_TIME_NS, OPS
+from commlens.trace.schema import DEVICE_COLUMN_NAMES, EVENT_COLUMNS, MAX_BYTES, MAX_TIME_NS, OPS
 from commlens.trace.writer import EventWriter
 
 IMPORT_KEY = "import"
@@ -127,10 +127,11 @@ def _build(run: ImportedRun, tmp: Path, command: list[str] | None) -> None:
 
 def _write_rank(run: ImportedRun, trace: RankTrace, tmp: Path, roles: dict[str, str]) -> None:
     ops = sorted(trace.ops, key=lambda o: (o.t_issue_ns, o.t_end_ns))
-    writer = EventWriter(tmp, trace.rank, flush_events=65536, flush_seconds=3600.0)
+    device = run.provenance.device_time
+    writer = EventWriter(tmp, trace.rank, flush_events=65536, flush_seconds=3600.0, device=device)
     try:
         for seq, op in enumerate(ops):
-            writer.append(_row(trace.rank, seq, op))
+            writer.append(_row(trace.rank, seq, op, device))
     finally:
         writer.close()
     times = [t for o in ops for t in (o.t_issue_ns, o.t_end_ns)]
@@ -158,7 +159,8 @@ def _write_rank(run: ImportedRun, trace: RankTrace, tmp: Path, roles: dict[str, 
     write_json_atomic(rank_meta_path(tmp, trace.rank), data, indent=None)
 
 
-def _row(rank: int, seq: int, op: Op) -> tuple[Any, ...]:
+def _row(rank: int, seq: int, op: Op, device: bool = False) -> tuple[Any, ...]:
+    """``op`` as a writer's row: EVENT_COLUMNS, then DEVICE_COLUMN_NAMES when ``device``."""
     if op.op not in OPS:
         raise UsageError(f"rank {rank}: op {op.op!r} is not a commlens op")
     t_issue = _bounded(op.t_issue_ns, 0, MAX_TIME_NS, "a time", rank)
@@ -187,7 +189,14 @@ def _row(rank: int, seq: int, op: Op) -> tuple[Any, ...]:
         "phase": op.phase,
         "module": op.module,
     }
-    return tuple(values[name] for name in EVENT_COLUMNS)
+    if not device:
+        return tuple(values[name] for name in EVENT_COLUMNS)
+    cpu = op.t_cpu_issue_ns
+    if cpu is not None:
+        cpu = _bounded(cpu, 0, MAX_TIME_NS, "a time", rank)
+    values["t_cpu_issue_ns"] = cpu
+    values["stream"] = op.stream
+    return tuple(values[name] for name in (*EVENT_COLUMNS, *DEVICE_COLUMN_NAMES))
 
 
 def _bounded(value: int, lo: int, hi: int, what: str, rank: int) -> int:

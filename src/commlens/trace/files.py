@@ -41,6 +41,7 @@ from commlens.trace.manifest import Manifest, bounds_text, read_manifest
 from commlens.trace.packed import read_packed_parts
 from commlens.trace.schema import (
     COLUMN_BOUNDS,
+    DEVICE_EVENT_SCHEMA,
     EVENT_SCHEMA,
     MAX_RANK_BYTES,
     MAX_WORLD,
@@ -214,7 +215,9 @@ def schema_problem(schema: pa.Schema) -> str | None:
     missing = [name for name in EVENT_SCHEMA.names if name not in schema.names]
     if missing:
         return f"missing columns {', '.join(missing)}"
-    for want in EVENT_SCHEMA:
+    for want in DEVICE_EVENT_SCHEMA:
+        if want.name not in schema.names:  # a device column (optional)
+            continue
         got = schema.field(want.name).type
         if got != want.type and not (_is_string(got) and _is_string(want.type)):
             return f"column {want.name} is {got}, not {want.type}"
@@ -239,6 +242,8 @@ def _bounds_from_statistics(pf: pq.ParquetFile, file: Path, rank: int) -> str | 
         if group.num_rows == 0:
             continue
         for name, (lo, hi) in bounds.items():
+            if name not in index:  # a device column of a file without them
+                continue
             stats = group.column(index[name]).statistics
             if stats is not None and stats.has_min_max:
                 low, high = stats.min, stats.max
@@ -267,6 +272,8 @@ def _too_much(largest: dict[str, int], rows: int) -> str | None:
 def out_of_bounds(table: pa.Table) -> str | None:
     """Like the statistics check, over a table in memory."""
     for name, (lo, hi) in COLUMN_BOUNDS.items():
+        if name not in table.column_names:
+            continue
         pair = pc.min_max(table.column(name))
         low, high = pair["min"].as_py(), pair["max"].as_py()
         if low is not None and (low < lo or high > hi):

@@ -159,9 +159,12 @@ commlens captured (:data:`HOST_TIMES`)."""
 HOST_TIMES = "host"
 """t_issue_ns: the call; t_end_ns: its completion; t_wait_ns: the caller blocked in it."""
 DEVICE_TIMES = "device"
-"""t_issue_ns/t_end_ns: the op's interval on its device (its GPU kernel); t_wait_ns: the
-part of it not overlapped by compute kernels on that device (its exposure), since a
-CPU does not wait on an NCCL kernel. An op without a kernel keeps host times."""
+"""t_issue_ns/t_end_ns: the op's interval on its device (its GPU kernel's start and end
+on its stream); t_wait_ns: the part of it not overlapped by compute kernels on that
+device (its exposure), since a CPU does not wait on an NCCL kernel. An op without a
+kernel keeps host times. From format 2 on the events also keep the CPU side:
+``t_cpu_issue_ns`` (when the CPU issued the op) and ``stream`` (the kernel's stream),
+:data:`commlens.trace.schema.DEVICE_COLUMNS`; a format-1 run has neither (null)."""
 SYNTHETIC_TIMES = "synthetic"
 """Placeholders (an aggregate-only import): only counts and sizes are data."""
 TIME_KINDS = (HOST_TIMES, DEVICE_TIMES, SYNTHETIC_TIMES)

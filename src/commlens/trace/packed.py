@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from commlens.safefile import DATA_LIMIT, read_bytes, read_text
-from commlens.trace.schema import EVENT_COLUMNS
+from commlens.trace.schema import DEVICE_COLUMN_NAMES
 
 KIND_FIELDS = ("op", "api", "pg_name", "pg_ranks", "group_size", "role", "dtype", "phase", "module")
 COMPACT_FIELDS = (
@@ -40,7 +40,11 @@ COMPACT_FIELDS = (
     "step",
 )
 PACKED_EVENT = struct.Struct(f"<{len(COMPACT_FIELDS)}q")
+PACKED_DEVICE_EVENT = struct.Struct(f"<{len(COMPACT_FIELDS) + len(DEVICE_COLUMN_NAMES)}q")
+"""An event of a device-time run: :data:`PACKED_EVENT`'s fields, then
+:data:`~commlens.trace.schema.DEVICE_COLUMN_NAMES` (:data:`NO_VALUE` for null)."""
 NO_PEER = -1  # ``peer`` of an event that has none
+NO_VALUE = -1  # a device column's null
 SITES_FILE = "sites.jsonl"
 PART_GLOB = "part-*.bin"
 
@@ -72,12 +76,14 @@ def read_kinds(path: Path) -> list[tuple[Any, ...]]:
 def expand(
     packed: bytes | bytearray, kinds: Sequence[Sequence[Any]], rank: int, schema: pa.Schema
 ) -> pa.Table:
-    """Packed events to a table of ``schema`` (EVENT_COLUMNS): kinds expand by one take().
-
-    A trailing partial record and events whose kind is unknown are dropped.
+    """Packed events to a table of ``schema`` (EVENT_COLUMNS, and DEVICE_COLUMN_NAMES
+    when it has them: then each record is a :data:`PACKED_DEVICE_EVENT`): kinds expand
+    by one take(). A trailing partial record and events whose kind is unknown are dropped.
     """
-    usable = len(packed) - len(packed) % PACKED_EVENT.size
-    rows = np.frombuffer(packed, dtype="<i8", count=usable // 8).reshape(-1, len(COMPACT_FIELDS))
+    device = [name for name in DEVICE_COLUMN_NAMES if name in schema.names]
+    width = len(COMPACT_FIELDS) + len(device)
+    usable = len(packed) - len(packed) % (8 * width)
+    rows = np.frombuffer(packed, dtype="<i8", count=usable // 8).reshape(-1, width)
     kind_ids = rows[:, 0]
     known = (kind_ids >= 0) & (kind_ids < len(kinds))
     if not known.all():
@@ -85,6 +91,10 @@ def expand(
     columns = {name: rows[:, i] for i, name in enumerate(COMPACT_FIELDS)}
     take = pa.array(columns.pop("kind").astype(np.int32))
     arrays: dict[str, Any] = {"rank": pa.array(np.full(len(rows), rank, np.int32))}
+    for i, name in enumerate(device, len(COMPACT_FIELDS)):
+        values = rows[:, i]
+        typ = schema.field(name).type
+        arrays[name] = pa.array(values.astype(typ.to_pandas_dtype()), typ, mask=values == NO_VALUE)
     per_field = list(zip(*kinds, strict=True)) if kinds else [() for _ in KIND_FIELDS]
     for name, per_kind in zip(KIND_FIELDS, per_field, strict=True):
         arrays[name] = pa.array(per_kind, type=schema.field(name).type).take(take)
@@ -95,7 +105,7 @@ def expand(
         arrays[name] = pa.array(values.astype(schema.field(name).type.to_pandas_dtype()))
     elapsed = columns["t_end_ns"] - columns["t_issue_ns"]
     arrays["duration_s"] = pa.array(elapsed / 1e9)
-    return pa.table([arrays[name] for name in EVENT_COLUMNS], schema=schema)
+    return pa.table([arrays[name] for name in schema.names], schema=schema)
 
 
 def read_packed_parts(part_dir: Path, rank: int, schema: pa.Schema) -> list[pa.Table]:

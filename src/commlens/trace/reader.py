@@ -55,7 +55,7 @@ from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.roles import apply_roles, group_roles, role_sql
 from commlens.trace.sanity import event_problems, recording, window_problems
-from commlens.trace.schema import EVENT_SCHEMA, TAIL_SEGMENT
+from commlens.trace.schema import DEVICE_COLUMN_NAMES, DEVICE_COLUMNS, EVENT_SCHEMA, TAIL_SEGMENT
 
 if TYPE_CHECKING:
     import duckdb
@@ -364,6 +364,30 @@ class RunView:
                 table = table.set_column(
                     table.schema.get_field_index(name), name, pa.array(t, pa.int64())
                 )
+        return table
+
+    def read_device(self, rank: int, *, align: bool = True) -> pa.Table:
+        """One rank's ``seq`` and device columns (``t_cpu_issue_ns`` on rank 0's clock
+        unless not ``align``, ``stream``), in file order; all null for a rank whose file
+        holds none (a run captured on a host, or written by format 1)."""
+        src = self.sources.get(rank)
+        fields = [pa.field(name, typ) for name, typ, _ in DEVICE_COLUMNS]
+        if isinstance(src, Path):
+            names = pq.ParquetFile(src).schema_arrow.names
+            present = [f.name for f in fields if f.name in names]
+            table = self._read(rank, lambda: pq.read_table(src, columns=["seq", *present]))
+        else:
+            table = self.read_rank(rank, ["seq"]) if src is None else src.select(["seq"])
+        for f in fields:
+            if f.name not in table.column_names:
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        table = table.select(["seq", *DEVICE_COLUMN_NAMES])
+        clock = self.clocks.get(rank, NO_CLOCK) if align else NO_CLOCK
+        issue = table.column("t_cpu_issue_ns")
+        if moves(clock) and issue.null_count < table.num_rows:
+            valid = pc.is_valid(issue).to_numpy(zero_copy_only=False)
+            t = align_numpy(pc.fill_null(issue, 0).to_numpy(), clock)
+            table = table.set_column(1, "t_cpu_issue_ns", pa.array(t, pa.int64(), mask=~valid))
         return table
 
     def read_values(self, rank: int, column: str, rows: list[int]) -> list[Any]:

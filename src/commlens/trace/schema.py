@@ -12,7 +12,9 @@ import pyarrow as pa
 from commlens.optable import OPS as OPS  # re-exported: canonical op names
 from commlens.optable import PHASES as PHASES
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""1: the event columns below; 2: events files may also hold :data:`DEVICE_COLUMNS`
+(a version-1 file reads as one whose device columns are all null)."""
 SCHEMA_KEY = b"commlens.format"
 RANK_KEY = b"commlens.rank"
 MAX_WORLD = 1_000_000
@@ -57,17 +59,39 @@ _COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("module", pa.string(), "innermost module running when the op was issued"),
 ]
 
+# Columns an events file holds only where its ops ran on a device (a run imported
+# from GPU profiler traces, time semantics "device"): the op's CPU side kept beside
+# the kernel interval that t_issue_ns/t_end_ns hold there. Readers that do not ask
+# for them never see them; :func:`commlens.trace.reader.RunView.read_device` reads
+# them (nulls for a file without them).
+DEVICE_COLUMNS: list[tuple[str, pa.DataType, str]] = [
+    (
+        "t_cpu_issue_ns",
+        pa.int64(),
+        "when the CPU issued the op (its record_param_comms / c10d call), on the rank's "
+        "clock; null for an op seen only as a kernel, and in host-time runs (t_issue_ns "
+        "is the call there)",
+    ),
+    ("stream", pa.int32(), "the device stream its kernel ran on; null for an op without one"),
+]
+DEVICE_COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in DEVICE_COLUMNS)
+
 TAIL_SEGMENT = "after last step"
 """A step window's ``segment`` for the forwards after the last optimizer step."""
 STEP0_FROM_SEQ = "step0_from_seq"
 """Rank meta key: events written as set-up from this seq on belong to step 0."""
 
 EVENT_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in _COLUMNS)
-COLUMN_DOCS: dict[str, str] = {name: doc for name, _, doc in _COLUMNS}
+COLUMN_DOCS: dict[str, str] = {name: doc for name, _, doc in [*_COLUMNS, *DEVICE_COLUMNS]}
 EVENT_SCHEMA = pa.schema(
     [pa.field(name, typ) for name, typ, _ in _COLUMNS],
     metadata={SCHEMA_KEY: str(FORMAT_VERSION).encode()},
 )
+DEVICE_EVENT_SCHEMA = pa.schema(
+    [*EVENT_SCHEMA, *(pa.field(name, typ) for name, typ, _ in DEVICE_COLUMNS)],
+    metadata=EVENT_SCHEMA.metadata,
+)
+"""The events schema of a run whose ops ran on a device (EVENT_SCHEMA + DEVICE_COLUMNS)."""
 
 # Bounds the values of these columns must lie in (nulls aside), checked when a
 # rank file is opened, so no analysis meets an overflowing time or size.
@@ -87,5 +111,6 @@ COLUMN_BOUNDS: dict[str, tuple[int, int]] = {
     "t_end_ns": (0, MAX_TIME_NS),
     # A wall clock stepping back may leave a wait a little below 0.
     "t_wait_ns": (-(1 << 40), MAX_TIME_NS),
+    "t_cpu_issue_ns": (0, MAX_TIME_NS),
 }
 SUMMED_COLUMNS = ("count", "bytes_in", "bytes_out", "size_bytes")

@@ -37,6 +37,8 @@ from commlens.trace.live import LiveLock
 from commlens.trace.packed import (
     KIND_FIELDS,
     NO_PEER,
+    NO_VALUE,
+    PACKED_DEVICE_EVENT,
     PACKED_EVENT,
     PART_GLOB,
     SITES_FILE,
@@ -45,10 +47,16 @@ from commlens.trace.packed import (
     part_name,
     read_part,
 )
-from commlens.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RANK_KEY
+from commlens.trace.schema import (
+    DEVICE_COLUMN_NAMES,
+    DEVICE_EVENT_SCHEMA,
+    EVENT_COLUMNS,
+    EVENT_SCHEMA,
+    RANK_KEY,
+)
 
 _pack = PACKED_EVENT.pack
-_COLUMN = {name: i for i, name in enumerate(EVENT_COLUMNS)}
+_COLUMN = {name: i for i, name in enumerate((*EVENT_COLUMNS, *DEVICE_COLUMN_NAMES))}
 _KIND_AT = tuple(_COLUMN[name] for name in KIND_FIELDS)
 _PG_RANKS = KIND_FIELDS.index("pg_ranks")
 
@@ -86,6 +94,7 @@ class EventWriter:
         on_error: Callable[[BaseException], None] | None = None,
         drain: Callable[[], None] | None = None,
         checkpoint: Callable[[], None] | None = None,
+        device: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.rank = rank
@@ -94,9 +103,11 @@ class EventWriter:
         self.on_error = on_error
         self.drain = drain
         self.checkpoint = checkpoint
-        self.schema = EVENT_SCHEMA.with_metadata(
-            {**(EVENT_SCHEMA.metadata or {}), RANK_KEY: str(rank).encode()}
-        )
+        self.device = device
+        """True: events carry the device columns (:meth:`append` rows end with them)."""
+        schema = DEVICE_EVENT_SCHEMA if device else EVENT_SCHEMA
+        meta = {**(schema.metadata or {}), RANK_KEY: str(rank).encode()}
+        self.schema = schema.with_metadata(meta)
         self._queue: deque[bytes] = deque()  # packed events, oldest first
         # The queue length at which an appender must call _kick().
         self._next_kick = self.flush_events
@@ -171,13 +182,22 @@ class EventWriter:
             self._next_kick = min(len(self._queue) + self.flush_events, limit)
 
     def append(self, row: tuple[Any, ...]) -> None:
-        """Add one event given as a tuple in EVENT_COLUMNS order (``rank`` is this writer's)."""
+        """Add one event given as a tuple in EVENT_COLUMNS order, then DEVICE_COLUMN_NAMES
+        for a device writer (``rank`` is this writer's; None for a null device value)."""
         kind = [row[i] for i in _KIND_AT]
         kind[_PG_RANKS] = tuple(kind[_PG_RANKS])
         c = _COLUMN
         peer = row[c["peer"]]
+        extra: tuple[int, ...] = ()
+        pack = _pack
+        if self.device:
+            pack = PACKED_DEVICE_EVENT.pack
+            extra = tuple(
+                NO_VALUE if row[c[name]] is None else int(row[c[name]])
+                for name in DEVICE_COLUMN_NAMES
+            )
         self.append_packed(
-            _pack(
+            pack(
                 self.kind(tuple(kind)),
                 row[c["seq"]],
                 row[c["count"]],
@@ -190,6 +210,7 @@ class EventWriter:
                 row[c["t_end_ns"]],
                 row[c["t_wait_ns"]],
                 row[c["step"]],
+                *extra,
             )
         )
 

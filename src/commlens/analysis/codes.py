@@ -37,10 +37,18 @@ class Codes:
         return np.concatenate(out)
 
 
+DENSE_FLOOR = 1 << 16
+"""Values below this (or below a few times the row count) are coded by counting."""
+
+
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values, index of each row's value among them), in O(n) without a
-    sort when the values are small non-negative integers."""
-    if values.size and values.min() >= 0 and values.max() < 1 << 22:
+    sort when the values are small non-negative integers: below ``4 n`` or
+    :data:`DENSE_FLOOR`, so that the counting never costs more than the rows (a key
+    that grows with the run, such as a process group's code in a run of thousands of
+    groups, would otherwise make each rank's pass grow with the run)."""
+    limit = max(DENSE_FLOOR, 4 * values.size)
+    if values.size and values.min() >= 0 and values.max() < limit:
         uniq = np.flatnonzero(np.bincount(values))
         lookup = np.zeros(int(values.max()) + 1, np.int64)
         lookup[uniq] = np.arange(uniq.size)

@@ -80,6 +80,16 @@ def test_text_ranks_as_distribution(run: tuple[Path, Planted]) -> None:
     worst = ", ".join(f"rank {r} ({-s * 100:.1f})" for s, r in shares[:5])
     assert f"exposed (%) over 64 ranks: min {lo:.1f}, quartiles " in text
     assert f"max {hi:.1f}; highest: {worst}" in text
+    # the table itself lists the ten ranks with the highest exposed share, in that order
+    table = text.split("Ranks: the 10 of 64 with the highest exposed share")[1].split(" comm (%)")[
+        0
+    ]
+    listed = [
+        int(line.split()[0])
+        for line in _report(run_dir).split("Ranks: the 10")[1].split("\n")
+        if line.strip()[:1].isdigit()
+    ][:10]
+    assert listed == [r for _, r in shares[:10]] and table
 
 
 def test_per_node_directories_merge_to_the_same_run(tmp_path: Path) -> None:
@@ -99,3 +109,34 @@ def test_per_node_directories_merge_to_the_same_run(tmp_path: Path) -> None:
     b = json.loads(_report(merged, "--format", "json"))
     assert a["stragglers"] == b["stragglers"] and a["ops"] == b["ops"]
     assert format_ranks(planted.stragglers) in "\n".join(b["highlights"])
+
+
+def test_text_groups_by_role(run: tuple[Path, Planted]) -> None:
+    run_dir, planted = run
+    text = _report(run_dir, "--width", "200")
+    ops = text.split("Communication by op and role (")[1].split("\n\n")[0]
+    n = 1 + len(planted.groups["tp"]) + len(planted.groups["dp"]) + len(planted.groups["pp"])
+    # tp: all_reduce; dp: all_reduce and all_gather; pp: send and recv
+    assert ops.startswith(f"{32 + 2 * 4 + 2 * 32} op and group rows")
+    rows = [" ".join(line.split()) for line in ops.splitlines()]
+    assert any(r.startswith("all_reduce dp × 4 groups of 16 768 ") for r in rows)
+    assert any(r.startswith("all_reduce tp × 32 groups of 2 3,072 ") for r in rows)
+    assert any(r.startswith("recv pp × 32 groups of 2 ") for r in rows)
+    # a straggler's tp group waits the most among the tp groups
+    skew = text.split("Cross-rank arrival skew")[1].split("\n\n")[0]
+    tp = next(" ".join(r.split()) for r in skew.splitlines() if "tp × 32 groups of 2" in r)
+    pairs = [f"(ranks {s - s % 2}-{s - s % 2 + 1})" for s in planted.stragglers]
+    assert tp.endswith(tuple(pairs))
+    # JSON keeps a row per op and group
+    data = json.loads(_report(run_dir, "--format", "json"))
+    assert len({row["pg_name"] for row in data["ops"]}) == n - 1
+
+
+def test_markdown_and_html_summarise_too(run: tuple[Path, Planted], tmp_path: Path) -> None:
+    run_dir, _ = run
+    md = _report(run_dir, "--format", "md")
+    assert "dp × 4 groups of 16" in md and "exposed (%) over 64 ranks" in md
+    html = tmp_path / "r.html"
+    _report(run_dir, "--format", "html", "-o", str(html))
+    page = html.read_text()
+    assert "dp × 4 groups of 16" in page and "exposed (%) over 64 ranks" in page

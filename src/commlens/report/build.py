@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
 from commlens.analysis.coverage import headline_coverage
@@ -21,7 +22,14 @@ from commlens.report.provenance import (
     provenance_facts,
     synthetic_times,
 )
-from commlens.report.spread import rank_spread_note
+from commlens.report.spread import (
+    MANY_RANKS,
+    WORST,
+    by_role,
+    many_groups,
+    rank_spread_note,
+    top_rows,
+)
 from commlens.trace.files import format_ranks
 from commlens.trace.layout import MANIFEST
 from commlens.trace.reader import RunView, StepRange
@@ -77,6 +85,33 @@ RANK_COLUMNS = (
     C("exposed_share", "exposed (%)", "pct"),
     C("ops", "ops", "int"),
     C("bytes", "bytes", "bytes"),
+)
+ROLE_OP_COLUMNS = (
+    C("op", "op"),
+    C("groups", "groups"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("time_s", "time (s)", "s"),
+    C("service_s", "service (s)", "s"),
+    C("avg_latency_s", "avg lat (us)", "us"),
+    C("service_s_min", "service/group min (s)", "s"),
+    C("service_s_median", "median (s)", "s"),
+    C("service_s_max", "max (s)", "s"),
+    C("worst_group", "busiest group"),
+)
+ROLE_SKEW_COLUMNS = (
+    C("op", "op"),
+    C("groups", "groups"),
+    C("instances", "instances", "int"),
+    C("mean_skew_s", "mean skew (us)", "us"),
+    C("p99_skew_s", "p99 skew (us)", "us"),
+    C("max_skew_s", "max skew (us)", "us"),
+    C("wait_s", "wait last (s)", "s"),
+    C("wait_share", "wait (%)", "pct"),
+    C("wait_s_min", "wait/group min (s)", "s"),
+    C("wait_s_median", "median (s)", "s"),
+    C("wait_s_max", "max (s)", "s"),
+    C("worst_group", "most waiting group"),
 )
 RANK_SPREAD = [("comm_share", "comm (%)"), ("exposed_share", "exposed (%)")]
 """The Ranks table's columns summarised as a distribution over many ranks."""
@@ -365,13 +400,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         else ""
     )
     sections = [
-        Section(
-            "ops",
-            "Communication by op and process group",
-            op_t,
-            OP_COLUMNS,
-            plots=[("Share of communication time by op", plot("comm_share_by_op", op_t))],
-        ),
+        _ops_section(op_t),
         Section(
             "steps",
             "Steps (step time of the slowest rank; comm, exposed and overlapped: mean over "
@@ -384,14 +413,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
             "overlapped = comm - exposed." + _outside_note(step_t),
         ),
-        Section(
-            "ranks",
-            "Ranks (summed over the recorded steps; set-up and the tail left out)",
-            rank_t,
-            RANK_COLUMNS,
-            max_rows=64,
-            note=rank_spread_note(rank_t, RANK_SPREAD),
-        ),
+        _ranks_section(rank_t),
         Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
         Section(
             "modules",
@@ -418,14 +440,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             max_rows=40,
             plots=[("Message sizes", plot("size_histogram", hist_t))],
         ),
-        Section(
-            "skew",
-            "Cross-rank arrival skew (collectives matched across their group)",
-            skew_t,
-            SKEW_COLUMNS,
-            note=" ".join(filter(None, [SKEW_NOTE, _clamped_note(skew_t), cross_note])),
-            plots=[("Waiting vs transfer", plot("skew_vs_transfer", skew_t))],
-        ),
+        _skew_section(skew_t, op_t, cross_note),
         Section(
             "stragglers",
             "Stragglers (who arrives last)",
@@ -496,6 +511,81 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         warnings=list(run.warnings),
         data=data,
         csv_table=_csv_table(data, csv_table),
+    )
+
+
+def _ranks_section(rank_t: pa.Table) -> Section:
+    """The Ranks table: every rank, or past MANY_RANKS the ranks with the most exposed
+    communication, the columns' distribution in the note."""
+    title = "Ranks (summed over the recorded steps; set-up and the tail left out)"
+    note = rank_spread_note(rank_t, RANK_SPREAD)
+    if rank_t.num_rows <= MANY_RANKS:
+        return Section("ranks", title, rank_t, RANK_COLUMNS, note=note)
+    worst = top_rows(rank_t, "exposed_share", 2 * WORST)
+    return Section(
+        "ranks",
+        f"Ranks: the {worst.num_rows} of {rank_t.num_rows:,} with the highest exposed share "
+        "(summed over the recorded steps; set-up and the tail left out; --format json lists "
+        "each)",
+        worst,
+        RANK_COLUMNS,
+        note=note,
+    )
+
+
+def _ops_section(op_t: pa.Table) -> Section:
+    """The op table: a row per op and group, or per op and role past MANY_GROUPS groups."""
+    plots = [("Share of communication time by op", plot("comm_share_by_op", op_t))]
+    if not many_groups(op_t):
+        return Section(
+            "ops", "Communication by op and process group", op_t, OP_COLUMNS, plots=plots
+        )
+    table = by_role(
+        op_t,
+        ["op"],
+        sums=["count", "bytes", "time_s", "service_s"],
+        worst="service_s",
+        ratios={"avg_latency_s": ("time_s", "count")},
+    )
+    return Section(
+        "ops",
+        f"Communication by op and role ({op_t.num_rows:,} op and group rows summed per "
+        "role and group size; --format json lists each)",
+        table,
+        ROLE_OP_COLUMNS,
+        note="service/group: each group's service time; min, median and max over the groups.",
+        plots=plots,
+    )
+
+
+def _skew_section(skew_t: pa.Table, op_t: pa.Table, cross_note: str) -> Section:
+    """The skew table: a row per op and group, or per op and role past MANY_GROUPS groups
+    (the groups' ranks from the op table)."""
+    note = " ".join(filter(None, [SKEW_NOTE, _clamped_note(skew_t), cross_note]))
+    plots = [("Waiting vs transfer", plot("skew_vs_transfer", skew_t))]
+    title = "Cross-rank arrival skew (collectives matched across their group)"
+    if not skew_t.num_rows or not many_groups(skew_t):
+        return Section("skew", title, skew_t, SKEW_COLUMNS, note=note, plots=plots)
+    weighted = pc.multiply(skew_t.column("mean_skew_s"), skew_t.column("instances"))
+    members = dict(zip(*(op_t.column(k).to_pylist() for k in ("pg_name", "pg_ranks")), strict=True))
+    pg_ranks = pa.array([members.get(g) for g in skew_t.column("pg_name").to_pylist()])
+    table = by_role(
+        skew_t.append_column("skew_sum_s", weighted).append_column("pg_ranks", pg_ranks),
+        ["op"],
+        sums=["instances", "skew_sum_s", "time_s", "queue_s", "wait_s", "transfer_s"],
+        maxima=["p99_skew_s", "max_skew_s"],
+        worst="wait_s",
+        ratios={"mean_skew_s": ("skew_sum_s", "instances"), "wait_share": ("wait_s", "time_s")},
+    )
+    return Section(
+        "skew",
+        f"{title}, per op and role ({skew_t.num_rows:,} op and group rows; --format json "
+        "lists each)",
+        table,
+        ROLE_SKEW_COLUMNS,
+        note=note + " p99 skew: of the worst group; wait/group: each group's wait for the "
+        "last rank, min, median and max over the groups.",
+        plots=plots,
     )
 
 

@@ -160,8 +160,10 @@ def stages(run: Path, nets: str) -> list[tuple[str, float]]:
     """CPU seconds of each stage of the study, in this process."""
     from commlens.predict.profiles import get_profile, get_profiles
     from commlens.predict.topology import Fabric
-    from commlens.whatif.durations import measured, modelled
+    from commlens.whatif.costing import modelled
+    from commlens.whatif.durations import measured
     from commlens.whatif.model import build_program
+    from commlens.whatif.optimes import OpTimes
     from commlens.whatif.replay import replay
     from commlens.whatif.source import read_trace
 
@@ -173,11 +175,11 @@ def stages(run: Path, nets: str) -> list[tuple[str, float]]:
     prog = build_program(trace)
     out.append(("build model", time.process_time() - t))
     t = time.process_time()
-    replay(prog, measured(prog))
+    replay(prog, OpTimes(measured(prog)))
     out.append(("replay, measured times", time.process_time() - t))
     fabric = Fabric(inter=get_profiles(nets)[0], intra=get_profile("loopback"))
     t = time.process_time()
-    replay(prog, modelled(prog, fabric))
+    replay(prog, OpTimes(modelled(prog, fabric)))
     out.append((f"replay, {fabric.inter.name}", time.process_time() - t))
     return out
 

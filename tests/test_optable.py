@@ -143,8 +143,10 @@ def test_every_reader_takes_the_op_facts_from_the_table() -> None:
     import commlens.capture.recorder as recorder
     import commlens.doctor.from_run as from_run
     import commlens.importers.clocks as import_clocks
+    import commlens.whatif.backend as backend
     import commlens.whatif.calibrate as calibrate
     import commlens.whatif.clocks as clocks
+    import commlens.whatif.costing as costing
     import commlens.whatif.durations as durations
     import commlens.whatif.model as model
 
@@ -158,8 +160,9 @@ def test_every_reader_takes_the_op_facts_from_the_table() -> None:
     assert diagnose.ROOTED is ops.ROOTED and from_run.ROOTED is ops.ROOTED
     assert (clocks.FROM_ROOT, clocks.TO_ROOT) == (ops.FROM_ROOT, ops.TO_ROOT)
     assert clocks.BLOCKING is ops.BLOCKING and import_clocks.BLOCKING is ops.BLOCKING
-    assert durations.TENSOR_TWIN is ops.TENSOR_TWIN and calibrate.TENSOR_TWIN is ops.TENSOR_TWIN
-    assert durations.GLOO is ops.GLOO
+    assert costing.TENSOR_TWIN is ops.TENSOR_TWIN and calibrate.TENSOR_TWIN is ops.TENSOR_TWIN
+    assert backend.GLOO is ops.GLOO
     for name in ("GLOO_WORKERS", "GLOO_AS", "OBJECT_AS_TENSOR", "STRICT", "_RECEIVES", "P2P"):
-        for module in (durations, clocks, expectations, from_run, commlens.analysis.timeline):
+        modules = (durations, costing, clocks, expectations, from_run, commlens.analysis.timeline)
+        for module in modules:
             assert not hasattr(module, name), (module.__name__, name)

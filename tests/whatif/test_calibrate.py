@@ -12,8 +12,10 @@ from commlens.netem.cluster import SHAPED_EFFICIENCY
 from commlens.predict.networks import network_profile, network_profiles
 from commlens.predict.profiles import NetworkProfile, OpOverride
 from commlens.predict.topology import Fabric
+from commlens.whatif.backend import GLOO_REPLAY
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
-from commlens.whatif.durations import Steps, measured, modelled, stepped_time
+from commlens.whatif.costing import Steps, modelled, stepped_time, unoverlapped
+from commlens.whatif.durations import measured
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.study import kept_steps, recorded_burst
 from tests.whatif.synthetic import Ev, make_trace, repeated_ops
@@ -135,10 +137,10 @@ def replayed_on(prog: Program, own: Fabric, other: Fabric) -> np.ndarray:
     captured on ``own``: the step latency, then the CPU terms, fitted against ``own``."""
     keep = sorted(set(prog.trace.step.tolist()))[1:]
     took = measured(prog)
-    wire = modelled(prog, own, flat=True)
+    wire = modelled(prog, own, None, GLOO_REPLAY)
     steps = fit_steps(prog, own, took, wire, keep, burst_bytes=0.0)
-    cal = fit_cpu_terms(prog, own, took, modelled(prog, own, flat=True, steps=steps), keep, steps)
-    return modelled(prog, other, flat=True, steps=steps) + cal.extra_s
+    cal = fit_cpu_terms(prog, own, took, modelled(prog, own, None, GLOO_REPLAY, steps), keep, steps)
+    return modelled(prog, other, None, GLOO_REPLAY, steps) + cal.extra_s
 
 
 @pytest.mark.parametrize("captured_on", [1.0, 10.0])
@@ -185,7 +187,7 @@ def test_a_kinds_slow_calls_alone_do_not_make_it_latency_bound() -> None:
     windows = [(r, s, 2010 * s, 2010 * s + 2010) for r in (0, 1) for s in range(4)]
     prog = build_program(make_trace(events, windows))
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
-    wire = modelled(prog, fabric, flat=True)
+    wire = modelled(prog, fabric, None, GLOO_REPLAY)
     fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2, 3], burst_bytes=0.0)
     assert fit.latency_s == {} and fit.default_latency_s == 0.0
 
@@ -200,12 +202,14 @@ def test_what_a_wire_bound_op_took_beyond_the_model_shrinks_with_its_host_time()
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     keep = [1, 2, 3]
     took = measured(prog)
-    steps = fit_steps(prog, own, took, modelled(prog, own, flat=True), keep, burst_bytes=0.0)
+    steps = fit_steps(
+        prog, own, took, modelled(prog, own, None, GLOO_REPLAY), keep, burst_bytes=0.0
+    )
     assert steps.default_latency_s == pytest.approx(246e-6)
-    own_s = modelled(prog, own, flat=True, steps=steps)
+    own_s = modelled(prog, own, None, GLOO_REPLAY, steps)
 
     def shorter(events: np.ndarray) -> np.ndarray:
-        return modelled(prog, own, flat=True, steps=steps, events=events, shorter=True)
+        return unoverlapped(prog, own, None, GLOO_REPLAY, steps, events)
 
     cal = fit_cpu_terms(prog, own, took, own_s, keep, steps, own_shorter=shorter)
     assert cal.unhidden is not None
@@ -214,10 +218,8 @@ def test_what_a_wire_bound_op_took_beyond_the_model_shrinks_with_its_host_time()
     for times_wire, lasts in expected.items():
         link = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * times_wire)
         other = Fabric(inter=link, intra=link, gpus_per_node=1)
-        got = modelled(prog, other, flat=True, steps=steps)
-        shorter = modelled(
-            prog, other, flat=True, steps=steps, events=cal.unhidden[0], shorter=True
-        )
+        got = modelled(prog, other, None, GLOO_REPLAY, steps)
+        shorter = unoverlapped(prog, other, None, GLOO_REPLAY, steps, cal.unhidden[0])
         cal.add_to(got, None, shorter)
         assert got[large] == pytest.approx(lasts, rel=2e-3), times_wire
 
@@ -234,7 +236,7 @@ def test_gloo_reduce_scatter_costs_an_all_reduce_and_a_send_its_host_work() -> N
     times = dict(
         zip(
             prog.trace.op[prog.members].tolist(),
-            modelled(prog, fabric, flat=True, steps=steps)[prog.members],
+            modelled(prog, fabric, None, GLOO_REPLAY, steps)[prog.members],
             strict=True,
         )
     )
@@ -258,7 +260,7 @@ def test_step_latency_comes_from_the_latency_bound_ops() -> None:
     windows = [(r, s, 4120 * s, 4120 * s + 4120) for r in (0, 1) for s in range(3)]
     prog = build_program(make_trace(events, windows))
     fabric = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
-    wire = modelled(prog, fabric, flat=True)
+    wire = modelled(prog, fabric, None, GLOO_REPLAY)
     fit = fit_steps(prog, fabric, measured(prog), wire, [1, 2], burst_bytes=0.0)
     # the 16-byte ones, less one of their 2 steps' 8 us on the wire: 2 steps of 1.496 ms
     assert fit.latency_s == {("all_reduce", "dp", 2): pytest.approx(1.496e-3)}
@@ -281,7 +283,10 @@ def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire(
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     fast = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * 10)
     other = Fabric(inter=fast, intra=fast, gpus_per_node=1)
-    own_s, other_s = modelled(prog, own, flat=True), modelled(prog, other, flat=True)
+    own_s, other_s = (
+        modelled(prog, own, None, GLOO_REPLAY),
+        modelled(prog, other, None, GLOO_REPLAY),
+    )
     recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
     assert own_s[recvs] == pytest.approx(1000e-6) and other_s[recvs] == pytest.approx(100e-6)
     assert (own_s[~recvs] == 0).all()  # a send: its bytes into the socket
@@ -308,7 +313,7 @@ def test_a_receive_over_explained_beyond_its_wire_keeps_the_excess_in_seconds() 
         ]
     prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
-    own_s = modelled(prog, own, flat=True, steps=Steps(default_latency_s=200e-6))
+    own_s = modelled(prog, own, None, GLOO_REPLAY, Steps(default_latency_s=200e-6))
     recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
     assert own_s[recvs] == pytest.approx(300e-6)
     cal = fit_cpu_terms(prog, own, measured(prog), own_s, [1, 2, 3], own_wire_s=np.full(8, 1e-4))

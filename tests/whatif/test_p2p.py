@@ -9,18 +9,11 @@ import pytest
 from commlens.optable import GLOO
 from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import (
-    Steps,
-    link_waits,
-    measured,
-    measured_release,
-    modelled,
-    node_links,
-    wire_pair,
-    wire_times,
-    worker_waits,
-)
+from commlens.whatif.backend import GLOO_REPLAY
+from commlens.whatif.costing import Steps, modelled, node_links, wire_pair, wire_times
+from commlens.whatif.durations import link_waits, measured, measured_release, worker_waits
 from commlens.whatif.model import build_program
+from commlens.whatif.optimes import LinkUse, OpTimes
 from commlens.whatif.replay import replay
 from tests.whatif.synthetic import Ev, both_steps, make_trace, us
 
@@ -35,9 +28,9 @@ def test_a_send_that_outlasted_its_receives_issue_waits_for_the_receive() -> Non
     prog = build_program(make_trace(events, both_steps(10)))
     assert prog.rendezvous.tolist() == [True]
     assert measured(prog).tolist() == [us(2), us(2)]  # from the receive's issue
-    exact = replay(prog, measured(prog), measured_release(prog))
+    exact = replay(prog, OpTimes(measured(prog), measured_release(prog)))
     assert exact.end.tolist() == [us(10), us(10)]
-    tl = replay(prog, np.full(2, 1e-6))
+    tl = replay(prog, OpTimes(np.full(2, 1e-6)))
     assert tl.start.tolist() == [us(8)] and tl.end.tolist() == [us(9), us(9)]
     assert tl.by.tolist() == [1]  # the receive came last
 
@@ -49,7 +42,7 @@ def test_a_send_that_ended_before_its_receive_was_issued_stays_eager() -> None:
     ]
     prog = build_program(make_trace(events, both_steps(9)))
     assert prog.rendezvous.tolist() == [False]
-    tl = replay(prog, np.full(2, 1e-6))
+    tl = replay(prog, OpTimes(np.full(2, 1e-6)))
     assert tl.start.tolist() == [us(0)] and tl.end.tolist() == [us(1), us(8)]
 
 
@@ -80,12 +73,12 @@ def test_a_receivers_ready_notice_follows_the_message_it_sent_back_first() -> No
     took = measured(prog)
     # A2 started at G1's arrival (30), not at its receive's posting (20)
     assert took[[prog.send_of[a2], prog.recv_of[a2]]].tolist() == [us(0), us(10)]
-    exact = replay(prog, measured(prog), measured_release(prog))
+    exact = replay(prog, OpTimes(measured(prog), measured_release(prog)))
     assert exact.end.tolist() == pytest.approx((prog.trace.t_end / 1e9).tolist(), abs=1e-12)
     # every receive 20 us (a slower link), every send 1 us: A1 arrives at 20, rank 1
     # sends G1 at 30 (its 10 us of compute), G1 arrives at 50, and only then A2 moves
     dur = np.where(np.isin(np.arange(6), prog.recv_of), 20e-6, 1e-6)
-    tl = replay(prog, dur)
+    tl = replay(prog, OpTimes(dur))
     assert tl.start.tolist() == [us(0), us(50), us(30)]
     assert tl.end[prog.recv_of[a2]] == pytest.approx(us(70))
     assert tl.end[prog.send_of[a2]] == pytest.approx(us(51))
@@ -119,12 +112,12 @@ def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
     prog = build_program(make_trace(*two_stage_sends()))
     links = node_links(prog, fabric())
     assert links.tolist() == [0, 0]
-    tl = replay(prog, np.full(4, 10e-6), links=links)
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=links)))
     recvs = prog.recv_of.tolist()
     assert sorted(tl.end[recvs].tolist()) == [us(10), us(20)]  # one after the other
     # a send ends once its bytes are in the socket, without waiting for the link
     assert tl.end[prog.send_of].tolist() == [us(10), us(10)]
-    assert sorted(replay(prog, np.full(4, 10e-6)).end.tolist()) == [us(10)] * 4
+    assert sorted(replay(prog, OpTimes(np.full(4, 10e-6))).end.tolist()) == [us(10)] * 4
 
 
 def test_two_messages_never_share_a_link_whatever_order_the_replay_reaches_them_in() -> None:
@@ -138,7 +131,7 @@ def test_two_messages_never_share_a_link_whatever_order_the_replay_reaches_them_
         Ev(3, "recv", 0, 25, peer=1, role="pp"),
     ]
     prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
-    tl = replay(prog, np.full(4, 10e-6), links=node_links(prog, fabric()))
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=node_links(prog, fabric()))))
     # one after the other: 5..15, then 15..25 (side by side they would end at 13 and 15)
     assert sorted(tl.end[prog.recv_of].tolist()) == [us(15), us(25)]
 
@@ -186,7 +179,10 @@ def test_messages_on_different_links_or_inside_a_node_do_not_wait() -> None:
     one_node = Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=4)
     links = node_links(prog, one_node)
     assert links.tolist() == [-1, -1]
-    assert replay(prog, np.full(4, 10e-6), links=links).end.tolist() == [us(10)] * 4
+    assert (
+        replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=links))).end.tolist()
+        == [us(10)] * 4
+    )
     two_nics = Fabric(
         inter=get_profile("loopback"),
         intra=get_profile("loopback"),
@@ -205,7 +201,7 @@ def test_a_message_that_starts_after_the_link_is_free_again_does_not_wait() -> N
     ]
     prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
     links = node_links(prog, fabric())
-    tl = replay(prog, np.full(4, 10e-6), links=links)
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=links)))
     assert tl.start.tolist() == [us(0), us(15)]
 
 
@@ -221,9 +217,9 @@ def concurrent_buckets() -> list[Ev]:
 def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlier_ones() -> None:
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
     dur, wire = np.full(6, 10e-6), np.full(3, 8e-6)
-    one = replay(prog, dur)
+    one = replay(prog, OpTimes(dur))
     assert one.start.tolist() == [us(0), us(10), us(20)]  # one worker: one after the other
-    two = replay(prog, dur, workers=GLOO.workers, wire=wire)
+    two = replay(prog, OpTimes(dur, use=LinkUse(GLOO.workers, wire=wire)))
     # B starts on the second worker at 1 and ends when its bytes followed A's, which
     # held the link until A's release (0..10): at 18; C waits for a worker (A frees
     # one at 10) and its bytes follow B's (1..18): 26.
@@ -231,9 +227,9 @@ def test_a_gloo_group_runs_two_ops_at_once_the_later_ones_bytes_after_the_earlie
     assert sorted(set(two.end.tolist())) == [us(10), us(18), us(26)]
     # fewer bytes: B's follow A's release at 10 (14); C's follow B's (10..14), C ends at
     # its own time (20)
-    short = replay(prog, dur, workers=GLOO.workers, wire=np.full(3, 4e-6))
+    short = replay(prog, OpTimes(dur, use=LinkUse(GLOO.workers, wire=np.full(3, 4e-6))))
     assert sorted(set(short.end.tolist())) == [us(10), us(14), us(20)]
-    alone = replay(prog, dur, workers=GLOO.workers, wire=np.zeros(3))
+    alone = replay(prog, OpTimes(dur, use=LinkUse(GLOO.workers, wire=np.zeros(3))))
     assert sorted(set(alone.end.tolist())) == [us(10), us(11), us(20)]
 
 
@@ -243,29 +239,21 @@ def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket(
     # its whole 8 after A's release at 10 (18), not 4 (14), and C after B's (26)
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
     dur = np.full(6, 10e-6)
-    tl = replay(
-        prog, dur, workers=GLOO.workers, wire=np.full(3, 4e-6), queued_wire=np.full(3, 8e-6)
-    )
+    use = LinkUse(GLOO.workers, wire=np.full(3, 4e-6), queued_wire=np.full(3, 8e-6))
+    tl = replay(prog, OpTimes(dur, use=use))
     assert sorted(set(tl.end.tolist())) == [us(10), us(18), us(26)]
 
     # from an idle link the credit holds: an op alone ends at its own time
     events = [Ev(r, "all_reduce", t, t + 10, is_async=True) for r in (0, 1) for t in (0, 30)]
     prog = build_program(make_trace(events, both_steps(40)))
-    tl = replay(
-        prog,
-        np.full(4, 10e-6),
-        workers=GLOO.workers,
-        wire=np.full(2, 4e-6),
-        queued_wire=np.full(2, 8e-6),
-    )
+    use = LinkUse(GLOO.workers, wire=np.full(2, 4e-6), queued_wire=np.full(2, 8e-6))
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=use))
     assert sorted(set(tl.end.tolist())) == [us(10), us(40)]
     # and no member ends before its op's bytes crossed the idle link: a member given
     # 2 (a late member's lag taken off, say) still ends 4 after the start
     dur = np.full(4, 10e-6)
     dur[np.flatnonzero(prog.inst == 0)[0]] = 2e-6
-    tl = replay(
-        prog, dur, workers=GLOO.workers, wire=np.full(2, 4e-6), queued_wire=np.full(2, 8e-6)
-    )
+    tl = replay(prog, OpTimes(dur, use=use))
     assert sorted(tl.end[prog.inst == 0].tolist()) == [us(4), us(10)]
 
 
@@ -282,7 +270,7 @@ def test_a_shaped_links_wire_without_its_bucket_is_the_whole_wire_time() -> None
 
 def test_the_self_check_stays_exact_for_ops_that_ran_beside_each_other() -> None:
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
-    tl = replay(prog, measured(prog), measured_release(prog))
+    tl = replay(prog, OpTimes(measured(prog), measured_release(prog)))
     assert tl.end.tolist() == pytest.approx((prog.trace.t_end / 1e9).tolist(), abs=1e-12)
 
 
@@ -294,7 +282,7 @@ def test_an_op_that_ended_before_the_one_ahead_still_shares_the_workers_and_the_
     prog = build_program(make_trace(events, both_steps(20)))
     assert prog.first_of_queue.tolist() == [True, True]
     assert prog.opens_queue.tolist() == [True, False]
-    tl = replay(prog, np.full(4, 10e-6), workers=GLOO.workers, wire=np.full(2, 8e-6))
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(GLOO.workers, wire=np.full(2, 8e-6))))
     assert sorted(set(tl.end.tolist())) == [us(10), us(18)]  # its bytes after A's (0..10)
 
 
@@ -332,4 +320,4 @@ def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:
     spread = Fabric(inter=wire, intra=get_profile("loopback"), gpus_per_node=1)
     assert wire_times(prog, spread, prog.cost_groups, 0.0).tolist() == [us(1024)] * 3
     slow_host = Steps(default_latency_s=1e-3)  # its 2 steps of 1 ms and one step's wire
-    assert modelled(prog, spread, flat=True, steps=slow_host).tolist() == [us(2000 + 512)] * 6
+    assert modelled(prog, spread, None, GLOO_REPLAY, slow_host).tolist() == [us(2000 + 512)] * 6

@@ -9,6 +9,7 @@ from commlens.errors import RunFormatError
 from commlens.whatif.critical import critical_path
 from commlens.whatif.durations import measured, measured_release
 from commlens.whatif.model import BLOCK, BUILD_ONLY, HOLD, Program, build_program
+from commlens.whatif.optimes import OpTimes
 from commlens.whatif.replay import Timeline, replay
 from commlens.whatif.results import figures
 from tests.whatif.synthetic import Ev, both_steps, make_trace, us
@@ -16,7 +17,7 @@ from tests.whatif.synthetic import Ev, both_steps, make_trace, us
 
 def self_replay(prog: Program) -> Timeline:
     """The replay with the measured op times and queue releases (the self-check's)."""
-    return replay(prog, measured(prog), measured_release(prog))
+    return replay(prog, OpTimes(measured(prog), measured_release(prog)))
 
 
 def step_times(tl: Timeline) -> np.ndarray:
@@ -28,7 +29,7 @@ def test_collective_waits_for_its_last_member_and_the_step_follows() -> None:
     trace = make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     prog = build_program(trace)
     assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
-    tl = replay(prog, np.full(2, 5e-6))
+    tl = replay(prog, OpTimes(np.full(2, 5e-6)))
     assert tl.start.tolist() == [us(20)]
     assert tl.end.tolist() == [us(25), us(25)]
     assert tl.held.tolist() == [us(15), us(5)]  # rank 0 waited for rank 1
@@ -51,9 +52,9 @@ def test_an_op_queues_behind_the_previous_one_on_its_group() -> None:
     ]
     prog = build_program(make_trace(events, both_steps(30)))
     assert step_times(self_replay(prog)).tolist() == [us(30), us(30)]
-    slow = replay(prog, np.full(4, 10e-6))
+    slow = replay(prog, OpTimes(np.full(4, 10e-6)))
     assert slow.start.tolist() == [us(5), us(15)]  # the gather is ready at 6, runs after 15
-    fast = replay(prog, np.full(4, 2e-6))
+    fast = replay(prog, OpTimes(np.full(4, 2e-6)))
     assert fast.start.tolist() == [us(5), us(7)]
     # rank 0 computed 9 then 5: nothing left to wait for; rank 1 is held until 7 and 9.
     assert fast.held.tolist() == [0.0, 0.0, us(1), us(2)]
@@ -64,9 +65,9 @@ def test_async_op_holds_its_caller_only_from_its_wait() -> None:
     events = [Ev(0, "all_reduce", 0, 12, members=(0,), is_async=True, wait=2)]
     prog = build_program(make_trace(events, [(0, 0, 0, 20)]))
     assert step_times(self_replay(prog)).tolist() == [us(20)]
-    hidden = replay(prog, np.array([4e-6]))
+    hidden = replay(prog, OpTimes(np.array([4e-6])))
     assert hidden.held.tolist() == [0.0] and step_times(hidden).tolist() == [us(18)]
-    exposed = replay(prog, np.array([15e-6]))
+    exposed = replay(prog, OpTimes(np.array([15e-6])))
     assert exposed.held.tolist() == [us(5)] and step_times(exposed).tolist() == [us(23)]
 
 
@@ -81,7 +82,7 @@ def test_sends_meet_their_receives_pair_by_pair() -> None:
     assert prog.inst.tolist() == [0, 1, 0, 1]
     assert prog.cost_groups[int(prog.inst_group[0])] == (0, 1)
     assert step_times(self_replay(prog)).tolist() == [us(20), us(20)]
-    tl = replay(prog, np.full(4, 3e-6))
+    tl = replay(prog, OpTimes(np.full(4, 3e-6)))
     assert tl.start.tolist() == [us(5), us(10)]
     assert tl.held.tolist() == [us(3), us(3), us(6), us(4)]
     assert step_times(tl).tolist() == [us(21), us(21)]
@@ -98,12 +99,12 @@ def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
     prog = build_program(make_trace(events, both_steps(40)))
     holds = [
         (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
-        for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
+        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
         if k == HOLD
     ]
     assert holds == [(0, 20.0), (1, 20.0)]  # both at the second bucket's issue
     assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
-    tl = replay(prog, np.full(4, 1e-6))
+    tl = replay(prog, OpTimes(np.full(4, 1e-6)))
     assert tl.start.tolist() == [us(11), us(21)]
     assert tl.held.tolist() == [0.0, us(2), 0.0, us(1)]
     assert step_times(tl).tolist() == [us(32), us(32)]
@@ -118,7 +119,7 @@ def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
     prog = build_program(make_trace(events, both_steps(40)))
     at = {
         a: round(sum(prog.gaps[0][: i + 1]) * 1e6, 6)
-        for i, (k, a) in enumerate(zip(prog.kinds[0], prog.args[0], strict=True))
+        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
         if k in (HOLD, BLOCK)
     }
     # compute before the wait at 25: 25 less the 1 held in the broadcast
@@ -151,7 +152,7 @@ def test_a_send_does_not_wait_for_its_receive() -> None:
     ]
     prog = build_program(make_trace(events, both_steps(6)))
     assert step_times(self_replay(prog)).tolist() == [us(6), us(6)]
-    tl = replay(prog, np.full(4, 1e-6))
+    tl = replay(prog, OpTimes(np.full(4, 1e-6)))
     assert tl.end.tolist() == [us(1), us(4), us(4), us(4.5)]  # rank 1's data came at 1
     assert step_times(tl).tolist() == [us(5), us(5.5)]
 
@@ -185,7 +186,7 @@ def test_the_program_takes_its_trace_over_instead_of_copying_it() -> None:
 def test_critical_path_crosses_to_the_last_arrival() -> None:
     trace = make_trace([Ev(0, "all_reduce", 10, 30), Ev(1, "all_reduce", 20, 30)], both_steps(40))
     prog = build_program(trace)
-    path = critical_path(prog, replay(prog, np.full(2, 5e-6)), 0)
+    path = critical_path(prog, replay(prog, OpTimes(np.full(2, 5e-6))), 0)
     # rank 0's last 10 of compute, the all-reduce's 5, rank 1's first 20 (it came last)
     assert [(p.op, p.seconds) for p in path] == [("compute", us(30)), ("all_reduce", us(5))]
     assert sum(p.share for p in path) == pytest.approx(1.0)
@@ -202,7 +203,7 @@ def test_an_op_the_capture_saw_end_before_the_previous_one_does_not_queue() -> N
     prog = build_program(make_trace(events, both_steps(30)))
     assert prog.first_of_queue.tolist() == [True, True]
     assert step_times(self_replay(prog)).tolist() == [us(30), us(30)]
-    assert replay(prog, np.full(4, 10e-6)).start.tolist() == [us(2), us(3)]
+    assert replay(prog, OpTimes(np.full(4, 10e-6))).start.tolist() == [us(2), us(3)]
 
 
 def test_a_late_recorded_end_does_not_hold_the_next_op_back() -> None:

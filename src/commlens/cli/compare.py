@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from commlens.report.compare import build_compare
     from commlens.report.output import emit
+    from commlens.report.versus import is_prediction
     from commlens.trace.reader import RunView, open_run
-    from commlens.whatif.versus import is_prediction
 
     if len(args.runs) < 2:
         raise UsageError("compare needs at least two runs")
@@ -62,7 +62,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _compare_prediction(args: argparse.Namespace) -> int:
     from commlens.report.output import emit
-    from commlens.whatif.versus import build_versus, is_prediction, load_prediction, measure_run
+    from commlens.report.versus import build_versus, is_prediction, load_prediction, measure_run
 
     sides = [
         load_prediction(path, args.net) if is_prediction(path) else measure_run(path, args.steps)

@@ -8,6 +8,7 @@ from typing import Any
 from commlens.cli.report import add_steps_option, add_width_option
 from commlens.predict.cost import ALGORITHMS
 from commlens.report.formats import PAGE_FORMATS
+from commlens.whatif.corrections import CORRECTIONS
 
 
 def register(subparsers: Any) -> None:
@@ -51,6 +52,15 @@ def register(subparsers: Any) -> None:
         "the own link (delta)",
     )
     p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="CORRECTION",
+        help="switch one correction of the op times off (repeatable): "
+        + ", ".join(c.name for c in CORRECTIONS)
+        + "; the answer lists those applied",
+    )
+    p.add_argument(
         "--dp",
         type=int,
         default=None,
@@ -85,7 +95,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commlens.report.output import emit
-    from commlens.whatif.document import build_document
+    from commlens.report.whatif import build_whatif_document
     from commlens.whatif.study import run_study
 
     study = run_study(
@@ -99,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         captured_net=args.profile,
         op_times=args.op_times,
         dp=args.dp,
+        without=tuple(args.without),
     )
-    emit(build_document(study), args.output, args.format, width=args.width)
+    emit(build_whatif_document(study), args.output, args.format, width=args.width)
     return 0

@@ -2,9 +2,11 @@
 
 :mod:`~commlens.whatif.source` reads the run, :mod:`~commlens.whatif.model`
 turns it into per-rank marks and matched op instances,
-:mod:`~commlens.whatif.replay` replays them with op durations from
-:mod:`~commlens.whatif.durations` (measured, or the cost model's),
-:mod:`~commlens.whatif.results` sums a timeline up,
-:mod:`~commlens.whatif.study` runs the whole question and
-:mod:`~commlens.whatif.document` lays the answer out for the renderers.
+:mod:`~commlens.whatif.replay` replays them with the op times of
+:mod:`~commlens.whatif.optimes` (measured, :mod:`~commlens.whatif.durations`, or
+a network's from the builders of :mod:`~commlens.whatif.builders`: the cost
+model of :mod:`~commlens.whatif.costing` and the corrections fitted from the run),
+:mod:`~commlens.whatif.results` sums a timeline up and
+:mod:`~commlens.whatif.study` runs the whole question; its answer is data
+(``commlens.report.whatif`` lays it out for the renderers).
 """

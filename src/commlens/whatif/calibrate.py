@@ -33,12 +33,9 @@ import numpy as np
 from commlens.optable import TENSOR_TWIN
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
-from commlens.whatif.durations import (
-    Steps,
-    dense_unique,
-    host_in_alpha,
-    op_steps,
-)
+from commlens.whatif.backend import GLOO_REPLAY
+from commlens.whatif.costing import Steps, host_in_alpha, op_steps
+from commlens.whatif.durations import dense_unique
 from commlens.whatif.model import Program
 
 
@@ -81,7 +78,7 @@ class Calibration:
     unhidden: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     """(events, seconds, own): what those collectives took beyond the model on the own
     link (their kind's line and level at their size, in :attr:`extra_s`), and the shorter
-    of their wire and host time there (:func:`~commlens.whatif.durations.stepped_time`): the
+    of their wire and host time there (:func:`~commlens.whatif.costing.unoverlapped`): the
     part of the two that did not overlap, which shrinks with the shorter one on another
     network and never grows (see :func:`_unhidden`); None where none has one."""
 
@@ -170,9 +167,9 @@ def fit_steps(
     set-up window's first calls pay for connections and are no guide).
 
     ``wire_s`` is each event's time on the own link without step latency (a gloo
-    run: its ops costed as :func:`~commlens.whatif.durations.modelled` does with
-    ``flat``). A host-bound op lasts its host time and one step's wire (see
-    :class:`~commlens.whatif.durations.Steps`): a step's host latency is what is
+    run: its ops costed as :func:`~commlens.whatif.costing.modelled` does with
+    flat rings). A host-bound op lasts its host time and one step's wire (see
+    :class:`~commlens.whatif.costing.Steps`): a step's host latency is what is
     left of its op's measured time after one step's wire time on the own link, so
     a slow own link is not taken for a slow host. A kind whose ops of a size are
     latency-bound (:data:`LATENCY_BOUND`, on their medians) gets the median of
@@ -184,7 +181,7 @@ def fit_steps(
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
-    k = op_steps(prog, fabric, flat=True)
+    k = op_steps(prog, fabric, GLOO_REPLAY)
     p2p = (prog.send_of >= 0)[prog.inst]
     candidates = np.flatnonzero((k > 0) & ~p2p & np.isin(tr.step, steps))
     del p2p
@@ -214,10 +211,8 @@ def _host_bound(
 ) -> np.ndarray:
     """Those of ``events`` whose kind's calls of their size are latency-bound: the median
     wire time at most :data:`LATENCY_BOUND` of the median measured time. Decided per
-    (kind, size), not per call: per call it picks a kind's slow calls only (dp's 564 KB
-    all-reduce at 1 Gbit/s, 3.0 ms of wire, counted latency-bound the calls of 12 ms and
-    more, and its step latency came out 2.6 ms where its median call of 9.5 ms held
-    1.5 ms)."""
+    (kind, size), not per call: per call it picks a kind's slow calls only
+    (docs/whatif.md, "Step latency per (kind, size) on medians")."""
     sizes, size_of = _size_index(prog, events)
     key = kind_of[events].astype(np.int64) * sizes.size + size_of
     del size_of
@@ -240,7 +235,7 @@ def _size_index(prog: Program, events: np.ndarray | None = None) -> tuple[np.nda
 
 def _host_alphas(prog: Program, fabric: Fabric, events: np.ndarray) -> np.ndarray:
     """Alpha of the link each of ``events``' ops crosses where its profile holds the
-    host's latency (:func:`~commlens.whatif.durations.host_in_alpha`: the step latency
+    host's latency (:func:`~commlens.whatif.costing.host_in_alpha`: the step latency
     is then the longer of the two, not added to it), else 0."""
     tr = prog.trace
     spans = np.array([fabric.shape(g)[0] if g else 1 for g in prog.cost_groups], dtype=np.int64)
@@ -263,6 +258,7 @@ def fit_cpu_terms(
     step_model: Steps | None = None,
     own_wire_s: np.ndarray | None = None,
     own_shorter: Callable[[np.ndarray], np.ndarray] | None = None,
+    lags: bool = True,
 ) -> Calibration:
     """Fit the CPU term of every kind of op from the events of ``steps``.
 
@@ -273,7 +269,8 @@ def fit_cpu_terms(
     link), a receive's negative term becomes a share of the wire
     (:attr:`Calibration.wire_share`); with ``own_shorter`` (the shorter of the wire and
     host time there of the events it is given), a collective's positive term scales
-    with that (:attr:`Calibration.unhidden`).
+    with that (:attr:`Calibration.unhidden`). With ``lags``, each member keeps its lag
+    (:func:`_member_lags`).
     """
     tr = prog.trace
     kinds, kind_of = _kinds(prog, fabric)
@@ -323,7 +320,8 @@ def fit_cpu_terms(
     key *= tr.world_size
     key += tr.rank
     del kind_of
-    extra += _member_lags(prog, key, rest, kept)
+    if lags:
+        extra += _member_lags(prog, key, rest, kept)
     del rest, resid, key
     if own_wire_s is None:
         return Calibration(extra, terms, unhidden=unhidden)
@@ -342,10 +340,7 @@ def _unhidden(
     model at their size on the own link (``line`` plus a positive ``level``) where their
     wire and host time both count (``shorter(events)`` > 0): the two overlapped less than the
     model's all-but-one step. On another network that excess is a share of the shorter
-    of the two, never more than on the own link: tp's 64 KB all-reduce at 50 Mbit/s took
-    14.4 ms, 1.3 ms beyond its 12.1 ms of wire and one of its 6 steps of host (0.9 ms
-    each); unshaped, where its wire is 0.2 ms, it took 5.5 ms, not its host and those
-    1.3 ms (7.0), and at 20 Mbit/s 38.2 ms, its wire and the same 1.3 ms and more."""
+    of the two, never more than on the own link (docs/whatif.md, "Calibration")."""
     extra = line + np.maximum(level, 0.0)
     events = np.flatnonzero(coll & (extra > 0)).astype(np.int32)
     own = shorter(events).astype(np.float32)
@@ -370,18 +365,10 @@ def _wire_share(
     more on a slower link than on its own (:attr:`Calibration.capped`).
 
     What the model over-explains within the wire time is the wire's, or the host's work
-    that hid under the wire (tp's 64 KB all-reduce at 50 Mbit/s: 16.0 ms, 1.8 ms under
-    its wire time plus its host latency in series; dp's 564 KB one 8 ms under its 130 ms
-    of wire): on a link whose wire time is less it can be no more than that. In seconds
-    it took the host's time off on a faster link (tp's op at 200 Mbit/s, where the
-    bucket carries its bytes at once, came out at 2.7 ms against 4.6 measured; dp's on
-    the unshaped link at 0 ms against 5.2). One link cannot tell the two apart, and
-    hidden host work does not grow with the wire: as a share on a slower link too, tp's
-    20 Mbit/s steps came out 14-17% short, 4-6% in seconds. A receive's excess keeps
+    that hid under the wire: on a link whose wire time is less it can be no more than
+    that, and hidden host work does not grow with the wire. A receive's excess keeps
     scaling both ways (it is its wire's). Beyond the wire time it stays in seconds: the
-    host's latency over-explained, not the wire (as a share it took the whole wire off
-    on every link: a pipeline's receives captured at 200 Mbit/s, whose 64 KB the link's
-    bucket let through at once, came out at 0 ms on a slower link)."""
+    host's latency over-explained, not the wire (docs/whatif.md, "Calibration")."""
     over = np.flatnonzero((extra < 0) & receives)
     over = over[(wire_s[over] > 0) & (-extra[over] <= wire_s[over])]
     events, level = below
@@ -404,10 +391,9 @@ def _member_lags(prog: Program, key: np.ndarray, rest: np.ndarray, kept: np.ndar
     the kind (over the kept events; a pair's two ends are different kinds). Made in
     ``rest``'s memory.
 
-    With each rank's mean lag instead, every call of a kind had the same spread: the
-    replay's steps came out short where the capture's late members differed from call to
-    call (a later sync point waits for the latest of them): self-replays of dp, zero3 and
-    tp −1.2%, −5.3% and −3.3% on one set of runs, +1.0%, −1.6% and +1.2% with the lags."""
+    With each rank's mean lag instead, every call of a kind would have the same spread,
+    where a later sync point waits for the latest of the call's members
+    (docs/whatif.md, "Calibration")."""
     pairs = np.flatnonzero((prog.send_of >= 0)[prog.inst])
     pair_lags = _rank_offsets(key[pairs], rest[pairs], kept[pairs])
     count = np.maximum(np.bincount(prog.inst, minlength=prog.instances), 1)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import cached_property
 
 import numpy as np
@@ -43,7 +44,22 @@ from commlens.optable import RECVS, SENDS
 from commlens.whatif.clocks import causal_shifts, shift_clocks
 from commlens.whatif.source import Trace
 
-ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
+
+class Mark(IntEnum):
+    """What a rank does at a mark (see the module docstring)."""
+
+    ISSUE = 0
+    """Issues an async op and goes on."""
+    BLOCK = 1
+    """Issues a blocking op and is held until it ends."""
+    HOLD = 2
+    """Is held until an async op ends (its ``wait()``)."""
+    STEP = 3
+    """A step starts or ends."""
+
+
+ISSUE, BLOCK, HOLD, STEP = (m.value for m in Mark)
+"""The :class:`Mark` values as plain ints, as the programs store them."""
 
 
 @dataclass
@@ -51,8 +67,8 @@ class Program:
     """A run ready for replay (see the module docstring)."""
 
     trace: Trace
-    kinds: list[array[int]]
-    """Per rank, the kind of each mark (``array('b')``)."""
+    mark_types: list[array[int]]
+    """Per rank, the :class:`Mark` of each mark (``array('b')``)."""
     args: list[array[int]]
     """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (``array('i')``)."""
     gaps: list[memoryview]
@@ -117,17 +133,17 @@ class Program:
         return sizes, size_of.ravel().astype(np.int32)
 
     @cached_property
-    def inst_kinds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(distinct message sizes, distinct kinds, each instance's index into the
-        kinds, int32): an instance's kind is ``(group · roles + role) · sizes + size
+    def cost_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct message sizes, distinct cost keys, each instance's index into the
+        keys, int32): an instance's cost key is ``(group · roles + role) · sizes + size
         index``, all that its cost depends on but its op. Made once for every costing
         of the program (two sorts of the instances, 0.17 s a costing at 1 M events)."""
         sizes, size_of = self.size_levels()
         key = self.inst_group.astype(np.int64) * len(self.trace.role_names) + self.inst_role
         key *= sizes.size
         key += size_of
-        kinds, kind = np.unique(key, return_inverse=True)
-        return sizes, kinds, kind.ravel().astype(np.int32)
+        keys, key_of = np.unique(key, return_inverse=True)
+        return sizes, keys, key_of.ravel().astype(np.int32)
 
 
 BUILD_ONLY = ("group", "peer", "is_async", "t_wait")
@@ -416,12 +432,12 @@ def build_program(tr: Trace) -> Program:
     lists["reverse"], views["reverse"] = compact(reverse, "i")
     lists["behind"], views["behind"] = compact(behind, "b")
     del meets, reverse, behind
-    kinds, args, gaps, t0 = _marks(tr)
+    mark_types, args, gaps, t0 = _marks(tr)
     for name in BUILD_ONLY:
         setattr(tr, name, getattr(tr, name)[:0].copy())
     return Program(
         trace=tr,
-        kinds=kinds,
+        mark_types=mark_types,
         args=args,
         gaps=gaps,
         as_lists=lists,
@@ -435,13 +451,13 @@ def build_program(tr: Trace) -> Program:
 
 
 def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryview], int]:
-    """Per rank: mark kinds, arguments and compute gaps (s), and the capture time of 0."""
+    """Per rank: mark types, arguments and compute gaps (s), and the capture time of 0."""
     ranks = range(tr.world_size)
     ev_bounds = np.searchsorted(tr.rank, np.arange(tr.world_size + 1))
     st_bounds = np.searchsorted(tr.step_rank, np.arange(tr.world_size + 1))
     firsts = [tr.t_issue[ev_bounds[:-1][ev_bounds[:-1] < ev_bounds[1:]]], tr.step_start]
     t0 = int(min(int(a.min()) for a in firsts if a.size))
-    kinds, args, gaps = [], [], []
+    types, args, gaps = [], [], []
     for r in ranks:
         lo, hi = int(ev_bounds[r]), int(ev_bounds[r + 1])
         s_lo, s_hi = int(st_bounds[r]), int(st_bounds[r + 1])
@@ -457,7 +473,7 @@ def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryvi
         time = np.r_[t_issue, w[waits], step_t]
         prio = np.r_[np.ones(hi - lo), np.full(waits.size, 2), np.zeros(m)]
         tie = np.r_[e, e[waits], step_slot]
-        kind = np.r_[np.where(asy, ISSUE, BLOCK), np.full(waits.size, HOLD), np.full(m, STEP)]
+        mark = np.r_[np.where(asy, ISSUE, BLOCK), np.full(waits.size, HOLD), np.full(m, STEP)]
         arg = np.r_[e, e[waits], step_slot]
         free = np.r_[
             np.where(asy, t_issue, np.maximum(t_issue, t_end)),
@@ -467,7 +483,7 @@ def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryvi
         order = np.lexsort((tie, prio, time))
         time, free = time[order], np.maximum.accumulate(free[order])
         before = np.r_[t0, free[:-1]]
-        kinds.append(array("b", kind[order].astype(np.int8).tobytes()))
+        types.append(array("b", mark[order].astype(np.int8).tobytes()))
         args.append(array("i", arg[order].astype(np.int32).tobytes()))
         gaps.append(seconds(np.maximum(time - before, 0) / 1e9))
-    return kinds, args, gaps, t0
+    return types, args, gaps, t0

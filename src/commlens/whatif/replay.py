@@ -2,29 +2,65 @@
 
 Each rank runs through its marks, spending each compute gap as measured. A
 collective starts when its last member issued it and the instance before it
-on its group has released the queue; member ``e`` ends ``dur[e]`` seconds
-later. A p2p pair starts when its send was issued (a rendezvous: and its
-receive, and the message its receiver's ready notice follows has arrived:
-:attr:`~commlens.whatif.model.Program.behind`) and the pair before it on its
-channel has ended; its send ends
-``dur[send]`` later, its receive ``dur[recv]`` after the start, or when it is
-issued if that is later. A rank at a ``HOLD`` waits until that
-end; one that reaches an op whose end is not known yet is parked and resumed
-when it is. Ranks advance as far as they can before another is taken, so
-every mark is handled once: the replay is linear in the number of marks.
+on its group has released the queue; member ``e`` ends ``duration[e]``
+seconds later. A p2p pair starts when its send was issued (a rendezvous: and
+its receive, and the message its receiver's ready notice follows has
+arrived: :attr:`~commlens.whatif.model.Program.behind`) and the pair before
+it on its channel has ended; its send ends ``duration[send]`` later, its
+receive ``duration[recv]`` after the start, or when it is issued if that is
+later. A rank at a ``HOLD`` waits until that end; one that reaches an op
+whose end is not known yet is parked and resumed when it is. Ranks advance
+as far as they can before another is taken, so every mark is handled once:
+the replay is linear in the number of marks.
+
+Where the op times say how the ops hold the links
+(:class:`~commlens.whatif.optimes.LinkUse`, gloo):
+
+- up to ``workers`` collectives of one group run at once: one starts when a
+  worker is free (the second latest release ahead of it on its queue, with
+  two). Its bytes hold the link from its start until the later of its wire
+  time and its release; one that starts while the bytes ahead of it on its
+  queue are on the link sends its own after theirs, without the bucket's
+  credit (``queued_wire``), and its members end no earlier than that; from
+  an idle link, no earlier than its start plus its wire time;
+- a message that crosses a node's link (``links``) crosses when no other is
+  on it (:class:`LinkQueue`); its send, whose bytes went into the socket,
+  ends without that wait.
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
 from commlens.errors import RunFormatError
-from commlens.whatif.model import Program, seconds
+from commlens.whatif.model import BLOCK, ISSUE, STEP, Program, seconds
+from commlens.whatif.optimes import OpTimes
+
+NOT_YET = math.inf
+"""The time of what has not happened yet in the replay (an issue, an end, an arrival)."""
+NO_EVENT = -1
+"""In place of an event or instance index: none."""
+
+
+class Start(IntEnum):
+    """Where an instance stands in the replay."""
+
+    PENDING = 0
+    """Not started: a member has not issued it yet, or the one ahead has not started."""
+    STARTED = 1
+    """Started when its last member issued it (a pair: when it could meet)."""
+    QUEUED = 2
+    """Started later than that: behind its queue's previous instance (or for a worker)."""
+
+
+PENDING, STARTED, QUEUED = Start.PENDING.value, Start.STARTED.value, Start.QUEUED.value
 
 
 @dataclass
@@ -47,235 +83,39 @@ class Timeline:
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
 
-def replay(
-    prog: Program,
-    dur: np.ndarray,
-    release: np.ndarray | None = None,
-    links: np.ndarray | None = None,
-    workers: int = 1,
-    wire: np.ndarray | None = None,
-    queued_wire: np.ndarray | None = None,
-) -> Timeline:
-    """Replay ``prog`` with member ``e`` of an instance lasting ``dur[e]`` seconds.
+@dataclass
+class LinkQueue:
+    """A node's link, which carries one message at a time: the messages put on it, in
+    time order."""
 
-    The next op on an instance's queue may start ``release[i]`` seconds after
-    instance ``i`` started (default: when its last member ends; a send: when it
-    and its receive's data have ended, the channel carries one message at a time).
-    A p2p pair ``i`` with ``links[i] >= 0`` crosses that link, which carries one
-    message at a time: one that starts while another is on its link starts when that
-    one frees it (:func:`~commlens.whatif.durations.node_links`; of two messages that
-    would overlap, the one the replay reached first goes first); its send, whose bytes went into
-    the socket, ends ``dur[send]`` after the pair's start without that wait.
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
 
-    ``workers`` (gloo: ``commlens.optable.GLOO.workers``) collectives
-    of one group may run at once: one starts when a worker is free (the second
-    latest release of the instances before it on its queue, with two). An
-    instance that starts while the bytes of those before it on its queue are still
-    on the link shares the link with them: its bytes follow theirs (each
-    instance's bytes hold the link from its start until the later of ``wire[i]``,
-    its wire time, and its release: a ring's next bytes wait for its host's work on
-    the last ones, and the other op's bytes queue behind them on the same
-    connections), so its members end no earlier than their bytes' end plus its own
-    wire time there, ``queued_wire[i]`` (default ``wire[i]``: on a shaped link, its
-    time without the bucket's credit, which the busy link did not refill); from an
-    idle link, no earlier than its start plus ``wire[i]`` (a member whose fitted time
-    is shorter, its lag behind the call's mean taken off, still waits for its bytes);
-    its host work runs on its own worker, beside the other's. Until
-    their wire time only, the DDP job's self-replays at 1 Gbit/s came out 9-20%
-    short (the second bucket ended 4-10 ms early); until the release, within 9%.
-    """
-    if release is None:
-        release = np.zeros(prog.instances)
-        np.maximum.at(release, prog.inst, dur)
-    free_after = seconds(release)
-    n_ev, n_inst = prog.inst.size, prog.instances
-    lists = prog.as_lists
-    inst_of, members, offsets = lists["inst"], lists["members"], lists["offsets"]
-    first, send_of, recv_of = lists["first_of_queue"], lists["send_of"], lists["recv_of"]
-    meets, reverse, behind = lists["rendezvous"], lists["reverse"], lists["behind"]
-    # with several workers, an instance that ran apart from the one ahead of it in the
-    # capture still shares the workers with it: only a group's first has none ahead
-    head = lists["opens_queue"] if workers > 1 else first
-    link = array("i", [-1]) * n_inst if links is None else array("i", links.tobytes())
-    on_link: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    """Per link, the starts of the messages put on it, in time order, and their ends."""
-    d = seconds(dur)
-    nan = array("d", [float("nan")])
-    issue = nan * n_ev
-    end = nan * n_ev
-    held = array("d", [0.0]) * n_ev
-    missing = array("i", np.diff(prog.offsets).astype(np.int32).tobytes())
-    # Per instance: the latest issue so far until it starts, then its start; its
-    # state 0 (not started), 1 (started) or 2 (started late, behind its queue's
-    # previous one, which frees the queue at start[i - 1] + free_after[i - 1]).
-    start = array("d", [0.0]) * n_inst
-    state = array("b", [0]) * n_inst
-    by = array("i", [-1]) * n_inst
-    arrival: dict[int, float] = {}  # pairs whose data is on its way, receive not issued
-    arrives = nan * n_inst  # per started pair, when its data arrives
-    after: dict[int, list[int]] = {}  # pairs whose ready notice follows a pair not started
-    steps = nan * (2 * prog.trace.step_rank.size)
-    parked: dict[int, list[int]] = {}
-    n_ranks = len(prog.kinds)
-    marks = [
-        iter(zip(k, a, g, strict=True))
-        for k, a, g in zip(prog.kinds, prog.args, prog.gaps, strict=True)
-    ]
-    clock = [0.0] * n_ranks
-    blocked_on = [-1] * n_ranks
-    todo = list(range(n_ranks - 1, -1, -1))
-
-    def ended(e: int, t: float) -> None:
-        end[e] = t
-        waiting = parked.pop(e, None)
-        if waiting:
-            todo.extend(waiting)
-
-    def started(i: int) -> float:
-        """Start instance ``i`` (issued by all its members) once its queue is free; when."""
-        t, how = start[i], 1
-        if not first[i]:
-            free = start[i - 1] + free_after[i - 1]
-            if free > t:
-                t, how = free, 2
-        start[i], state[i] = t, how
+    def cross(self, t: float, busy: float) -> float:
+        """Put a message ready at ``t`` that holds the link ``busy`` seconds on it: when it
+        crosses. One on the link at ``t`` goes first; so does one that starts while this
+        one would be on it, put on the link already (the replay reaches the ranks' sends
+        out of time order: of two that would overlap, the first reached goes first)."""
+        starts, ends = self.starts, self.ends
+        while True:
+            at = bisect_right(starts, t)
+            if at and t < ends[at - 1]:
+                t = ends[at - 1]
+            elif at < len(starts) and starts[at] < t + busy:
+                t = ends[at]
+            else:
+                break
+        starts.insert(at, t)
+        ends.insert(at, t + busy)
         return t
 
-    # With several workers: per instance, the latest and second latest release so far
-    # on its queue (it included).
-    latest = array("d", [0.0]) * (n_inst if workers > 1 else 0)
-    second = array("d", [0.0]) * (n_inst if workers > 1 else 0)
-    on_wire = array("d", [0.0]) * (n_inst if workers > 1 else 0)  # when its queue's bytes end
-    w = seconds(np.zeros(n_inst if workers > 1 else 0) if wire is None else wire)
-    w_queued = w if queued_wire is None else seconds(queued_wire)
 
-    def begin(i: int) -> None:
-        """Start collective ``i`` and any that waited behind it on its group."""
-        while True:
-            if workers == 1:
-                t, floor = started(i), 0.0
-            else:  # when a worker is free; beside the one ahead if that still runs
-                t, how = start[i], 1
-                ahead, low = (0.0, 0.0) if head[i] else (latest[i - 1], second[i - 1])
-                if low > t:
-                    t, how = low, 2
-                start[i], state[i] = t, how
-                sent = 0.0 if head[i] else on_wire[i - 1]  # the bytes ahead of its own
-                # its bytes after the other's, or its own from an idle link
-                floor = sent + w_queued[i] if sent > t else t + w[i]
-                on_wire[i] = max(sent, floor, t + max(w[i], free_after[i]))
-                free = max(t + free_after[i], floor)
-                latest[i], second[i] = (ahead, max(low, free)) if ahead > free else (free, ahead)
-            for e in members[offsets[i] : offsets[i + 1]]:
-                t_end = t + d[e]
-                end[e] = t_end if t_end >= floor else floor
-                if parked:
-                    waiting = parked.pop(e, None)
-                    if waiting:
-                        todo.extend(waiting)
-            i += 1
-            if i >= n_inst or head[i] or missing[i] or state[i]:
-                return
-
-    def send(i: int) -> None:
-        """Start pair ``i`` and any that waited behind it on its channel, or for it."""
-        resume = [i]
-        while resume:
-            i = resume.pop()
-            while True:
-                j = reverse[i]
-                if j >= 0 and not state[j]:  # the message back has not started yet
-                    if behind[i]:  # in the capture the notice followed it: wait for it
-                        after.setdefault(j, []).append(i)
-                        break
-                elif j >= 0:  # its ready notice follows j's data if that was on its way
-                    posted, sj, rj = issue[recv_of[i]], send_of[j], recv_of[j]
-                    if issue[sj] <= posted and issue[rj] < posted < arrives[j]:
-                        if arrives[j] > start[i]:
-                            start[i] = arrives[j]
-                t = started(i)
-                s, r = send_of[i], recv_of[i]
-                ended(s, t + d[s])  # once its bytes are in the socket
-                k = link[i]
-                if k >= 0:  # it crosses the link when no other message is on it
-                    starts, ends = on_link[k]
-                    while True:
-                        at = bisect_right(starts, t)
-                        if at and t < ends[at - 1]:  # one that started before it goes first
-                            t = ends[at - 1]
-                        elif at < len(starts) and starts[at] < t + free_after[i]:
-                            # one that started after it, put on the link already (the ranks
-                            # reach their sends out of time order): this one goes after it
-                            t = ends[at]
-                        else:
-                            break
-                    start[i] = t
-                    starts.insert(at, t)
-                    ends.insert(at, t + free_after[i])
-                arrives[i] = t + d[r]
-                if issue[r] == issue[r]:
-                    ended(r, max(issue[r], arrives[i]))
-                else:
-                    arrival[i] = arrives[i]
-                if after:
-                    resume.extend(after.pop(i, ()))
-                i += 1
-                if i >= n_inst or first[i] or state[i] or issue[send_of[i]] != issue[send_of[i]]:
-                    break
-                if meets[i] and issue[recv_of[i]] != issue[recv_of[i]]:
-                    break
-
-    while todo:
-        r = todo.pop()
-        t = clock[r]
-        e = blocked_on[r]
-        if e >= 0:  # the op it was held for has ended
-            t_end = end[e]
-            if t_end > t:
-                held[e] = t_end - t
-                t = t_end
-            blocked_on[r] = -1
-        for kind, a, gap in marks[r]:  # 0 ISSUE, 1 BLOCK, 2 HOLD, 3 STEP (see model)
-            t += gap
-            if kind < 2:  # an issue
-                issue[a] = t
-                j = inst_of[a]
-                if send_of[j] < 0:  # a collective
-                    if t >= start[j]:
-                        start[j] = t
-                        by[j] = a
-                    missing[j] -= 1
-                    if not missing[j] and (head[j] or state[j - 1]):
-                        begin(j)
-                elif meets[j]:  # a rendezvous: the later of its send and receive starts it
-                    if t >= start[j]:
-                        start[j] = t
-                        by[j] = a
-                    other = recv_of[j] if a == send_of[j] else send_of[j]
-                    if issue[other] == issue[other] and (first[j] or state[j - 1]):
-                        send(j)
-                elif a == send_of[j]:
-                    start[j] = t
-                    by[j] = a
-                    if first[j] or state[j - 1]:
-                        send(j)
-                elif j in arrival:  # a receive whose data is on its way
-                    ended(a, max(t, arrival.pop(j)))
-                if kind == 0:
-                    continue
-            elif kind == 3:
-                steps[a] = t
-                continue
-            t_end = end[a]
-            if t_end != t_end:  # not ended yet: park the rank
-                parked.setdefault(a, []).append(r)
-                blocked_on[r] = a
-                break
-            if t_end > t:
-                held[a] = t_end - t
-                t = t_end
-        clock[r] = t
-    stuck = [r for r in range(n_ranks) if blocked_on[r] >= 0]
+def replay(prog: Program, times: OpTimes) -> Timeline:
+    """Replay ``prog`` with ``times`` (see the module docstring)."""
+    run = _Replay(prog, times)
+    while run.ready:
+        run.advance(run.ready.pop())
+    stuck = [r for r, e in enumerate(run.blocked_on) if e != NO_EVENT]
     if stuck:
         raise RunFormatError(
             f"{prog.trace.name}: the replay deadlocked with rank {stuck[0]} waiting "
@@ -283,11 +123,222 @@ def replay(
             "event order is inconsistent"
         )
     return Timeline(
-        issue=np.frombuffer(issue, dtype=np.float64),
-        end=np.frombuffer(end, dtype=np.float64),
-        held=np.frombuffer(held, dtype=np.float64),
-        start=np.frombuffer(start, dtype=np.float64),
-        by=np.frombuffer(by, dtype=np.int32),
-        queued=np.frombuffer(state, dtype=np.int8) == 2,
-        step_marks=np.frombuffer(steps, dtype=np.float64),
+        issue=np.frombuffer(run.issue, dtype=np.float64),
+        end=np.frombuffer(run.end, dtype=np.float64),
+        held=np.frombuffer(run.held, dtype=np.float64),
+        start=np.frombuffer(run.start, dtype=np.float64),
+        by=np.frombuffer(run.by, dtype=np.int32),
+        queued=np.frombuffer(run.state, dtype=np.int8) == QUEUED,
+        step_marks=np.frombuffer(run.steps, dtype=np.float64),
     )
+
+
+class _Replay:
+    """The state of one replay: per event its issue and end, per instance its start and
+    :class:`Start`, per rank its clock and the event it is held for."""
+
+    def __init__(self, prog: Program, times: OpTimes) -> None:
+        n_ev, n_inst = prog.inst.size, prog.instances
+        lists = prog.as_lists
+        self.inst_of, self.members, self.offsets = lists["inst"], lists["members"], lists["offsets"]
+        self.first, self.send_of = lists["first_of_queue"], lists["send_of"]
+        self.recv_of, self.meets = lists["recv_of"], lists["rendezvous"]
+        self.reverse, self.behind = lists["reverse"], lists["behind"]
+        self.duration = seconds(times.duration)
+        self.free_after = seconds(times.releases(prog))
+        use = times.use
+        self.workers = use.workers if use is not None else 1
+        # with several workers, an instance that ran apart from the one ahead of it in the
+        # capture still shares the workers with it: only a group's first has none ahead
+        self.head = lists["opens_queue"] if self.workers > 1 else self.first
+        links = use.links if use is not None else None
+        self.link = (
+            array("i", [NO_EVENT]) * n_inst if links is None else array("i", links.tobytes())
+        )
+        self.on_link: dict[int, LinkQueue] = defaultdict(LinkQueue)
+        pool = n_inst if self.workers > 1 else 0
+        wire = use.wire if use is not None and use.wire is not None else np.zeros(pool)
+        self.wire = seconds(wire)
+        queued = use.queued_wire if use is not None else None
+        self.queued_wire = self.wire if queued is None else seconds(queued)
+        # per instance, on its group's workers: the latest and second latest release so
+        # far on its queue (it included), and when its queue's bytes leave the link
+        self.latest = array("d", [0.0]) * pool
+        self.second = array("d", [0.0]) * pool
+        self.on_wire = array("d", [0.0]) * pool
+        self.issue = array("d", [NOT_YET]) * n_ev
+        self.end = array("d", [NOT_YET]) * n_ev
+        self.held = array("d", [0.0]) * n_ev
+        self.missing = array("i", np.diff(prog.offsets).astype(np.int32).tobytes())
+        # per instance: the latest issue so far until it starts, then its start
+        self.start = array("d", [0.0]) * n_inst
+        self.state = array("b", [PENDING]) * n_inst
+        self.by = array("i", [NO_EVENT]) * n_inst
+        self.arrives = array("d", [NOT_YET]) * n_inst  # per started pair, its data's arrival
+        self.arrival: dict[int, float] = {}  # pairs whose data is on its way, receive not issued
+        self.after: dict[int, list[int]] = {}  # pairs whose ready notice follows a pair not started
+        self.steps = array("d", [NOT_YET]) * (2 * prog.trace.step_rank.size)
+        self.parked: dict[int, list[int]] = {}  # event -> ranks held until it ends
+        n_ranks = len(prog.mark_types)
+        self.marks = [
+            iter(zip(k, a, g, strict=True))
+            for k, a, g in zip(prog.mark_types, prog.args, prog.gaps, strict=True)
+        ]
+        self.clock = [0.0] * n_ranks
+        self.blocked_on = [NO_EVENT] * n_ranks
+        self.ready = list(range(n_ranks - 1, -1, -1))
+        self.n_inst = n_inst
+
+    def ended(self, e: int, t: float) -> None:
+        """Event ``e``'s op ended at ``t``: the ranks held for it may go on."""
+        self.end[e] = t
+        waiting = self.parked.pop(e, None)
+        if waiting:
+            self.ready.extend(waiting)
+
+    def advance(self, r: int) -> None:
+        """Run rank ``r`` through its marks until it must wait for an op not ended yet."""
+        t, e = self.clock[r], self.blocked_on[r]
+        end, held, issued = self.end, self.held, self.issued
+        if e != NO_EVENT:  # the op it was held for has ended
+            if end[e] > t:
+                held[e] = end[e] - t
+                t = end[e]
+            self.blocked_on[r] = NO_EVENT
+        for mark, a, gap in self.marks[r]:
+            t += gap
+            if mark == ISSUE or mark == BLOCK:  # an issue: ISSUE goes on, BLOCK waits
+                issued(a, t)
+                if mark == ISSUE:
+                    continue
+            elif mark == STEP:
+                self.steps[a] = t
+                continue
+            t_end = end[a]  # a BLOCK or HOLD: wait for the op to end
+            if t_end == NOT_YET:
+                self.parked.setdefault(a, []).append(r)
+                self.blocked_on[r] = a
+                break
+            if t_end > t:
+                held[a] = t_end - t
+                t = t_end
+        self.clock[r] = t
+
+    def issued(self, a: int, t: float) -> None:
+        """Event ``a`` is issued at ``t``: start its instance if it can."""
+        self.issue[a] = t
+        j = self.inst_of[a]
+        start, state = self.start, self.state
+        send = self.send_of[j]
+        if send == NO_EVENT:  # a collective: started by its last member
+            if t >= start[j]:
+                start[j], self.by[j] = t, a
+            self.missing[j] -= 1
+            if not self.missing[j] and (self.head[j] or state[j - 1]):
+                self.begin_collectives(j)
+        elif self.meets[j]:  # a rendezvous: the later of its send and receive starts it
+            if t >= start[j]:
+                start[j], self.by[j] = t, a
+            other = self.recv_of[j] if a == send else send
+            if self.issue[other] != NOT_YET and (self.first[j] or state[j - 1]):
+                self.begin_pairs(j)
+        elif a == send:  # an eager send starts its pair
+            start[j], self.by[j] = t, a
+            if self.first[j] or state[j - 1]:
+                self.begin_pairs(j)
+        elif j in self.arrival:  # a receive whose data is on its way
+            self.ended(a, max(t, self.arrival.pop(j)))
+
+    def queue_start(self, i: int) -> float:
+        """Start instance ``i`` (issued by all its members) once its queue is free: when."""
+        t, how = self.start[i], STARTED
+        if not self.first[i]:
+            free = self.start[i - 1] + self.free_after[i - 1]
+            if free > t:
+                t, how = free, QUEUED
+        self.start[i], self.state[i] = t, how
+        return t
+
+    def worker_start(self, i: int) -> tuple[float, float]:
+        """Start collective ``i`` once one of its group's workers is free: (when, the
+        earliest its members may end: once its bytes crossed the link)."""
+        t, how = self.start[i], STARTED
+        head = self.head[i]
+        ahead, low = (0.0, 0.0) if head else (self.latest[i - 1], self.second[i - 1])
+        if low > t:
+            t, how = low, QUEUED
+        self.start[i], self.state[i] = t, how
+        sent = 0.0 if head else self.on_wire[i - 1]  # when the bytes ahead of its own leave
+        wire, release = self.wire[i], self.free_after[i]
+        # its bytes after the other's (the bucket not refilled), or its own from an idle link
+        floor = sent + self.queued_wire[i] if sent > t else t + wire
+        self.on_wire[i] = max(sent, floor, t + max(wire, release))
+        free = max(t + release, floor)
+        self.latest[i], self.second[i] = (ahead, max(low, free)) if ahead > free else (free, ahead)
+        return t, floor
+
+    def begin_collectives(self, i: int) -> None:
+        """Start collective ``i`` and any that waited behind it on its group."""
+        members, offsets, d, end = self.members, self.offsets, self.duration, self.end
+        head, missing, state, parked = self.head, self.missing, self.state, self.parked
+        while True:
+            t, floor = self.worker_start(i) if self.workers > 1 else (self.queue_start(i), 0.0)
+            for e in members[offsets[i] : offsets[i + 1]]:
+                t_end = t + d[e]
+                end[e] = t_end if t_end >= floor else floor
+                if parked:
+                    waiting = parked.pop(e, None)
+                    if waiting:
+                        self.ready.extend(waiting)
+            i += 1
+            if i >= self.n_inst or head[i] or missing[i] or state[i]:
+                return
+
+    def begin_pairs(self, i: int) -> None:
+        """Start pair ``i`` and any that waited behind it on its channel, or for it."""
+        resume = [i]
+        while resume:
+            i = resume.pop()
+            while self.begin_pair(i, resume):
+                i += 1
+                if not self.can_follow(i):
+                    break
+
+    def can_follow(self, i: int) -> bool:
+        """Whether pair ``i`` can start now that the one ahead on its channel has."""
+        if i >= self.n_inst or self.first[i] or self.state[i]:
+            return False
+        if self.issue[self.send_of[i]] == NOT_YET:
+            return False
+        return not (self.meets[i] and self.issue[self.recv_of[i]] == NOT_YET)
+
+    def begin_pair(self, i: int, resume: list[int]) -> bool:
+        """Start pair ``i``, its send's end and its data's arrival, and put the pairs that
+        waited for it on ``resume``; False where it waits for the message back that its
+        ready notice follows."""
+        j, arrives = self.reverse[i], self.arrives
+        if j != NO_EVENT and self.state[j] == PENDING:  # the message back has not started
+            if self.behind[i]:  # in the capture the notice followed it: wait for it
+                self.after.setdefault(j, []).append(i)
+                return False
+        elif j != NO_EVENT:  # its ready notice follows j's data if that was on its way
+            issue = self.issue
+            posted = issue[self.recv_of[i]]
+            back_sent, back_posted = issue[self.send_of[j]], issue[self.recv_of[j]]
+            on_its_way = back_sent <= posted and back_posted < posted < arrives[j]
+            if posted != NOT_YET and on_its_way and arrives[j] > self.start[i]:
+                self.start[i] = arrives[j]
+        t = self.queue_start(i)
+        s, r = self.send_of[i], self.recv_of[i]
+        self.ended(s, t + self.duration[s])  # once its bytes are in the socket
+        k = self.link[i]
+        if k != NO_EVENT:  # it crosses the node's link when no other message is on it
+            t = self.start[i] = self.on_link[k].cross(t, self.free_after[i])
+        arrives[i] = t + self.duration[r]
+        if self.issue[r] != NOT_YET:
+            self.ended(r, max(self.issue[r], arrives[i]))
+        else:
+            self.arrival[i] = arrives[i]
+        if self.after:
+            resume.extend(self.after.pop(i, ()))
+        return True

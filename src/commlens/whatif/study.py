@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from commlens.errors import UsageError
-from commlens.optable import GLOO
 from commlens.predict.networks import (
-    BURST_S,
     UNSHAPED,
     emulated_profile,
     link_burst,
@@ -19,20 +17,20 @@ from commlens.predict.networks import (
 )
 from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
-from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_steps
-from commlens.whatif.durations import (
-    Steps,
-    elapsed,
-    link_waits,
-    measured_release,
-    modelled,
-    node_links,
-    scaled_groups,
-    wire_pair,
-    wire_times,
-    worker_waits,
+from commlens.whatif.backend import replay_backend
+from commlens.whatif.builders import (
+    BUILDERS,
+    ModelTimes,
+    Setting,
+    bucket_assumption,
+    step_assumption,
 )
+from commlens.whatif.calibrate import OpTerm
+from commlens.whatif.corrections import CORRECTIONS, corrections
+from commlens.whatif.costing import scaled_groups
+from commlens.whatif.durations import elapsed
 from commlens.whatif.model import Program, build_program
+from commlens.whatif.optimes import OpTimes, measured_times
 from commlens.whatif.replay import replay
 from commlens.whatif.results import Figures, figures
 from commlens.whatif.source import Trace, read_trace
@@ -95,6 +93,9 @@ class Study:
     """How op times on the networks were found (see :data:`OP_TIMES`)."""
     calibration: list[OpTerm] = field(default_factory=list)
     """The CPU terms fitted from the run (``op_times == "fit"``)."""
+    corrections: list[str] = field(default_factory=list)
+    """The corrections applied to the op times, by name (see
+    :data:`~commlens.whatif.corrections.CORRECTIONS`)."""
 
     @property
     def model_error(self) -> float | None:
@@ -200,7 +201,7 @@ def self_check(
     found; a member that ended before its instance started ends there too); how far it
     lands from the capture."""
     tr = prog.trace
-    tl = replay(prog, elapsed(prog) if times is None else times, measured_release(prog))
+    tl = replay(prog, measured_times(prog, times))
     cap = (tr.step_end - tr.step_start) / 1e9
     rep = tl.step_marks[1::2] - tl.step_marks[0::2]
     kept = np.isin(tr.step_index, steps)
@@ -208,6 +209,15 @@ def self_check(
     ev = np.abs(tl.end - (tr.t_end - prog.t0_ns) / 1e9)[np.isin(tr.step, steps)]
     check = SelfCheck(float(rel.max()) if rel.size else 0.0, float(ev.max()) if ev.size else 0.0)
     return check, Answer("captured", None, figures(prog, tl, steps))
+
+
+def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, SelfCheck, Answer]:
+    """The run in ``path`` replayed with its own op times: its trace, the self-check and
+    the figures of the steps kept (``steps``, else :func:`kept_steps`'s)."""
+    trace = read_trace(path)
+    keep = kept_steps(trace, steps)
+    check, captured = self_check(build_program(trace), keep)
+    return trace, check, captured
 
 
 ASSUMPTIONS = (
@@ -219,24 +229,9 @@ ASSUMPTIONS = (
     "has arrived",
     "async ops without a recorded wait (DDP's buckets, waited from C++) are waited at the last "
     "issue of their burst on the group, as DDP's backward waits for its buckets at its end",
-    "op times on a network come from the alpha-beta cost model (commlens predict's) for the "
-    "op's real message size; all groups of a role share a node's inter-node link",
 )
 
-
-FLAT_RING = (
-    "gloo: a collective whose group spans nodes runs one flat ring over its members in rank "
-    "order at the inter-node rate (gloo has no hierarchical algorithm); the ring's edges that "
-    "leave a node share its link; a reduce-scatter costs an all-reduce (gloo has no native "
-    "one); a send, like its receive, lasts until the link has carried its bytes (on average "
-    "a send finds the socket buffer still holding the message before it and waits for the "
-    "wire), and the channel carries one message at a time; a message does not overtake "
-    "one on its node's link (one that starts while another is on it goes after it); a "
-    f"group runs up to {GLOO.workers} ops at once (gloo's worker threads), the later one's "
-    "bytes after the earlier's on the link"
-)
-
-OP_TIMES = ("fit", "model", "delta")
+OP_TIMES = tuple(BUILDERS)
 """How an op's time on a network is found: that network's cost-model time plus the
 op kind's CPU term fitted from the run (fit; the cost model alone where the own
 link is unknown), the cost model's time alone (model), or the measured time plus
@@ -249,50 +244,55 @@ OP_TIME_ASSUMPTIONS = {
     "link changes (a send or receive the own link's model over-explains keeps that excess as "
     "a share of its wire time, not as seconds); all groups of a role share a node's "
     "inter-node link",
-    "model": ASSUMPTIONS[-1],
+    "model": "op times on a network come from the alpha-beta cost model (commlens predict's) "
+    "for the op's real message size; all groups of a role share a node's inter-node link",
     "delta": "an op's time on a network is its measured time plus the cost model's difference "
     "between that network and the run's own link (never below 0): the software and "
     "CPU costs of each op are kept; all groups of a role share a node's inter-node link",
 }
 
 
-def delta_release(prog: Program, times: np.ndarray, measured_s: np.ndarray) -> np.ndarray:
-    """When each instance frees its queue in a replay with ``times`` made of the
-    measured times ``measured_s`` plus changes (``--op-times delta``): as captured,
-    later by the largest change of its members (never before its start)."""
-    change = np.full(prog.instances, -np.inf)
-    np.maximum.at(change, prog.inst, times - measured_s)
-    return np.maximum(measured_release(prog) + change, 0.0)
-
-
-def link_assumptions(
-    own_burst: float, profiles: list[NetworkProfile], step_model: Steps
+def study_assumptions(
+    builder: ModelTimes,
+    profiles: list[NetworkProfile],
+    asked: str,
+    dp: int | None,
+    world: int,
 ) -> list[str]:
-    """What the replay assumes of emulated links' buckets and of gloo's step latency."""
-    out = []
-    if own_burst or any(link_burst(p) for p in profiles):
+    """What the study's replays assume: the replay's model, the backend's, each
+    correction applied with its figures, the op times' and the scale-out's."""
+    setting, out = builder.setting, list(ASSUMPTIONS)
+    if setting.backend.assumption:
+        out.append(setting.backend.assumption)
+    texts = {c.name: c.assumption for c in CORRECTIONS}
+    for name in builder.applied():
+        if name == "link-bucket":
+            if setting.own_burst or any(link_burst(p) for p in profiles):
+                out.append(bucket_assumption(setting.own_burst))
+        elif name == "step-latency":
+            if builder.steps.latency_s or builder.steps.default_latency_s:
+                out.append(step_assumption(builder.steps))
+        elif name != "cpu-terms":
+            out.append(f"{name}: {texts[name]}")
+    out.append(OP_TIME_ASSUMPTIONS[builder.mode])
+    if builder.mode != asked:
         out.append(
-            f"an emulated link lets its bucket through at once after it was idle: "
-            f"{own_burst:,.0f} bytes on the run's own link (as recorded), "
-            f"{BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link "
-            "named by its rate; every op across nodes is taken to find the bucket full (the "
-            "link idled before it)"
+            f"--op-times {asked} needs the run's own link, which is unknown (give "
+            "--profile): the cost model's times are used alone"
         )
-    if step_model.latency_s or step_model.default_latency_s:
-        kinds = ", ".join(
-            f"{op} {role or '-'} over {nodes} node(s) {lat * 1e6:,.0f} us"
-            for (op, role, nodes), lat in sorted(step_model.latency_s.items())
-        )
+    if dp is not None:
         out.append(
-            "each algorithm step of a gloo op lasts its wire time plus the backend's step "
-            "latency on this host (thread wake-up, syscalls, copies and reductions) plus the "
-            "link's alpha (a profile fitted by bench --fit: its wire time plus the longer of "
-            "the step latency and alpha, its alpha holding its host's latency); the latency "
-            "is fitted from the run's latency-bound ops, less their wire time on the run's "
-            "own link, and kept on every network: "
-            f"{kinds}; other ops {step_model.default_latency_s * 1e6:,.0f} us (their median)"
+            f"--dp {dp}: the job is repeated to {world} ranks; its dp groups grow to {dp} ranks "
+            "(replica k holds ranks r + k x the run's world, placed in order on the nodes), "
+            "every replica does the captured per-rank work and arrives like the captured ranks; "
+            "only the captured ranks are replayed, the own-link row stays at the captured scale"
         )
     return out
+
+
+def _answer(prog: Program, keep: list[int], profile: NetworkProfile, times: OpTimes) -> Answer:
+    """The figures of the steps ``keep`` replayed with ``times`` on ``profile``."""
+    return Answer(profile.name, profile, figures(prog, replay(prog, times), keep))
 
 
 def run_study(
@@ -307,137 +307,37 @@ def run_study(
     captured_net: str | None = None,
     op_times: str = "fit",
     dp: int | None = None,
+    without: tuple[str, ...] = (),
 ) -> Study:
-    """Replay the run in ``path`` as captured, on its own link and on every network of ``nets``."""
+    """Replay the run in ``path`` as captured, on its own link and on every network of
+    ``nets``, with the corrections of :data:`~commlens.whatif.corrections.CORRECTIONS` but
+    those named in ``without``."""
     if op_times not in OP_TIMES:
         raise UsageError(f"unknown --op-times {op_times!r}; expected one of {', '.join(OP_TIMES)}")
+    switched_on = corrections(without)
     profiles = network_profiles(nets)  # a bad network is refused before the run is read
     trace = read_trace(path)
     place = placement_for(trace, nodes, ranks_per_node, intra, algorithm)
-    intra_profile = get_profile(place.intra)
     keep = kept_steps(trace, steps)
     own = own_link(trace, captured_net)
     if own is None and op_times == "delta":
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
-    used = op_times if own is not None else "model"
     prog = build_program(trace)
-    flat = trace.manifest.get("backend") == "gloo"
     took = elapsed(prog)
     check, captured = self_check(prog, keep, took)
-    # measured: never below 0; delta keeps a member's end before its start as captured (a
-    # send whose bytes went out as the ready notice arrived, just before the message that
-    # carried it was seen received), so that its own link replays the capture itself
-    floor = np.minimum(took, 0.0) if used == "delta" else 0.0
-    np.maximum(took, 0.0, out=took)
-    own_answer, base, terms = None, np.zeros(prog.inst.size), []
-    calibration: Calibration | None = None
-    own_burst = recorded_burst(trace)
-    step_model = Steps(burst_bytes=own_burst)
-    if own is not None:
-        fabric = Fabric(
-            inter=own[0], intra=intra_profile, gpus_per_node=own[1], algorithm=algorithm
-        )
-        if flat and used != "model":
-            wire = modelled(prog, fabric, flat=flat, steps=step_model)
-            step_model = fit_steps(prog, fabric, took, wire, keep, own_burst)
-            del wire
-        own_times = modelled(prog, fabric, flat=flat, steps=step_model)
-        own_links = node_links(prog, fabric) if flat else None
-        if used == "delta":
-            base = took + floor - own_times
-            own_times += base
-        elif used == "fit":
-            own_wire = None
-            if flat:  # what the fit sees: each op's own time on the wire
-                inst_wire = wire_times(prog, fabric, prog.cost_groups, own_burst)
-                took -= worker_waits(prog, inst_wire)
-                own_wire = inst_wire[prog.inst]
-                del inst_wire
-            if own_links is not None and (own_links >= 0).any():
-                took -= link_waits(prog, own_links)
-
-            def shorter(events: np.ndarray) -> np.ndarray:
-                return modelled(
-                    prog, fabric, flat=flat, steps=step_model, events=events, shorter=True
-                )
-
-            calibration = fit_cpu_terms(
-                prog, fabric, took, own_times, keep, step_model, own_wire, shorter
-            )
-            calibration.add_to(own_times, own_wire)  # its own link: as fitted
-            terms = calibration.terms
-            del own_wire
-        np.maximum(own_times, floor, out=own_times)
-    if used != "delta":
-        del took  # only delta's releases need the measured times again
-    if own is not None:
-        release = delta_release(prog, own_times, took) if used == "delta" else None
-        if flat and used != "delta":
-            wire, queued = wire_pair(prog, fabric, prog.cost_groups, own_burst)
-            timeline = replay(prog, own_times, None, own_links, GLOO.workers, wire, queued)
-            del wire, queued
-        else:
-            timeline = replay(prog, own_times, release)
-        del own_times, release
-        own_answer = Answer(own[0].name, own[0], figures(prog, timeline, keep))
-        del timeline
-    groups, world = prog.cost_groups, trace.world_size
-    if dp is not None:
-        groups, world = scaled_groups(prog, dp)
+    intra_profile = get_profile(place.intra)
+    own_fabric = None if own is None else Fabric(own[0], intra_profile, own[1], algorithm)
+    backend = replay_backend(str(trace.manifest.get("backend") or ""))
+    setting = Setting(prog, backend, keep, own_fabric, recorded_burst(trace), switched_on)
+    builder = BUILDERS[op_times if own is not None else "model"](setting, took)
+    del took  # the builder holds what it needs of the measured times
+    own_answer = None if own is None else _answer(prog, keep, own[0], builder.own_link())
+    groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     answers = []
     for profile in profiles:
-        fabric = Fabric(
-            inter=profile,
-            intra=intra_profile,
-            gpus_per_node=place.ranks_per_node,
-            algorithm=algorithm,
-        )
-        on = replace(step_model, burst_bytes=link_burst(profile))
-        times = modelled(prog, fabric, groups, flat=flat, steps=on)
-        if calibration is not None:
-            shared = calibration.wire_share is not None
-            event_wire = (
-                wire_times(prog, fabric, groups, on.burst_bytes)[prog.inst] if shared else None
-            )
-            unhidden = calibration.unhidden
-            target_shorter = (
-                None
-                if unhidden is None
-                else modelled(
-                    prog, fabric, groups, flat=flat, steps=on, events=unhidden[0], shorter=True
-                )
-            )
-            calibration.add_to(times, event_wire, target_shorter)
-            del event_wire, target_shorter
-        else:
-            times += base
-        np.maximum(times, floor, out=times)
-        release = delta_release(prog, times, took) if used == "delta" else None
-        if flat and used != "delta":
-            links = node_links(prog, fabric)
-            wire, queued = wire_pair(prog, fabric, groups, on.burst_bytes)
-            timeline = replay(prog, times, None, links, GLOO.workers, wire, queued)
-            del links, wire, queued
-        else:
-            timeline = replay(prog, times, release)
-        del times, release
-        answers.append(Answer(profile.name, profile, figures(prog, timeline, keep)))
-        del timeline
-    shifts = {r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v}
-    ring = [FLAT_RING] if flat else []
-    assumptions = [*ASSUMPTIONS[:-1], *ring, *link_assumptions(own_burst, profiles, step_model)]
-    assumptions.append(OP_TIME_ASSUMPTIONS[used])
-    if used != op_times:
-        assumptions.append(
-            f"--op-times {op_times} needs the run's own link, which is unknown (give "
-            "--profile): the cost model's times are used alone"
-        )
-    if dp is not None:
-        assumptions.append(
-            f"--dp {dp}: the job is repeated to {world} ranks; its dp groups grow to {dp} ranks "
-            "(replica k holds ranks r + k x the run's world, placed in order on the nodes), "
-            "every replica does the captured per-rank work and arrives like the captured ranks; "
-            "only the captured ranks are replayed, the own-link row stays at the captured scale"
+        fabric = Fabric(profile, intra_profile, place.ranks_per_node, algorithm)
+        answers.append(
+            _answer(prog, keep, profile, builder.on(fabric, groups, link_burst(profile)))
         )
     return Study(
         trace,
@@ -445,9 +345,10 @@ def run_study(
         check,
         captured,
         answers,
-        assumptions,
-        clock_shifts=shifts,
+        study_assumptions(builder, profiles, op_times, dp, world),
+        clock_shifts={r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v},
         own_link=own_answer,
-        op_times=used,
-        calibration=terms,
+        op_times=builder.mode,
+        calibration=builder.terms,
+        corrections=builder.applied(),
     )

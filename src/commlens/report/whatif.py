@@ -267,7 +267,7 @@ def _answer_data(study: Study, a: Answer) -> dict[str, object]:
     return out
 
 
-def build_document(study: Study) -> Document:
+def build_whatif_document(study: Study) -> Document:
     """The report of ``study``."""
     tr, place, check = study.trace, study.placement, study.check
     steps = study.captured.figures.steps
@@ -284,7 +284,9 @@ def build_document(study: Study) -> Document:
         (
             "op times",
             f"--op-times {study.op_times}; own link: "
-            + (study.own_link.name if study.own_link else "unknown"),
+            + (study.own_link.name if study.own_link else "unknown")
+            + "; corrections: "
+            + (", ".join(study.corrections) or "none"),
         ),
     ]
     if study.clock_shifts:
@@ -339,6 +341,7 @@ def build_document(study: Study) -> Document:
         "model_error_on_own_link": error,
         "op_times": study.op_times,
         "calibration": [t.to_dict() for t in study.calibration],
+        "corrections": study.corrections,
     }
     return Document(
         title=f"what-if replay of {tr.name}",

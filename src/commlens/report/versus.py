@@ -3,7 +3,7 @@
 A *prediction* is one network's answer in the JSON that ``commlens whatif
 --format json`` writes. A *measured* run's figures are found the way whatif
 finds the captured ones (the replay with the run's own op times, checked
-against its steps: :func:`commlens.whatif.study.self_check`), so both sides
+against its steps: :func:`commlens.whatif.study.replay_captured`), so both sides
 follow one set of definitions (:mod:`commlens.whatif.results`): step time
 of the slowest rank, communication, exposed and overlapped time and per-op
 time per step and rank, medians over the steps kept. Errors are
@@ -23,10 +23,10 @@ import pyarrow as pa
 
 from commlens.errors import RunFormatError, UsageError
 from commlens.report.document import Column, Document, Section
+from commlens.report.whatif import RESULT_FORMAT
 from commlens.safefile import META_LIMIT, read_json
-from commlens.whatif.document import RESULT_FORMAT
 from commlens.whatif.results import Figures
-from commlens.whatif.study import StepRange, kept_steps, self_check
+from commlens.whatif.study import StepRange, replay_captured
 
 ERROR = "{:+.1%}"
 """Display of a relative error."""
@@ -94,12 +94,7 @@ def load_prediction(path: str | Path, net: str | None) -> Side:
 
 def measure_run(path: str | Path, steps: StepRange | None) -> Side:
     """The figures of the run in ``path``, as whatif computes a captured run's."""
-    from commlens.whatif.model import build_program
-    from commlens.whatif.source import read_trace
-
-    trace = read_trace(path)
-    keep = kept_steps(trace, steps)
-    check, captured = self_check(build_program(trace), keep)
+    trace, check, captured = replay_captured(path, steps)
     about = f"measured; its {check.line}"
     return Side(trace.name, "measured", str(path), captured.figures, about, trace.warnings)
 

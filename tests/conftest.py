@@ -1,6 +1,7 @@
 """Suite-wide guards: no test may leave torch.distributed patched or a group alive.
 
-Also the ``readonly_dir`` fixture: folders no one can write to, root included."""
+Also the ``readonly_dir`` fixture: folders no one can write to, root included; and
+``shared_runs`` (tests/runs.py): the session's real captured runs, made once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import commlens.capture as capture_pkg  # noqa: F401  (the package, not the func
 from commlens.capture.patching import is_patched
 from commlens.netem.iproute import run_ids_present
 from commlens.netem.state import load_record
+from tests.runs import shared_runs  # noqa: F401  (a fixture for the whole suite)
 
 
 def made_here(run_id: str) -> bool:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +11,7 @@ import pytest
 from commlens.cli.main import main
 from commlens.errors import UsageError
 from commlens.whatif.study import run_study
-
-
-def capture(out: Path, scheme: str) -> Path:
-    exe = Path(sys.executable).with_name("commlens")
-    args = ["--model", "gpt-tiny", "--scheme", scheme, "--nproc", "2", "--steps", "3"]
-    args += ["--seq-len", "16", "--micro-batch", "2", "--microbatches", "2", "--out", str(out)]
-    proc = subprocess.run(
-        [str(exe), "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=dict(os.environ, COLUMNS="120"),
-    )
-    assert proc.returncode == 0, proc.stderr
-    return out
-
+from tests.runs import SharedRuns
 
 DP_OPS = {("all_reduce", "dp")}
 EXPECTED_OPS = {  # per step after the first; the traced script's set-up broadcast is in step 0
@@ -39,23 +21,10 @@ EXPECTED_OPS = {  # per step after the first; the traced script's set-up broadca
 }
 
 
-def trace_script(out: Path) -> Path:
-    """``commlens trace`` of the plain DDP example under torchrun (a third-party script)."""
-    bin_dir = Path(sys.executable).parent
-    script = Path(__file__).parents[2] / "examples" / "ddp_train.py"
-    cmd = [str(bin_dir / "commlens"), "trace", "--out", str(out), "--"]
-    cmd += [str(bin_dir / "torchrun"), "--nproc_per_node", "2", str(script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("whatif")
-    made = {scheme: capture(root / scheme, scheme) for scheme in ("dp", "pp")}
-    made["traced"] = trace_script(root / "traced")
-    return made
+@pytest.fixture
+def runs(shared_runs: SharedRuns) -> dict[str, Path]:
+    """The session's captured runs (tests/runs.py): gpt-tiny dp and pp, the DDP script."""
+    return {name: shared_runs[name].path for name in ("dp", "pp", "traced")}
 
 
 @pytest.mark.parametrize("scheme", ["dp", "pp", "traced"])

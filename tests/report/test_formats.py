@@ -289,16 +289,20 @@ def test_run_summary_document() -> None:
         tflops_per_rank=0.5,
         top_ops=ops,
         warnings=["rank 3: no events file"],
+        loss_rank=3,
+        pooled_share=0.51,
     )
     doc = run_summary_document(summary, Path("runs/x"))
     text = get_renderer("text", width=100).render(doc)
     assert "  warning: rank 3: no events file" in text
     assert (
         "1 measured step: step 0.100 s · communication 0.060 s (60% of the step, 20% exposed)"
-        " · 1,234 tokens/s · 500.00 GFLOP/s per rank · loss 10.5000 → 9.2500"
+        " · 1,234 tokens/s · 500.00 GFLOP/s per rank · loss (rank 3) 10.5000 → 9.2500"
     ) in " ".join(text.split())  # one step, singular; wrapped at the width
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 100
     assert "top ops by time (per rank per step)" in text
+    assert "the lines above are rank 3's own steps" in " ".join(text.split())
+    assert "communication share, all ranks taken together (51.0%" in " ".join(text.split())
     row = next(line for line in text.splitlines() if line.startswith("broadcast"))
     assert row.split() == ["broadcast", "-", "4", "0.5", "4,096", "0.0010", "1.0%"]
     assert text.rstrip().endswith("run saved in runs/x; see `commlens report runs/x`")

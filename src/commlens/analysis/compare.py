@@ -1,9 +1,8 @@
 """Several runs side by side: step time, comm share, per-op volume and time.
 
-The typical step of a run is the median over steps of the slowest rank's
-step time, leaving out the first step (warm-up, bucket rebuild) when there
-are more, and set-up and the tail after the last step (``kind`` of
-:func:`commlens.analysis.steps.step_table`). Speedups are relative to the
+The typical step of a run is :func:`commlens.analysis.typical.typical_step`'s
+(the median over the measured steps of the slowest rank's step; ``commlens
+run``'s summary quotes the same). Speedups are relative to the
 first run and compare like with like: time per token when every run's
 manifest gives its tokens per step, else time per sample when each gives its
 samples per step (:func:`work_per_step`), else time per step, with
@@ -20,7 +19,7 @@ import pyarrow as pa
 from commlens.analysis.ops import op_table
 from commlens.analysis.rankpass import RankPass, Source, rank_pass
 from commlens.analysis.sql import query
-from commlens.analysis.steps import step_table
+from commlens.analysis.typical import typical_step
 
 
 def run_labels(runs: Sequence[RankPass]) -> list[str]:
@@ -55,40 +54,19 @@ def work_per_step(manifest: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _summary(run: RankPass, label: str) -> dict[str, Any]:
-    row = query(
-        """
-        WITH job_steps AS (  -- set-up and the tail after the last step are not steps
-            SELECT * FROM per_rank
-            WHERE kind = 'step' OR NOT EXISTS (SELECT 1 FROM per_rank WHERE kind = 'step')
-        ), per_step AS (
-            SELECT step, max(step_s) AS step_s, avg(comm_s) AS comm_s,
-                   avg(exposed_s) AS exposed_s, sum(bytes) AS bytes, sum(ops) AS ops
-            FROM job_steps GROUP BY step
-        ), kept AS (
-            SELECT * FROM per_step
-            WHERE (SELECT count(*) FROM per_step) = 1 OR step > (SELECT min(step) FROM per_step)
-        )
-        SELECT count(*) AS steps, median(step_s) AS step_s, median(comm_s) AS comm_s,
-               median(exposed_s) AS exposed_s, avg(bytes) AS bytes, avg(ops) AS ops FROM kept
-        """,
-        per_rank=step_table(run),
-    ).to_pylist()[0]
-    steps = row["steps"]
-    step_s, comm_s, exposed_s, bytes_, ops = (
-        row[k] or 0.0 for k in ("step_s", "comm_s", "exposed_s", "bytes", "ops")
-    )
+    typical = typical_step(run)
     return {
         "run": label,
         "path": str(run.path),
         "world_size": run.world_size,
-        "steps": int(steps),
-        "step_s": float(step_s),
-        "comm_s": float(comm_s),
-        "comm_share": float(comm_s) / step_s if step_s else 0.0,
-        "exposed_s": float(exposed_s),
-        "exposed_share": float(exposed_s) / step_s if step_s else 0.0,
-        "bytes_per_step": float(bytes_),
-        "ops_per_step": float(ops),
+        "steps": len(typical.steps),
+        "step_s": typical.step_s,
+        "comm_s": typical.comm_s,
+        "comm_share": typical.comm_share,
+        "exposed_s": typical.exposed_s,
+        "exposed_share": typical.exposed_share,
+        "bytes_per_step": typical.bytes,
+        "ops_per_step": typical.ops,
         **work_per_step(run.manifest),
     }
 

@@ -10,8 +10,8 @@ show every step. A ``--steps`` range chosen by the user is used as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from commlens.analysis.typical import warmup_steps
 from commlens.trace.reader import RunView, StepRange
 
 
@@ -22,18 +22,6 @@ class Coverage:
 
     steps: StepRange | None
     line: str
-
-
-def _warmup_steps(manifest: dict[str, Any]) -> set[int]:
-    """Steps a ``commlens run`` manifest flags as warm-up."""
-    records = manifest.get("steps_metrics")
-    if not isinstance(records, list):
-        return set()
-    return {
-        int(r["step"])
-        for r in records
-        if isinstance(r, dict) and r.get("warmup") and isinstance(r.get("step"), int)
-    }
 
 
 def _span(first: int, last: int) -> str:
@@ -57,7 +45,7 @@ def headline_coverage(view: RunView) -> Coverage:
     total = f"of {n} recorded step{'s' if n != 1 else ''}"
     if n < 2:
         return Coverage(None, f"headline covers {_span(lo, hi)} {total} (no warm-up to leave out)")
-    warm = {s for s in _warmup_steps(view.manifest) if lo <= s < hi}
+    warm = {s for s in warmup_steps(view.manifest) if lo <= s < hi}
     first = max(warm | {lo}) + 1
     left_out = f"warm-up steps {min(warm | {lo})}–{first - 1}" if first - 1 > lo else f"step {lo}"
     return Coverage(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commlens.errors import RunFormatError, UsageError
-from commlens.job.models import ModelConfig, check_layout, get_preset
+from commlens.job.models import ModelConfig, check_layout, flops_per_step, get_preset
 from commlens.job.parallel import DATA_PARALLEL, SCHEMES, ParallelDims
 from commlens.numbers import number_problem
 
@@ -118,6 +118,20 @@ class Job:
     def dtype_bytes(self) -> int:
         """β (and βa): bytes per parameter, gradient and activation element."""
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def loss_rank(self) -> int:
+        """The rank whose loss ``commlens run`` quotes, line by line and in its summary:
+        dp 0, tp 0 of the last pipeline stage (a rank that computes the loss)."""
+        return self.dims.rank_of(0, 0, self.dims.pp - 1)
+
+    @property
+    def flops_per_rank(self) -> float:
+        """Model FLOPs of one step on one rank (conventions §2): the job's over its ranks."""
+        flops = flops_per_step(
+            self.model, self.seq_len, self.micro_batch, self.microbatches, self.recompute
+        )
+        return flops * self.dims.dp / self.dims.world_size
 
     @property
     def global_batch(self) -> int:

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels, work_note
 from commlens.analysis.rankpass import rank_pass
+from commlens.analysis.typical import DEFINITION
 from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
 from commlens.report.provenance import provenance_facts
@@ -121,8 +122,7 @@ def build_compare(runs: Sequence[RunView]) -> Document:
             f"Runs (speedup relative to {labels[0]})",
             summary,
             SUMMARY_COLUMNS,
-            note="step = median over steps of the slowest rank (first step left out); "
-            + work_note(summary),
+            note=f"{DEFINITION}; " + work_note(summary),
         ),
         Section(
             "ops",

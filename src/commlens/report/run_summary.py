@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from commlens.analysis.typical import DEFINITION
 from commlens.report.document import Column, Document, Section
 from commlens.units import plural
 
@@ -31,16 +32,19 @@ def _flops(tflops: float) -> str:
 
 def run_summary_document(s: RunSummary, out: Path) -> Document:
     """The summary line, the top ops by time per rank per step, and where the run is."""
-    loss = (
-        f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
-        if s.first_loss is not None and s.last_loss is not None
-        else ""
-    )
-    line = (
-        f"{plural(s.steps, 'measured step')}: step {s.step_s:.3f} s · "
+    figures = [
+        f"step {s.step_s:.3f} s",
         f"communication {s.comm_s:.3f} s "
-        f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed) · "
-        f"{s.tokens_per_s:,.0f} tokens/s · {_flops(s.tflops_per_rank)} per rank · {loss}"
+        f"({s.comm_share:.0%} of the step, {s.exposed_share:.0%} exposed)",
+        f"{s.tokens_per_s:,.0f} tokens/s",
+        f"{_flops(s.tflops_per_rank)} per rank",
+    ]
+    if s.first_loss is not None and s.last_loss is not None:
+        figures.append(f"loss (rank {s.loss_rank}) {s.first_loss:.4f} → {s.last_loss:.4f}")
+    line = f"{plural(s.steps, 'measured step')}: " + " · ".join(figures)
+    definition = (
+        f"{DEFINITION}, as `commlens compare` gives it; the lines above are rank "
+        f"{s.loss_rank}'s own steps; its loss from the first step to the last"
     )
     rows = s.top_ops.to_pylist()
     for row in rows:
@@ -50,7 +54,7 @@ def run_summary_document(s: RunSummary, out: Path) -> Document:
     return Document(
         title="",
         warnings=s.warnings,
-        intro=[line],
+        intro=[line, definition],
         sections=[
             Section(
                 "ops",
@@ -59,7 +63,9 @@ def run_summary_document(s: RunSummary, out: Path) -> Document:
                 COLUMNS,
                 note="time: the op's part of the step's communication (the union of the "
                 "step's ops inside it, each moment split among the ops open then); the "
-                "shares add up to the communication share",
+                "shares add up to the measured steps' communication share, all ranks "
+                f"taken together ({s.pooled_share:.1%}; the line above gives the median "
+                "step's)",
             )
         ],
         notes=[f"run saved in {out}; see `commlens report {out}`"],

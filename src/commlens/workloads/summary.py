@@ -1,10 +1,12 @@
 """After a run: run-level step metrics in the manifest, and the one-screen summary.
 
 Each rank stored its own step records (``meta.steps_metrics``); the run-level
-record of a step takes the slowest rank's time and the loss averaged over
-the data-parallel ranks of the last pipeline stage. The communication figures
-come from the captured events through :mod:`commlens.analysis`, over the
-steps after warm-up only.
+record of a step takes the slowest rank's time and the loss of the rank
+``commlens run`` prints line by line (:attr:`commlens.job.spec.Job.loss_rank`),
+named in it. The summary's step, communication and throughput are the run's
+typical step (:func:`commlens.analysis.typical.typical_step`, the figure
+``commlens compare`` shows), from the captured events; its loss is the same
+rank's as the lines above it, from the first step to the last.
 """
 
 from __future__ import annotations
@@ -15,36 +17,35 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.analysis import open_run, step_summary, step_table
+from commlens.analysis import open_run
 from commlens.analysis.opshare import op_parts
+from commlens.analysis.typical import typical_step
 from commlens.job.spec import Job
 from commlens.trace.manifest import merge_manifest
 
 
 def run_step_metrics(manifest: dict[str, Any], wcfg: Job) -> list[dict[str, Any]]:
-    """One record per step over all ranks (time: slowest rank; loss: mean over dp)."""
-    per_rank = [
-        (int(rank), entry.get("meta", {}).get("steps_metrics") or [])
+    """One record per step over all ranks (time: the slowest rank's; loss: the loss
+    rank's, named in ``loss_rank``)."""
+    per_rank = {
+        int(rank): entry.get("meta", {}).get("steps_metrics") or []
         for rank, entry in manifest.get("ranks", {}).items()
-    ]
+    }
+    quoted = per_rank.get(wcfg.loss_rank, [])
     out = []
     for step in range(wcfg.run.steps):
-        rows = [(rank, recs[step]) for rank, recs in per_rank if len(recs) > step]
+        rows = [recs[step] for recs in per_rank.values() if len(recs) > step]
         if not rows:
             break
-        time_s = max(r["time_s"] for _, r in rows)
-        losses = [
-            r["loss"]
-            for rank, r in rows
-            if r["loss"] is not None and wcfg.dims.coords(rank)["tp"] == 0
-        ]
+        time_s = max(r["time_s"] for r in rows)
         out.append(
             {
                 "step": step,
                 "time_s": time_s,
-                "loss": sum(losses) / len(losses) if losses else None,
+                "loss": quoted[step]["loss"] if len(quoted) > step else None,
+                "loss_rank": wcfg.loss_rank,
                 "tokens_per_s": wcfg.global_batch * wcfg.seq_len / time_s,
-                "tflops": sum(r["tflops"] for _, r in rows) / len(rows),
+                "tflops": sum(r["tflops"] for r in rows) / len(rows),
                 "warmup": step < wcfg.run.warmup_steps,
             }
         )
@@ -69,9 +70,10 @@ def finalize_run(
 
 @dataclass
 class RunSummary:
-    """What ``commlens run`` prints: the measured steps at a glance."""
+    """What ``commlens run`` prints: the run's typical step at a glance."""
 
     steps: int
+    """Measured steps (warm-up left out), over which the figures are medians."""
     step_s: float
     comm_s: float
     comm_share: float
@@ -82,6 +84,11 @@ class RunSummary:
     tflops_per_rank: float
     top_ops: pa.Table
     warnings: list[str]
+    loss_rank: int = 0
+    """The rank whose loss is quoted (the one whose steps ``run`` prints as they end)."""
+    pooled_share: float = 0.0
+    """The measured steps' communication share, all ranks taken together: what the top
+    ops' shares add up to (``comm_share`` is the median step's)."""
 
 
 TOP_OPS_SCHEMA = pa.schema(
@@ -119,16 +126,13 @@ def _top_ops(calls: pa.Table, parts: list[dict[str, Any]], cells: int, top: int)
 
 
 def summarize(run_dir: Path, manifest: dict[str, Any], wcfg: Job, top: int = 8) -> RunSummary:
-    """Summary of the steps after warm-up (all steps when there are no others)."""
+    """The typical step of the run (:func:`typical_step`, as ``compare`` gives it), its top
+    ops over the measured steps, and the loss rank's loss from the first step to the last."""
     view = open_run(run_dir)
     try:
-        first = wcfg.run.warmup_steps
-        per_step = step_summary(step_table(view)).to_pylist()
-        measured = [r for r in per_step if first <= r["step"] < wcfg.run.steps] or per_step
-        metrics = [m for m in manifest.get("steps_metrics", []) if not m["warmup"]]
-        metrics = metrics or manifest.get("steps_metrics", [])
-        n = max(len(metrics), 1)
-        step_s = sum(m["time_s"] for m in metrics) / n
+        typical = typical_step(view)
+        n = max(len(typical.steps), 1)
+        first, stop = (typical.steps[0], typical.steps[-1] + 1) if typical.steps else (0, 0)
         ranks = max(view.world_size, 1)
         calls = view.sql(
             """
@@ -137,24 +141,27 @@ def summarize(run_dir: Path, manifest: dict[str, Any], wcfg: Job, top: int = 8) 
             FROM events WHERE step >= ? AND step < ?
             GROUP BY op, coalesce(role, '')
             """,
-            [ranks * n, first, wcfg.run.steps],
+            [ranks * n, first, stop],
         )
-        parts = op_parts(view, first, wcfg.run.steps).to_pylist()
+        parts = op_parts(view, first, stop).to_pylist()
         ops = _top_ops(calls, parts, ranks * n, top)
-        losses = [m["loss"] for m in manifest.get("steps_metrics", []) if m["loss"] is not None]
-        k = max(len(measured), 1)
+        records = manifest.get("ranks", {}).get(str(wcfg.loss_rank), {}).get("meta", {})
+        losses = [r["loss"] for r in records.get("steps_metrics") or [] if r["loss"] is not None]
+        step_s = typical.step_s
         return RunSummary(
-            steps=len(metrics),
+            steps=len(typical.steps),
             step_s=step_s,
-            comm_s=sum(r["comm_s"] for r in measured) / k,
-            comm_share=sum(r["comm_share"] for r in measured) / k,
-            exposed_share=sum(r["exposed_share"] for r in measured) / k,
+            comm_s=typical.comm_s,
+            comm_share=typical.comm_share,
+            exposed_share=typical.exposed_share,
             first_loss=losses[0] if losses else None,
             last_loss=losses[-1] if losses else None,
-            tokens_per_s=sum(m["tokens_per_s"] for m in metrics) / n,
-            tflops_per_rank=sum(m["tflops"] for m in metrics) / n,
+            tokens_per_s=wcfg.global_batch * wcfg.seq_len / step_s if step_s else 0.0,
+            tflops_per_rank=wcfg.flops_per_rank / step_s / 1e12 if step_s else 0.0,
             top_ops=ops,
             warnings=list(view.warnings),
+            loss_rank=wcfg.loss_rank,
+            pooled_share=typical.pooled_share,
         )
     finally:
         view.close()

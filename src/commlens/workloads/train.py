@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from commlens.job.models import flops_per_step
 from commlens.job.spec import Job
 from commlens.workloads.data import Batch, global_batch, microbatch
 from commlens.workloads.parallelize import Parallelized
@@ -86,9 +85,7 @@ def train(
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> list[StepRecord]:
     """Train ``job.run.steps`` steps; one record per step."""
-    dims = par.groups.dims
-    flops = flops_per_step(job.model, job.seq_len, job.micro_batch, job.microbatches, job.recompute)
-    flops_per_rank = flops * dims.dp / dims.world_size
+    flops_per_rank = job.flops_per_rank
     tokens = job.global_batch * job.seq_len
     records = []
     for step in range(job.run.steps):

@@ -34,11 +34,6 @@ def device_for(backend: str) -> torch.device:
     return torch.device("cpu")
 
 
-def reporting_rank(job: Job) -> int:
-    """The rank that prints progress: last pipeline stage, dp and tp index 0."""
-    return job.dims.rank_of(0, 0, job.dims.pp - 1)
-
-
 def say(line: str) -> None:
     """One progress line of ``commlens run``, as the launcher's output shows it."""
     print(line, flush=True)
@@ -47,7 +42,7 @@ def say(line: str) -> None:
 def run_workload(job: Job, device: torch.device, verbose: bool = False) -> list[StepRecord]:
     """Build and train ``job`` on this rank (the process group must exist)."""
     torch.manual_seed(job.run.seed)
-    loud = verbose and dist.get_rank() == reporting_rank(job)
+    loud = verbose and dist.get_rank() == job.loss_rank
     start = time.perf_counter()
     groups = build_groups(job.dims)
     par = parallelize(job, groups, device)
@@ -62,7 +57,7 @@ def run_workload(job: Job, device: torch.device, verbose: bool = False) -> list[
         if loud:
             tag = " (warm-up)" if r.warmup else ""
             print(
-                f"step {r.step + 1}/{job.run.steps}  loss (dp rank 0) {r.loss:.4f}  "
+                f"step {r.step + 1}/{job.run.steps}  rank {job.loss_rank}: loss {r.loss:.4f}  "
                 f"{r.time_s:.3f} s  "
                 f"{r.tokens_per_s:,.0f} tokens/s{tag}",
                 flush=True,

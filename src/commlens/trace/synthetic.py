@@ -20,7 +20,6 @@ rank's metadata and ``run.json`` through :mod:`commlens.trace.manifest`.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 from commlens.job.parallel import ParallelDims
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
+from commlens.trace.packed import PACKED_EVENT
 from commlens.trace.schema import EVENT_COLUMNS
 from commlens.trace.writer import EventWriter
 
@@ -112,6 +112,20 @@ def write_rank(
         }
         writer.append(tuple(row[c] for c in EVENT_COLUMNS))
     writer.close()
+    _write_rank_meta(run_dir, rank, len(mine), world_size, windows_ns, offset_ns, host, meta)
+
+
+def _write_rank_meta(
+    run_dir: Path,
+    rank: int,
+    events: int,
+    world_size: int,
+    windows_ns: list[tuple[int, int]],
+    offset_ns: int,
+    host: str,
+    meta: dict[str, Any] | None,
+) -> None:
+    """A rank's ``rank-NNNNN.json``: its step windows and clock (stored times)."""
     write_json_atomic(
         rank_meta_path(run_dir, rank),
         {
@@ -121,7 +135,7 @@ def write_rank(
             "backend": "gloo",
             "host": host,
             "status": "ok",
-            "events": len(mine),
+            "events": events,
             "steps": [
                 {"step": i, "t_start_ns": a - offset_ns, "t_end_ns": b - offset_ns}
                 for i, (a, b) in enumerate(windows_ns)
@@ -240,7 +254,6 @@ class Planted:
     """role -> its groups' ranks."""
 
 
-_CHUNK = 64  # ranks generated together
 _SLOT_US = 1500.0  # one op slot: room for the latest arrival plus the op
 _BW = {"tp": 100e3, "pp": 25e3, "dp": 12e3}  # bytes per µs (GB/s × 1e3)
 _LAT_US = {"tp": 8.0, "pp": 10.0, "dp": 25.0}
@@ -308,12 +321,157 @@ def _planted(spec: Spec) -> Planted:
     return Planted(world, hosts, stragglers, slow_host, slow_ranks, offsets)
 
 
+def _arrays_of_rank(
+    r: int,
+    spec: Spec,
+    dims: ParallelDims,
+    arrive: np.ndarray,
+    member_idx: dict[str, np.ndarray],
+    gi: dict[str, np.ndarray],
+    slots: list[tuple[str, str, str, str, int, str]],
+) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray]]:
+    """Rank ``r``'s events of every step, as columns in µs (true times), and the kind
+    (:data:`commlens.trace.packed.KIND_FIELDS` less the group) of each of its slots.
+    ``arrive``: (steps, slot rows, world) arrival offsets in µs."""
+    steps = spec.steps
+    n_fixed = len(slots)
+    step_us = (n_fixed + spec.buckets + 4) * _SLOT_US
+    t0 = np.arange(steps) * step_us
+    kinds: list[tuple[Any, ...]] = []
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("issue", "end", "wait", "peer", "kind")}
+    sizes: list[tuple[int, int, int]] = []  # (size, bytes_in, is_async) per kind
+    bucket = 25 << 20
+    shard = bucket * spec.buckets // max(spec.dp, 1)
+    coords = dims.coords(r)
+
+    def emit(
+        kind: tuple[Any, ...],
+        size: tuple[int, int, int],
+        issue: Any,
+        end: Any,
+        wait: Any,
+        peer: int = -1,
+    ) -> None:
+        kinds.append(kind)
+        sizes.append(size)
+        n = steps
+        cols["issue"].append(np.broadcast_to(issue, n))
+        cols["end"].append(np.broadcast_to(end, n))
+        cols["wait"].append(np.broadcast_to(wait, n))
+        cols["peer"].append(np.full(n, peer))
+        cols["kind"].append(np.full(n, len(kinds) - 1))
+
+    def last_of(role: str, a: np.ndarray) -> np.ndarray:
+        """Per step, the latest arrival in rank r's ``role`` group (``a``: steps x world)."""
+        return a[:, member_idx[role][int(gi[role][r])]].max(axis=1)
+
+    for s, (kind, op, _role, phase, size, module) in enumerate(slots):
+        a = t0[:, None] + s * _SLOT_US + arrive[:, s, :]
+        if kind == "tp":
+            end = last_of("tp", a) + _service_us("tp", size, spec.tp, op)
+            emit((op, "python", "tp", phase, module), (size, size, 0), a[:, r], end, end - a[:, r])
+            continue
+        forward = kind.endswith("fwd")
+        peer_stage = coords["pp"] + (1 if forward == kind.startswith("send") else -1)
+        if not 0 <= peer_stage < spec.pp:
+            continue
+        peer = dims.rank_of(coords["dp"], coords["tp"], peer_stage)
+        service = _service_us("pp", size, 2, op)
+        if kind.startswith("send"):
+            issue = a[:, r] + _SLOT_US / 2
+            end = np.maximum(issue, a[:, peer]) + service
+        else:
+            issue = a[:, r]
+            end = np.maximum(issue, a[:, peer] + _SLOT_US / 2) + service
+        emit((op, "python", "pp", phase, ""), (size, size, 0), issue, end, end - issue, peer)
+    if spec.dp > 1:
+        # async DDP buckets fire during the last backward, waited for before the optimizer
+        fired = t0 + (n_fixed - spec.buckets) * _SLOT_US
+        ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
+        service = _service_us("dp", bucket, spec.dp, "all_reduce")
+        for b in range(spec.buckets):
+            a = (fired + b * _SLOT_US)[:, None] + arrive[:, n_fixed + b, :]
+            end = last_of("dp", a) + service
+            emit(
+                ("all_reduce", "ddp_hook", "dp", "backward", ""),
+                (bucket, bucket, 1),
+                a[:, r],
+                end,
+                np.maximum(0.0, end - ready),
+            )
+        a = (ready + _SLOT_US)[:, None] + arrive[:, -1, :]
+        end = last_of("dp", a) + _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+        emit(
+            ("all_gather", "python", "dp", "optimizer", ""),
+            (shard * spec.dp, shard, 0),
+            a[:, r],
+            end,
+            end - a[:, r],
+        )
+    out = {k: np.stack(v, axis=1).reshape(-1) for k, v in cols.items()}  # step-major
+    out["step"] = np.repeat(np.arange(steps), len(kinds))
+    size_of = np.array(sizes, np.int64).reshape(-1, 3)
+    out["size"], out["bytes_in"], out["is_async"] = (size_of[out["kind"], i] for i in range(3))
+    return kinds, out
+
+
+def write_rank_arrays(
+    run_dir: Path,
+    rank: int,
+    kinds: list[tuple[Any, ...]],
+    cols: dict[str, np.ndarray],
+    *,
+    world_size: int,
+    windows_ns: list[tuple[int, int]],
+    offset_ns: int = 0,
+    host: str = "synth",
+    meta: dict[str, Any] | None = None,
+) -> int:
+    """Write one rank's events given as columns (times in µs from the run's start, true
+    times; stored shifted by ``-offset_ns``), in issue order; ``kinds[cols["kind"]]``
+    is each event's :data:`~commlens.trace.packed.KIND_FIELDS`. Returns the count."""
+    order = np.argsort(cols["issue"], kind="stable")
+    issue = T0_NS + np.round(cols["issue"][order] * US).astype(np.int64)
+    end = T0_NS + np.round(cols["end"][order] * US).astype(np.int64)
+    wait = np.round(cols["wait"][order] * US).astype(np.int64)
+    n = order.size
+    size = cols["size"][order]
+    bytes_in = cols["bytes_in"][order]
+    writer = EventWriter(run_dir, rank, flush_events=1 << 20, flush_seconds=3600)
+    ids = np.array([writer.kind(k) for k in kinds], np.int64)
+    rows = np.column_stack(
+        [
+            ids[cols["kind"][order]],
+            np.arange(n),
+            bytes_in // 2,  # bfloat16 elements
+            bytes_in,
+            size,
+            size,
+            cols["peer"][order],
+            cols["is_async"][order],
+            issue - offset_ns,
+            end - offset_ns,
+            wait,
+            cols["step"][order],
+        ]
+    ).astype("<i8")
+    assert rows.shape[1] * 8 == PACKED_EVENT.size
+    packed = rows.tobytes()
+    width = PACKED_EVENT.size
+    for i in range(0, len(packed), width):
+        writer.append_packed(packed[i : i + width])
+    writer.close()
+    _write_rank_meta(run_dir, rank, n, world_size, windows_ns, offset_ns, host, meta)
+    return n
+
+
 def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     """Write a run of ``spec``'s shape into ``run_dir`` (created); return what it plants.
 
     ``per_node``: as a job whose nodes share no file system leaves it, one run
     directory per node (``run_dir/<host>``, each with its own ``run.json``), for
-    ``commlens merge``.
+    ``commlens merge``. Each rank's events are computed as columns over all its steps
+    at once (memory: the arrival times of the run, and one rank's events).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     world = spec.world_size
@@ -323,7 +481,6 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     late = np.zeros(world)
     late[planted.slow_ranks] += spec.slow_node_us
     late[planted.stragglers] += spec.straggler_us
-    coords = [dims.coords(r) for r in range(world)]
     gi = {  # rank -> index of its group, per role
         role: np.array([next(i for i, g in enumerate(gs) if r in g) for r in range(world)])
         for role, gs in groups.items()
@@ -331,152 +488,45 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     member_idx = {role: np.array(gs) for role, gs in groups.items()}
     slots = _schedule(spec)
     n_fixed = len(slots)
-    bucket = 25 << 20
-    shard = bucket * spec.buckets // max(spec.dp, 1)
     step_us = (n_fixed + spec.buckets + 4) * _SLOT_US
     rng = np.random.default_rng(spec.seed)
-    per_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    windows: list[list[tuple[int, int]]] = [[] for _ in range(world)]
-
-    def add(
-        rank: int, op: str, role: str, issue: float, end: float, wait: float, **kw: Any
-    ) -> None:
-        g = groups[role][int(gi[role][rank])]
-        per_rank[rank].append(
-            ev(
-                rank,
-                op,
-                issue,
-                end,
-                pg=names[role][int(gi[role][rank])],
-                pg_ranks=g,
-                role=role,
-                dtype="bfloat16",
-                wait_us=wait,
-                **kw,
-            )
-        )
-
     rows = n_fixed + spec.buckets + 1
-    arrivals = [
-        late[None, :] + rng.uniform(0, spec.jitter_us, (rows, world)) for _ in range(spec.steps)
+    arrive = late + rng.uniform(0, spec.jitter_us, (spec.steps, rows, world))
+    windows = [
+        (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
+        for t0 in (step * step_us for step in range(spec.steps))
     ]
-    # ranks a chunk at a time: memory holds one chunk's events, not the run's
-    for first in range(0, world, _CHUNK):
-        chunk = range(first, min(first + _CHUNK, world))
-        for step in range(spec.steps):
-            t0 = step * step_us
-            arrive = arrivals[step]
-            for s, (kind, op, _role, phase, size, module) in enumerate(slots):
-                base = t0 + s * _SLOT_US
-                a = base + arrive[s]
-                if kind == "tp":
-                    last = a[member_idx["tp"]].max(axis=1)
-                    service = _service_us("tp", size, spec.tp, op)
-                    for r in chunk:
-                        end = last[gi["tp"][r]] + service
-                        add(
-                            r,
-                            op,
-                            "tp",
-                            a[r],
-                            end,
-                            end - a[r],
-                            size=size,
-                            step=step,
-                            phase=phase,
-                            module=module,
-                        )
-                    continue
-                # p2p: the sender of a pair arrives half a slot after its receiver posts the recv
-                service = _service_us("pp", size, 2, op)
-                forward = kind.endswith("fwd")
-                for r in chunk:
-                    stage = coords[r]["pp"]
-                    peer_stage = stage + (1 if forward == kind.startswith("send") else -1)
-                    if not 0 <= peer_stage < spec.pp:
-                        continue
-                    c = coords[r]
-                    peer = dims.rank_of(c["dp"], c["tp"], peer_stage)
-                    if kind.startswith("send"):
-                        issue = a[r] + _SLOT_US / 2
-                        end = max(issue, a[peer]) + service
-                    else:
-                        issue = a[r]
-                        end = max(issue, a[peer] + _SLOT_US / 2) + service
-                    add(
-                        r,
-                        op,
-                        "pp",
-                        issue,
-                        end,
-                        end - issue,
-                        size=size,
-                        step=step,
-                        phase=phase,
-                        peer=peer,
-                    )
-            if spec.dp > 1:
-                # async DDP buckets fire during the last backward, waited for before the optimizer
-                fired = t0 + (n_fixed - spec.buckets) * _SLOT_US
-                ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
-                service = _service_us("dp", bucket, spec.dp, "all_reduce")
-                for b in range(spec.buckets):
-                    a = fired + b * _SLOT_US + arrive[n_fixed + b]
-                    last = a[member_idx["dp"]].max(axis=1)
-                    for r in chunk:
-                        end = last[gi["dp"][r]] + service
-                        add(
-                            r,
-                            "all_reduce",
-                            "dp",
-                            a[r],
-                            end,
-                            max(0.0, end - ready),
-                            size=bucket,
-                            step=step,
-                            phase="backward",
-                            is_async=True,
-                            api="ddp_hook",
-                        )
-                a = ready + _SLOT_US + arrive[-1]
-                last = a[member_idx["dp"]].max(axis=1)
-                service = _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
-                for r in chunk:
-                    end = last[gi["dp"][r]] + service
-                    add(
-                        r,
-                        "all_gather",
-                        "dp",
-                        a[r],
-                        end,
-                        end - a[r],
-                        size=shard * spec.dp,
-                        bytes_in=shard,
-                        step=step,
-                        phase="optimizer",
-                    )
-            for r in chunk:
-                windows[r].append(
-                    (T0_NS + round(t0 * US), T0_NS + round((t0 + step_us - _SLOT_US) * US))
-                )
-
-        for r in chunk:
-            host = planted.hosts[r]
-            where = run_dir / host if per_node else run_dir
-            where.mkdir(exist_ok=True)
-            write_rank(
-                where,
-                r,
-                per_rank[r],
-                world_size=world,
-                windows_ns=windows[r],
-                offset_ns=planted.clock_offset_ns[host],
-                host=host,
-                meta={"group_roles": {names[role][int(gi[role][r])]: role for role in groups}},
+    for r in range(world):
+        kinds, cols = _arrays_of_rank(r, spec, dims, arrive, member_idx, gi, slots)
+        group_of = {role: int(gi[role][r]) for role in groups}
+        full = [
+            (
+                op,
+                api,
+                names[role][group_of[role]],
+                tuple(groups[role][group_of[role]]),
+                len(groups[role][group_of[role]]),
+                role,
+                "bfloat16",
+                phase,
+                module,
             )
-            planted.events += len(per_rank[r])
-            per_rank[r] = []
+            for op, api, role, phase, module in kinds
+        ]
+        host = planted.hosts[r]
+        where = run_dir / host if per_node else run_dir
+        where.mkdir(exist_ok=True)
+        planted.events += write_rank_arrays(
+            where,
+            r,
+            full,
+            cols,
+            world_size=world,
+            windows_ns=windows,
+            offset_ns=planted.clock_offset_ns[host],
+            host=host,
+            meta={"group_roles": {names[role][group_of[role]]: role for role in groups}},
+        )
     # no workload: nothing here is a model's prediction; validate holds it as a trace
     layout = {"generator": __name__, "tp": spec.tp, "pp": spec.pp, "dp": spec.dp}
     for where in sorted({run_dir / h for h in planted.hosts.values()}) if per_node else [run_dir]:

@@ -20,7 +20,7 @@ rank's metadata and ``run.json`` through :mod:`commlens.trace.manifest`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,18 @@ class Spec:
         tp_ops = 4 * self.layers if self.tp > 1 else 0
         pp_ops = 4 if self.pp > 2 else 2 if self.pp == 2 else 0
         return self.microbatches * (tp_ops + pp_ops) + (self.buckets + 1 if self.dp > 1 else 0)
+
+    def events_per_step(self) -> int:
+        """Events of all ranks in one step (each pipeline boundary: a send and a recv per
+        microbatch each way, per tp and dp index)."""
+        tp_ops = 4 * self.layers if self.tp > 1 else 0
+        dp_ops = self.buckets + 1 if self.dp > 1 else 0
+        p2p = 4 * (self.pp - 1) * self.microbatches * self.tp * self.dp
+        return self.world_size * (self.microbatches * tp_ops + dp_ops) + p2p
+
+    def with_events(self, events: int) -> Spec:
+        """This shape with as many steps as give about ``events`` events (at least 2)."""
+        return replace(self, steps=max(2, round(events / self.events_per_step())))
 
 
 @dataclass

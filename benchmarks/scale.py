@@ -1,6 +1,7 @@
 """Benchmark: every command on generated 3D-parallel runs of growing rank counts.
 
     .venv/bin/python benchmarks/scale.py [--ranks 128,512,1024] [--steps N] [--keep DIR]
+        [--only NAME,...]
 
 Per rank count: a run of tp 8 x pp 4 x dp (ranks / 32), 8 ranks a node, written
 by :func:`commlens.trace.synthetic.generate` one directory per node (not timed;
@@ -32,16 +33,22 @@ from commlens.trace.synthetic import Spec, generate
 COMMANDS: list[tuple[str, list[str]]] = [
     ("merge", ["merge", "{run}", "{nodes}"]),
     ("report text", ["report", "{run}"]),
-    ("report json", ["report", "{run}", "--format", "json"]),
+    ("report md", ["report", "{run}", "--format", "md"]),
     ("report html", ["report", "{run}", "--format", "html", "-o", "{out}/report.html"]),
+    ("report json", ["report", "{run}", "--format", "json"]),
+    ("report csv", ["report", "{run}", "--format", "csv"]),
     ("compare", ["compare", "{run}", "{other}"]),
     (
         "query",
         ["query", "{run}", "SELECT rank, op, count(*), sum(size_bytes) FROM events GROUP BY ALL"],
     ),
-    ("export chrome", ["export", "{run}", "--format", "chrome", "-o", "{out}/trace.json"]),
+    (
+        "export chrome 0-7",
+        ["export", "{run}", "--ranks", "0-7", "-o", "{out}/trace.json"],
+    ),
     ("validate", ["validate", "{run}"]),
-    ("whatif", ["whatif", "{run}", "--net", "rdma-100g"]),
+    ("whatif other net", ["whatif", "{run}", "--net", "rdma-100g"]),
+    ("whatif 16/node", ["whatif", "{run}", "--net", "tcp-10g", "--ranks-per-node", "16"]),
     ("doctor", ["doctor", "{run}"]),
 ]
 OK_RC = {"validate": {0, 1}, "doctor": {0, 1}}
@@ -71,8 +78,10 @@ def main() -> None:
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--layers", type=int, default=8, help="layers per stage (4 TP ops each)")
     ap.add_argument("--keep", type=Path, help="keep the runs here, one folder per rank count")
+    ap.add_argument("--only", default="", help="only these commands (names as printed, comma list)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.ranks.split(",") if x]
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
     base = args.keep or Path(tempfile.mkdtemp(prefix="commlens-scale-"))
     exe = [sys.executable, "-m", "commlens"]
     print(
@@ -103,6 +112,8 @@ def main() -> None:
                 flush=True,
             )
             for name, argv in COMMANDS:
+                if only and name not in only and name != "merge":
+                    continue
                 node_dirs = [str(d) for d in sorted(nodes.iterdir())]
                 cmd = [
                     x
@@ -115,7 +126,7 @@ def main() -> None:
                 ok = usage.rc == 0 or usage.rc in OK_RC.get(name, set())
                 rows.append((n, planted.events, name, usage))
                 print(
-                    f"  {name:<14} cpu {usage.cpu_s:7.1f} s  wall {usage.wall_s:7.1f} s  "
+                    f"  {name:<18} cpu {usage.cpu_s:7.1f} s  wall {usage.wall_s:7.1f} s  "
                     f"peak {usage.peak_rss_gib:5.2f} GiB{'' if ok else f'  FAILED rc={usage.rc}'}",
                     flush=True,
                 )
@@ -126,6 +137,8 @@ def main() -> None:
     print("| command | " + " | ".join(f"{n} ranks: CPU s / peak GiB" for n in sizes) + " |")
     print("|---|" + "---|" * len(sizes))
     for name, _ in COMMANDS:
+        if only and name not in only and name != "merge":
+            continue
         cells = [
             f"{u.cpu_s:.1f} / {u.peak_rss_gib:.2f}"
             + ("" if u.rc in {0} | OK_RC.get(name, set()) else " (failed)")

@@ -77,3 +77,36 @@ def test_a_headline_takes_the_box_and_the_highlights_follow() -> None:
     assert "validate: mismatch in all_reduce/dp" in box and "a detail" not in box
     assert 'class="headline bad"' in html  # a mismatch is drawn as one
     assert html.index("a detail") < html.index("<section")
+
+
+def test_busbw_lines_never_join_two_groups() -> None:
+    """A pipeline's dp all-reduces (256 KiB) and pp all-reduces (128 KiB): two lines of
+    one point each, not one line from the dp point to the pp point."""
+    from commlens.report.plots import busbw_vs_size
+
+    sizes = pa.Table.from_pylist(
+        [
+            {
+                "op": "all_reduce",
+                "pg_name": "1",
+                "role": "dp",
+                "size_bucket_bytes": 262144,
+                "time_s": 0.01,
+                "busbw_GBps": 0.5,
+            },
+            {
+                "op": "all_reduce",
+                "pg_name": "3",
+                "role": "pp",
+                "size_bucket_bytes": 131072,
+                "time_s": 0.01,
+                "busbw_GBps": 0.1,
+            },
+        ]
+    )
+    lines = busbw_vs_size(sizes).axes[0].get_lines()
+    assert sorted(len(line.get_xdata()) for line in lines) == [1, 1]
+    assert {line.get_label() for line in lines} == {
+        "all_reduce [group 1, dp]",
+        "all_reduce [group 3, pp]",
+    }

@@ -333,6 +333,31 @@ TABLES_SCOPE = (
 )
 """What the report's tables cover when its headline covers fewer steps."""
 
+
+def util_note(nic: bool, inter: bool, link: float | None) -> str:
+    """What the Link utilization table's sources are, for the sources it has."""
+    parts = []
+    if nic:
+        parts.append(
+            "nic tx: each node's transmit from its NIC byte counters (frames, headers "
+            "included), the link's measurement"
+        )
+    if inter:
+        parts.append(
+            "events inter-node: the part of the ops' wire bytes (ring convention) that a "
+            "node's ranks send to other nodes; it can pass the link's rate where the NIC "
+            "does not, a send ending once its bytes are buffered, before they cross"
+        )
+    parts.append(
+        "events: wire bytes (ring) spread over each op's duration"
+        + (", intra-node (loopback) included" if inter else "")
+    )
+    line = "; ".join(parts)
+    if nic or inter:
+        line += ". Means are over the job's window, first op to last."
+    return line + (f" The link's rate: {link:g} Gbit/s per node." if link else "")
+
+
 SKEW_NOTE = (
     "queued = behind earlier ops of the group on the rank; wait last = for the last "
     "member to be ready; transfer = the rest; they add up to the time inside calls."
@@ -388,7 +413,9 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
     skew_step_t = skew.skew_by_step(rp)
     util_t = utilization.event_utilization(rp, util_bins)
     nic_t = utilization.nic_utilization(rp)
-    util_sum = utilization.utilization_summary(rp, util_bins)
+    inter_t = utilization.inter_node_utilization(run, rp, utilization.sampling_interval(nic_t))
+    util_sum = utilization.utilization_summary(rp, util_bins, inter_t)
+    link = utilization.link_gbit(run.manifest)
     tput_t = throughput.throughput_table(rp)
     tput_sum = throughput.throughput_summary(tput_t)
 
@@ -454,9 +481,20 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             "Link utilization",
             util_sum,
             UTIL_COLUMNS,
-            note="events: wire bytes (ring) spread over each op's duration"
-            + ("; nic: NIC byte counters (frames incl. headers)" if nic_t is not None else ""),
-            plots=[("Utilization over time", plot("utilization", util_t, nic_t))],
+            note=util_note(nic_t is not None and nic_t.num_rows > 0, inter_t is not None, link),
+            plots=[
+                (
+                    "Utilization over time",
+                    plot(
+                        "utilization",
+                        util_t,
+                        nic_t,
+                        inter_t,
+                        link,
+                        utilization.burst_bytes(run.manifest),
+                    ),
+                )
+            ],
         ),
     ]
     if tput_sum.num_rows:
@@ -484,6 +522,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         "utilization": _records(util_sum),
         "utilization_series": _records(util_t),
         "nic_utilization": _records(nic_t) if nic_t is not None else [],
+        "inter_node_utilization": _records(inter_t) if inter_t is not None else [],
         "phase_ops": _records(breakdown.op_phase_table(rp)),
         "throughput": _records(tput_t),
     }

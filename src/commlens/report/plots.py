@@ -144,55 +144,128 @@ def size_histogram(hist: pa.Table) -> Figure:
 
 
 def busbw_vs_size(sizes: pa.Table) -> Figure:
-    """busbw (GB/s) against the message-size bucket, one line per op."""
+    """busbw (GB/s) against the message-size bucket, one line per op and group (two
+    groups' points are never joined: a line is one group's calls)."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "busbw vs message size"
+    title = "busbw vs message size (a line per op and group)"
     rows = [r for r in sizes.to_pylist() if r["size_bucket_bytes"] > 0 and r["time_s"] > 0]
     if not rows:
         return _empty(fig, title)
     ax = fig.add_subplot()
-    # Groups of one op share a line: busbw weighted by time.
-    series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    series: dict[str, dict[int, float]] = defaultdict(dict)
     for r in rows:
-        cell = series[r["op"]][r["size_bucket_bytes"]]
-        cell[0] += r["busbw_GBps"] * r["time_s"]
-        cell[1] += r["time_s"]
-    for op in sorted(series):
-        xs = sorted(series[op])
-        ax.plot(xs, [series[op][x][0] / series[op][x][1] for x in xs], marker="o", label=op)
+        role = f", {r['role']}" if r.get("role") else ""
+        series[f"{r['op']} [group {r['pg_name']}{role}]"][r["size_bucket_bytes"]] = r["busbw_GBps"]
+    for label in sorted(series)[:12]:
+        xs = sorted(series[label])
+        ax.plot(xs, [series[label][x] for x in xs], marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set(title=title, xlabel="message size S (bytes, log2 bucket)", ylabel="busbw (GB/s)")
-    ax.legend(fontsize=LEGEND)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
+    ax.set_title(title + ("" if len(series) <= 12 else f"; 12 of {len(series)} shown"))
+    ax.set(xlabel="message size S (log2 bucket)", ylabel="busbw (GB/s)")
+    ax.legend(fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
-def utilization(events: pa.Table, nic: pa.Table | None = None, max_lines: int = 8) -> Figure:
-    """Gbit/s over time: per rank from the events, per node from NIC counters."""
+def utilization(
+    events: pa.Table,
+    nic: pa.Table | None = None,
+    inter: pa.Table | None = None,
+    link_gbit: float | None = None,
+    burst_bytes: int | None = None,
+    max_lines: int = 8,
+) -> Figure:
+    """Gbit/s over the job's window. On several nodes: each node's transmit from its NIC
+    counters (the link's measurement, solid), the part of the events' traffic that crosses
+    nodes (ring convention, dashed) and the link's rate. On one node no link is crossed:
+    each rank's event traffic, said to be loopback."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "Link utilization over time"
-    if not events.num_rows and (nic is None or not nic.num_rows):
+    has_nic = nic is not None and nic.num_rows > 0
+    has_inter = inter is not None and inter.num_rows > 0
+    title = (
+        "Link utilization: inter-node traffic per node"
+        if has_nic or has_inter
+        else ("Traffic per rank from the events (one node: loopback, no link crossed)")
+    )
+    if not events.num_rows and not has_nic:
         return _empty(fig, title)
     ax = fig.add_subplot()
-    if events.num_rows:
+    colors = colormaps["tab10"]
+    if has_nic or has_inter:
+        for i, (table, col, style, what) in enumerate(
+            (
+                (nic, "tx_gbit_s", "-", "tx, NIC counters"),
+                (inter, "gbit_s", "--", "to other nodes, events (ring)"),
+            )
+        ):
+            if table is None or not table.num_rows:
+                continue
+            nodes = np.asarray(table.column("node").to_pylist())
+            t = np.asarray(table.column("t_s").to_pylist(), dtype=float)
+            g = np.asarray(table.column(col).to_pylist(), dtype=float)
+            for n in np.unique(nodes)[:max_lines]:
+                mask = nodes == n
+                ax.plot(
+                    t[mask],
+                    g[mask],
+                    style,
+                    color=colors(int(n) % 10),
+                    lw=2.0 if i == 0 else 1.0,
+                    label=f"node {int(n)} {what}",
+                    drawstyle="steps-pre" if i == 0 else "steps-post",
+                )
+        link_rate_line(ax, link_gbit)
+        note = _over_rate_note(nic, link_gbit, burst_bytes) if has_nic else ""
+        if link_gbit and has_inter and inter is not None:
+            top = max(inter.column("gbit_s").to_pylist(), default=0.0)
+            if top > link_gbit:
+                note = "\n".join(
+                    filter(
+                        None,
+                        [
+                            note,
+                            f"events' estimate peaks at {top:.3g} Gbit/s: a send "
+                            "ends once its bytes are buffered, before they cross",
+                        ],
+                    )
+                )
+        if note:
+            ax.text(0.01, 0.98, note, transform=ax.transAxes, va="top", fontsize="small")
+    else:
         ranks = np.asarray(events.column("rank").to_pylist())
         t = np.asarray(events.column("t_s").to_pylist(), dtype=float)
         g = np.asarray(events.column("gbit_s").to_pylist(), dtype=float)
         for r in np.unique(ranks)[:max_lines]:
             mask = ranks == r
-            ax.plot(t[mask], g[mask], label=f"rank {int(r)} (events)", linewidth=1)
-    if nic is not None and nic.num_rows:
-        nodes = np.asarray(nic.column("node").to_pylist())
-        t = np.asarray(nic.column("t_s").to_pylist(), dtype=float)
-        g = np.asarray(nic.column("tx_gbit_s").to_pylist(), dtype=float)
-        for n in np.unique(nodes)[:max_lines]:
-            mask = nodes == n
-            ax.plot(t[mask], g[mask], "--", label=f"node {int(n)} tx (NIC)", linewidth=1.5)
+            ax.plot(t[mask], g[mask], label=f"rank {int(r)} (events, loopback)", linewidth=1)
     span = activity_span(_active_times(events, nic))
     if span is not None:  # NIC samples from before and after the job are left out
         ax.set_xlim(*span)
-    ax.set(title=title, xlabel="time since first op (s)", ylabel="Gbit/s")
-    ax.legend(fontsize=LEGEND)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize="medium")
+    ax.set(xlabel="time since first op (s)", ylabel="Gbit/s")
+    ax.legend(fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
+
+
+def _over_rate_note(nic: pa.Table | None, link_gbit: float | None, burst: int | None) -> str:
+    """A line on the figure when a NIC sample passes the link's rate, saying by how much
+    and what the token bucket's burst allows over that sample."""
+    if nic is None or not link_gbit or not nic.num_rows:
+        return ""
+    g = np.asarray(nic.column("tx_gbit_s").to_pylist(), dtype=float)
+    i = int(np.argmax(g))
+    if g[i] <= link_gbit:
+        return ""
+    dt = float(nic.column("interval_s")[i].as_py()) if "interval_s" in nic.column_names else 0.0
+    allowed = link_gbit + (burst or 0) * 8 / dt / 1e9 if dt > 0 else link_gbit
+    why = (
+        f"within the token bucket's burst of {format_bytes(burst)} over that "
+        f"{dt * 1e3:.0f} ms sample (≤ {allowed:.3g} Gbit/s)"
+        if burst and g[i] <= allowed
+        else "beyond what the shaping allows: a sampling error"
+    )
+    return f"peak {g[i]:.3g} Gbit/s is above the link rate: {why}"
 
 
 def _active_times(events: pa.Table, nic: pa.Table | None) -> np.ndarray:

@@ -45,22 +45,30 @@ def speedup(
     for i, m in enumerate(models):
         found = {r["scheme"]: r for r in rows if r["model"] == m}
         values = [float(found[s]["speedup"]) if s in found else np.nan for s in schemes]
-        lows = [bands.get((m, s), (v, v))[0] for s, v in zip(schemes, values, strict=True)]
-        highs = [bands.get((m, s), (v, v))[1] for s, v in zip(schemes, values, strict=True)]
-        err = [
-            np.maximum(np.array(values) - np.array(lows), 0),
-            np.maximum(np.array(highs) - np.array(values), 0),
-        ]
         pos = x + (i - (len(models) - 1) / 2) * width
         ax.bar(pos, values, width, label=m)
-        if bands:
-            ax.errorbar(pos, values, yerr=err, fmt="none", ecolor="black", capsize=4, lw=1)
+        ranged = [(p, bands[(m, s)]) for p, s in zip(pos, schemes, strict=True) if (m, s) in bands]
+        if ranged:  # the band is its own range: the best steps' ratio may lie outside it
+            at = [p for p, _ in ranged]
+            lows, highs = [b[0] for _, b in ranged], [b[1] for _, b in ranged]
+            ax.vlines(at, lows, highs, color="black", lw=1.5)
+            ax.hlines(
+                [*lows, *highs],
+                [a - width / 8 for a in at * 2],
+                [a + width / 8 for a in at * 2],
+                color="black",
+                lw=1.5,
+            )
     ax.set_xticks(x, schemes)
     ax.axhline(1.0, color="grey", lw=0.8)
     lo = rows[0]["slowest_link"] if rows else "?"
     hi = rows[0]["fastest_link"] if rows else "?"
-    bar = " (bar: the noise band, middle half of both points' steps)" if bands else ""
-    ax.set_title(f"Step-time speedup, {lo} → {hi} link{bar}", fontsize="medium")
+    band = (
+        "\nbars: best steps' ratio; black range: the noise band (middle half of both points' steps)"
+        if bands
+        else ""
+    )
+    ax.set_title(f"Step-time speedup, {lo} → {hi} link{band}", fontsize="medium")
     ax.set(ylabel="speedup (x)")
     ax.legend(fontsize=LEGEND)
     return fig

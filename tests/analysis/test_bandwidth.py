@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commlens.analysis import algbw_GBps, bus_factor, busbw_GBps, op_table, open_run, wire_factor
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 # (op, group size n, S bytes, t seconds, algbw GB/s, busbw GB/s), by hand:
 # algbw = S / t / 1e9; busbw = algbw x {all_reduce: 2(n-1)/n; all_gather,

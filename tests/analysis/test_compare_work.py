@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commlens.analysis.compare import compare_summary, work_note, work_per_step
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 
 def _run(path: Path, step_us: float, workload: dict[str, object] | None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 from commlens.analysis import open_run, rank_summary, step_summary, step_table
 from commlens.analysis.compare import compare_summary
 from commlens.report.build import build_report
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 
 def _run(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from commlens.analysis import open_run, step_table
 from commlens.analysis.opshare import op_parts
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 
 def _run(tmp_path: Path) -> Path:

@@ -12,7 +12,7 @@ import pytest
 from commlens import load_run
 from commlens.analysis import op_table, open_run, step_table
 from commlens.errors import RunFormatError
-from tests.analysis.synth import write_parts
+from commlens.trace.synthetic import write_parts
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -146,7 +146,7 @@ def test_analyses_take_a_path_a_loaded_run_or_a_view(tiny: Path) -> None:
 def _jittered_run(tmp_path: Path) -> Path:
     """3 ranks, 4 steps: a world all-reduce, a pair all-gather, a queued async
     all-gather per step, with arrivals that differ by rank and step."""
-    from tests.analysis.synth import ev, write_run
+    from commlens.trace.synthetic import ev, write_run
 
     events = []
     for r in range(3):

@@ -16,7 +16,7 @@ from commlens.analysis import breakdown, matched_events, op_table, open_run, ske
 from commlens.analysis.coverage import headline_coverage
 from commlens.analysis.rankpass import rank_pass
 from commlens.report.build import build_report
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 from tests.distributed import run_ranks
 
 DATA = Path(__file__).parent.parent / "data"

@@ -13,7 +13,7 @@ from commlens.analysis import (
     skew_table,
     straggler_table,
 )
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 WORLD = [0, 1, 2, 3]
 # arrivals (µs) of two all-reduces on the world: rank 2 is the straggler.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commlens.analysis import open_run, rank_summary, step_summary, step_table
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 
 def test_overlapping_async_ops_are_not_double_counted(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from commlens.analysis import open_run, throughput_summary, throughput_table
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 
 def test_per_step_records_and_warmup(tmp_path: Path) -> None:

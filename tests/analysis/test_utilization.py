@@ -10,7 +10,7 @@ import pytest
 
 from commlens.analysis import event_utilization, nic_utilization, open_run, utilization_summary
 from commlens.netem.nic import NIC_FILE, SCHEMA
-from tests.analysis.synth import T0_NS, ev, write_run
+from commlens.trace.synthetic import T0_NS, ev, write_run
 
 
 def _run(tmp_path: Path) -> Path:

@@ -21,7 +21,7 @@ import pytest
 from commlens.analysis import open_run
 from commlens.analysis.query import open_query
 from commlens.cli.main import main
-from tests.analysis.synth import write_parts
+from commlens.trace.synthetic import write_parts
 
 DATA = Path(__file__).parent.parent / "data"
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from commlens.cli.main import main
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 WORLD = range(8)
 

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.analysis.synth import ev, write_run
+from commlens.trace.synthetic import ev, write_run
 
 HERE = Path(__file__).parent
 RUN = HERE / "tiny_run"

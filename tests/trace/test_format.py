@@ -22,7 +22,7 @@ from commlens.trace.files import open_files
 from commlens.trace.manifest import Clock, merge_manifest, read_manifest
 from commlens.trace.reader import open_run, step_windows
 from commlens.trace.rundir import foreign_in_run
-from tests.analysis.synth import T0_NS, ev, write_run
+from commlens.trace.synthetic import T0_NS, ev, write_run
 
 DRIFT = 2.0**-10
 """A drift that makes drift·(t − t_ref) an exact half for t − t_ref = 512 (mod 1024)."""

@@ -20,7 +20,7 @@ from torch import nn
 import commlens
 from commlens.cli.main import main
 from commlens.trace.reader import open_run
-from tests.analysis.synth import ev, write_parts, write_run
+from commlens.trace.synthetic import ev, write_parts, write_run
 from tests.distributed import run_ranks
 
 

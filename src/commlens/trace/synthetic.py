@@ -5,6 +5,8 @@ Two levels, one writer:
 - :func:`ev` and :func:`write_run`: hand-placed events with exact times (µs
   given, ns stored); a rank's clock offset is applied in reverse to its stored
   times, so the reader's alignment must bring them back.
+- :func:`write_parts`: a rank's events left as parts, as a rank that died
+  mid-run leaves them.
 - :func:`generate`: a run shaped like a real 3D-parallel capture of any size
   (tp × pp × dp ranks laid out as :class:`commlens.job.parallel.ParallelDims`
   lays them, groups created and named in the order the built-in workloads
@@ -20,18 +22,21 @@ rank's metadata and ``run.json`` through :mod:`commlens.trace.manifest`.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from commlens.job.parallel import ParallelDims
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import FORMAT_NAME, write_json_atomic
 from commlens.trace.packed import PACKED_EVENT
 from commlens.trace.schema import EVENT_COLUMNS
-from commlens.trace.writer import EventWriter
+from commlens.trace.writer import EventWriter, parts_dir
 
 T0_NS = 1_700_000_000_000_000_000
 US = 1000
@@ -544,3 +549,18 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     for where in sorted({run_dir / h for h in planted.hosts.values()}) if per_node else [run_dir]:
         write_manifest(where, world, {"synthetic": layout})
     return planted
+
+
+def write_parts(part_dir: Path, table: pa.Table, *, per_part: int = 7) -> None:
+    """Leave ``table`` (events in the schema's columns) as a rank that died mid-run
+    leaves them in ``part_dir`` (``.rank-NNNNN.parts``): the writer's parts, ``per_part``
+    events each, written by the real writer into a scratch directory and copied
+    before it could join them into a rank file."""
+    rank = int(part_dir.name.removeprefix(".rank-").removesuffix(".parts"))
+    with tempfile.TemporaryDirectory() as scratch:
+        writer = EventWriter(Path(scratch), rank, flush_events=per_part, flush_seconds=3600)
+        for row in table.to_pylist():
+            writer.append(tuple(row[c] for c in EVENT_COLUMNS))
+        writer.flush()
+        shutil.copytree(parts_dir(Path(scratch), rank), part_dir)
+        writer.close()

@@ -140,15 +140,15 @@ def test_the_backend_table() -> None:
 
 def test_every_reader_takes_the_op_facts_from_the_table() -> None:
     import commlens.analysis.expectations as expectations
+    import commlens.analysis.matched.clocks as clocks
+    import commlens.analysis.matched.run as model
     import commlens.capture.recorder as recorder
     import commlens.doctor.from_run as from_run
     import commlens.importers.clocks as import_clocks
     import commlens.whatif.backend as backend
     import commlens.whatif.calibrate as calibrate
-    import commlens.whatif.clocks as clocks
     import commlens.whatif.costing as costing
     import commlens.whatif.durations as durations
-    import commlens.whatif.model as model
 
     diagnose = importlib.import_module(
         "commlens.doctor.diagnose"

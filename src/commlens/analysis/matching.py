@@ -1,11 +1,14 @@
-"""Collectives matched across the ranks of their group, in numpy.
+"""Collectives matched across the ranks of their group, in numpy, summed per rank and step.
 
-A collective instance is the k-th call of an op on a group (``pg_name``,
-``op``, k) in each rank, in sequence order. :func:`match_calls` gives each
-instance a dense id (offset of its (group, op) pair + k) and gathers the
-arrivals by scattering each rank's calls onto those ids, without sorting all
-events; then it sums wait and transfer per (op, group, role), per rank and
-per step (see :mod:`commlens.analysis.skew` for what they mean).
+A collective instance is the k-th collective call on a group (``pg_name``,
+k) in each rank, in sequence order: the matched run's one rule
+(:mod:`commlens.analysis.matched.match`), applied to the rank pass's
+per-rank arrays. :func:`match_calls` gives each instance its dense id and
+gathers the arrivals by scattering each rank's calls onto those ids, without
+sorting all events; an instance counts where every member recorded it and
+all recorded the same op. Then it sums wait and transfer per (op, group,
+role), per rank and per step (see :mod:`commlens.analysis.skew` for what
+they mean).
 
 Each instance also keeps ``ready``: the latest service start over its members
 (when the last member's op reached the head of its group's queue). A member's
@@ -20,6 +23,9 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from commlens.analysis.codes import dense_codes
+from commlens.analysis.matched.match import Numbering, agreement, kth, numbering
 
 if TYPE_CHECKING:
     from commlens.trace.reader import StepRange
@@ -37,9 +43,10 @@ class MatchPart:
     """
 
     rank: int
-    pairs: np.ndarray  # the distinct global (group, op) codes of this rank's calls
+    pairs: np.ndarray  # the distinct global group codes of this rank's calls
     pair: np.ndarray  # each call's index into ``pairs``
-    k: np.ndarray  # 0-based: the k-th call of that op on that group in this rank
+    k: np.ndarray  # 0-based: the k-th collective call on that group in this rank
+    op: np.ndarray  # global op code
     triple: np.ndarray  # global (op, group, role) code
     seq: np.ndarray
     step: np.ndarray
@@ -69,7 +76,7 @@ def compact(values: np.ndarray) -> np.ndarray:
 class Instances:
     """Every collective instance (dense ids), with its arrivals, built without a sort."""
 
-    offset: dict[int, int]  # (group, op) code -> id of its first instance
+    number: Numbering
     first: np.ndarray
     last: np.ndarray
     ready: np.ndarray
@@ -79,38 +86,36 @@ class Instances:
     def ids(self, part: MatchPart) -> np.ndarray:
         if not part.pair.size:
             return part.k.astype(np.int64)
-        starts = np.array([self.offset[int(p)] for p in part.pairs.tolist()], np.int64)
-        return starts[part.pair] + part.k
+        return self.number.ids(part.pairs, np.zeros(part.pairs.size, np.int64))[part.pair] + part.k
 
 
 def _instances(parts: tuple[MatchPart, ...]) -> Instances:
-    count_per_pair: dict[int, int] = {}
-    for part in parts:  # k counts calls per pair: the instances of a pair = most calls
+    calls_on: dict[int, int] = {}
+    for part in parts:  # k counts calls per group: its instances = most calls of a member
         if not part.pair.size:
             continue
         calls = np.bincount(part.pair, minlength=part.pairs.size)
         for value, n in zip(part.pairs.tolist(), calls.tolist(), strict=True):
-            count_per_pair[value] = max(count_per_pair.get(value, 0), n)
-    offset, total = {}, 0
-    for value in sorted(count_per_pair):
-        offset[value] = total
-        total += count_per_pair[value]
+            calls_on[value] = max(calls_on.get(value, 0), n)
+    number = numbering(calls_on)
+    total = number.total
     first = np.full(total, np.iinfo(np.int64).max, np.int64)
     last = np.full(total, np.iinfo(np.int64).min, np.int64)
     ready = np.full(total, np.iinfo(np.int64).min, np.int64)
-    seen = np.zeros(total, np.int32)
     size = np.zeros(total, np.int32)
     triple = np.zeros(total, np.int32)
-    inst = Instances(offset, first, last, ready, seen, triple)
+    inst = Instances(number, first, last, ready, np.zeros(0, bool), triple)
+    ids_of: list[np.ndarray] = []
     for part in parts:  # ids are unique within a rank: plain fancy indexing is safe
         ids = inst.ids(part)
+        ids_of.append(ids)
         first[ids] = np.minimum(first[ids], part.t_issue)
         last[ids] = np.maximum(last[ids], part.t_issue)
         ready[ids] = np.maximum(ready[ids], part.t_issue + part.queued)
-        seen[ids] += 1
         size[ids] = part.size
         triple[ids] = part.triple
-    inst.complete = (seen == size) & (seen > 0)
+    seen, lo, hi = agreement(ids_of, [p.op for p in parts], total)
+    inst.complete = (seen == size) & (seen > 0) & (lo == hi)
     return inst
 
 
@@ -173,8 +178,9 @@ def _not_first(part: MatchPart) -> np.ndarray:
     """Calls other than a rank's first of their (group, op), where it made more than one."""
     if not part.pair.size:
         return np.zeros(0, bool)
-    calls = np.bincount(part.pair, minlength=part.pairs.size)[part.pair]
-    return (part.k > 0) | (calls == 1)
+    kinds, kind = dense_codes(part.pair.astype(np.int64) * 4096 + part.op)
+    calls = np.bincount(kind, minlength=kinds.size)[kind]
+    return (kth(kind, kinds.size) > 0) | (calls == 1)
 
 
 def match_calls(

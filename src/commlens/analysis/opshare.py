@@ -3,7 +3,7 @@
 A rank's communication in a step is the union of the step's op intervals cut
 to the step's window (``comm_s`` of :func:`commlens.analysis.steps.step_table`).
 Each moment of it is split equally among the ops open then
-(:func:`commlens.analysis.timeline.split_time`), so the parts of all ops add up
+(:func:`commlens.analysis.matched.intervals.split_time`), so the parts of all ops add up
 to that union exactly: an op's part divided by the windows' total is its share
 of the step, and the shares of any set of ops add up to at most the
 communication share, at most 1, whether the ops overlap (DDP's queued buckets,
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commlens.analysis.timeline import clip_to_windows, split_time, windows_by_rank
+from commlens.analysis.matched.intervals import clip_to_windows, split_time, windows_by_rank
 from commlens.trace.reader import RunView
 
 SCHEMA = pa.schema(

@@ -7,7 +7,7 @@ dictionary-encoded, straight from its Parquet file) and give:
   wait for a free server: one on a CUDA stream, gloo's two worker threads on a
   gloo-only run; ops served at once share the time; the service times of a
   group's ops add up to the union of their intervals, see
-  :func:`commlens.analysis.timeline.queue_service`);
+  :func:`commlens.analysis.matched.queues.queue_service`);
 - per step: the union of the op intervals ``[t_issue, t_end]`` (overlapping
   async ops count once) and of the blocked intervals ``[t_end − t_wait,
   t_end]``, op count, bytes, summed durations, first issue and last end
@@ -33,7 +33,6 @@ plus the small results (and, for matching, a few numbers per collective call).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -44,6 +43,10 @@ import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
+from commlens.analysis.matched.intervals import windows_by_rank
+from commlens.analysis.matched.match import kth
+from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows
+from commlens.analysis.matched.queues import queue_service
 from commlens.analysis.matching import Matched, MatchPart, compact, match_calls
 from commlens.analysis.rankagg import (
     BUCKET_SQL,
@@ -52,13 +55,7 @@ from commlens.analysis.rankagg import (
     rank_aggregate,
     split_aggregate,
 )
-from commlens.analysis.timeline import (
-    queue_service,
-    segments,
-    spread,
-    step_rows,
-    windows_by_rank,
-)
+from commlens.analysis.timeline import spread, step_rows
 from commlens.netem.nic import read_nic
 from commlens.optable import P2P_OPS, backend
 from commlens.trace.layout import NIC_FILE
@@ -125,21 +122,6 @@ class RankPass:
 
 Source: TypeAlias = "RankPass | RunView | Run | str | Path"
 """What an analysis takes: a pass, or a run to make one of (:func:`rank_pass`)."""
-
-
-def _kth(code: np.ndarray, n_codes: int) -> np.ndarray:
-    """For each row, how many earlier rows have the same dense code (0-based)."""
-    k = np.empty(code.size, np.int32)
-    if n_codes <= 64:  # the usual case: a few (group, op) pairs; no sort needed
-        for value in range(n_codes):
-            idx = np.flatnonzero(code == value)
-            k[idx] = np.arange(idx.size)
-        return k
-    order = np.argsort(code, kind="stable")
-    starts = segments(code[order])
-    lengths = np.diff(np.append(starts, code.size))
-    k[order] = np.arange(code.size) - np.repeat(starts, lengths)
-    return k
 
 
 def rank_pass(
@@ -229,14 +211,9 @@ def _run_pass(
     windows = run.sql("SELECT * FROM steps")
     by_rank = windows_by_rank(windows)
     for rank in ranks:
-        t = run.read_rank(rank, _COLUMNS)
+        t, order = rank_rows(run, rank, _COLUMNS, run.steps)  # in seq order
         if not t.num_rows:
             continue
-        order = _rows_in_seq_order(t, run.steps)  # file rows kept, in seq order
-        if order is not None:
-            if not order.size:
-                continue
-            t = t.take(pa.array(order))
         seq = t.column("seq").to_numpy()
         codes = {k: c.encode(t.column(k)) for k, c in names.items()}
         op, pg, role = codes["op"], codes["pg_name"], codes["role"]
@@ -250,8 +227,8 @@ def _run_pass(
         e = np.maximum(e, s)  # it takes no time (every interval, share and split >= 0)
         duration = np.maximum(pc.fill_null(t.column("duration_s"), 0.0).to_numpy(), 0.0)
         start, service = queue_service(pg, s, e, workers)
-        learn_groups(info, groups, pg, gsize, _pg_ranks_reader(run, rank, order))
-        inside = _in_steps(step, headline) if headline is not None else None
+        learn_groups(info, groups, pg, gsize, pg_ranks_reader(run, rank, order))
+        inside = in_steps(step, headline) if headline is not None else None
         agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, service, inside))
         step_parts.append(step_rows(rank, step, s, e, wait, size, by_rank.get(rank)))
         if util_bins:
@@ -261,14 +238,15 @@ def _run_pass(
             p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
             bad = np.isin(pg, [groups.index[g] for g in excluded if g in groups.index])
             keep = ~p2p & ~bad & (gsize > 1)
-            pairs, pair = dense_codes(pg[keep].astype(np.int64) * 4096 + op[keep])  # global
+            pairs, pair = dense_codes(pg[keep].astype(np.int64))  # global group codes
             matches.append(
                 MatchPart(
                     rank=rank,
                     pairs=pairs,
                     pair=pair.astype(np.int32),
-                    k=_kth(pair, pairs.size),
-                    triple=_triple_codes(triples, pairs, pair, role[keep]),
+                    k=kth(pair, pairs.size),
+                    op=op[keep],
+                    triple=_triple_codes(triples, op[keep], pg[keep], role[keep]),
                     seq=compact(seq[keep]),
                     step=step[keep].astype(np.int32),
                     size=gsize[keep].astype(np.int32),
@@ -312,23 +290,13 @@ def _run_pass(
     return replace(result, agg=whole, head=head)
 
 
-def _in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
-    """Which events lie in steps ``[first, stop)`` (None: unbounded)."""
-    keep = np.ones(step.size, bool)
-    if steps[0] is not None:
-        keep &= step >= steps[0]
-    if steps[1] is not None:
-        keep &= step < steps[1]
-    return keep
-
-
 def _head(rp: RankPass, steps: StepRange) -> RankPass:
     """``rp`` (its aggregates and matching already those of ``steps``) restricted to
     ``steps``."""
 
     def rows(t: pa.Table) -> pa.Table:
         step = pc.fill_null(t.column("step"), 0).to_numpy(zero_copy_only=False)
-        return t.filter(pa.array(_in_steps(step, steps)))
+        return t.filter(pa.array(in_steps(step, steps)))
 
     return replace(
         rp,
@@ -338,33 +306,6 @@ def _head(rp: RankPass, steps: StepRange) -> RankPass:
         util_bins=None,
         util=None,
     )
-
-
-def _rows_in_seq_order(
-    t: pa.Table, steps: tuple[int | None, int | None] | None
-) -> np.ndarray | None:
-    """File rows to keep (those in ``steps``), in seq order; None: all, as they are."""
-    seq = t.column("seq").to_numpy()
-    order = None
-    if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
-        order = np.argsort(seq, kind="stable")
-    if steps is not None:
-        keep = _in_steps(pc.fill_null(t.column("step"), 0).to_numpy(), steps)
-        if not keep.all():
-            order = np.flatnonzero(keep) if order is None else order[keep[order]]
-    return order
-
-
-def _pg_ranks_reader(
-    run: RunView, rank: int, order: np.ndarray | None
-) -> Callable[[list[int]], list[Any]]:
-    """Reads ``pg_ranks`` at rows of the seq-ordered table (mapped back to file rows)."""
-
-    def read(rows: list[int]) -> list[Any]:
-        file_rows = [int(order[r]) for r in rows] if order is not None else rows
-        return run.read_values(rank, "pg_ranks", file_rows)
-
-    return read
 
 
 def _empty_agg() -> pa.Table:
@@ -386,16 +327,15 @@ def _empty_agg() -> pa.Table:
     )
 
 
-def _triple_codes(
-    codes: Codes, pairs: np.ndarray, pair_idx: np.ndarray, role: np.ndarray
-) -> np.ndarray:
-    """Global codes of (op, group, role) from the dense (group, op) codes and the roles."""
-    if not pair_idx.size:
+def _triple_codes(codes: Codes, op: np.ndarray, pg: np.ndarray, role: np.ndarray) -> np.ndarray:
+    """Global codes of (op, group, role) of each call, new ones numbered in the order of
+    (group, op, role)."""
+    if not op.size:
         return np.empty(0, np.int32)
-    combos, inverse = dense_codes(pair_idx.astype(np.int64) * 4096 + role)
+    combos, inverse = dense_codes((pg.astype(np.int64) * 4096 + op) * 4096 + role)
     lookup = np.array(
         [
-            codes.code(f"{pairs[c // 4096] % 4096}\x00{pairs[c // 4096] // 4096}\x00{c % 4096}")
+            codes.code(f"{c // 4096 % 4096}\x00{c // (4096 * 4096)}\x00{c % 4096}")
             for c in combos.tolist()
         ],
         np.int32,

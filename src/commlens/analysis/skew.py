@@ -7,7 +7,7 @@ rank 0's clock:
 
 - skew = last arrival − first arrival;
 - a rank's queued time = its latency − its service time on the group's queue
-  (:func:`commlens.analysis.timeline.queue_service`): async ops queued on one
+  (:func:`commlens.analysis.matched.queues.queue_service`): async ops queued on one
   group wait for a free server, and ops served at once share it;
 - its wait for peers = the latest service start over the group's members −
   own service start, clamped to ``[0, own service time]``;

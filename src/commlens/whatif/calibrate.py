@@ -30,12 +30,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from commlens.analysis.codes import dense_codes
 from commlens.optable import TENSOR_TWIN
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
 from commlens.whatif.backend import GLOO_REPLAY
 from commlens.whatif.costing import Steps, host_in_alpha, op_steps
-from commlens.whatif.durations import dense_unique
 from commlens.whatif.model import Program
 
 
@@ -105,7 +105,7 @@ def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tupl
     """``alpha, beta >= 0`` of ``resid ≈ alpha + beta·size``, by least squares on the
     mean residual per size weighted by its calls; the calls' sizes are
     ``sizes[size_of]`` (``sizes`` sorted and distinct)."""
-    present, which = dense_unique(size_of)
+    present, which = dense_codes(size_of)
     sizes, counts = sizes[present], np.bincount(which)
     mean = np.bincount(which, weights=resid) / counts
     w = counts.astype(float)
@@ -140,7 +140,7 @@ def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     del per_inst
     key *= len(tr.op_names)
     key += tr.op
-    return dense_unique(key)
+    return dense_codes(key)
 
 
 def _kind_name(prog: Program, code: int) -> tuple[str, str, int]:
@@ -410,7 +410,7 @@ def _rank_offsets(key: np.ndarray, rest: np.ndarray, kept: np.ndarray) -> np.nda
     """Mean of ``rest`` per ``key`` (kind and rank) over the kept events (all where none is
     kept), per event: the members of one collective end apart (a ring's last hop, a rank's
     completion path), and each rank keeps its own lag."""
-    keys, which = dense_unique(key)
+    keys, which = dense_codes(key)
     kept_n = np.bincount(which[kept], minlength=keys.size)
     all_n = np.bincount(which, minlength=keys.size)
     kept_sum = np.bincount(which, weights=np.where(kept, rest, 0.0), minlength=keys.size)

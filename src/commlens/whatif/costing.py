@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commlens.analysis.codes import dense_codes
 from commlens.errors import UsageError
 from commlens.optable import TENSOR_TWIN
 from commlens.predict.cost import flat_time
@@ -25,7 +26,6 @@ from commlens.predict.limits import check_scale
 from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.backend import GLOO_REPLAY, NCCL_REPLAY, ReplayBackend
-from commlens.whatif.durations import dense_unique
 from commlens.whatif.model import Program
 
 
@@ -223,7 +223,7 @@ def _per_cost_key(
     key *= keys.size
     key += key_of[inst]
     del ops, inst
-    unique, which = dense_unique(key)
+    unique, which = dense_codes(key)
     del key
     times = np.array(
         [

@@ -13,33 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlens.analysis.matched.queues import instance_starts, running_max
 from commlens.whatif.model import Program
 
 
-def _running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` that starts afresh wherever ``first`` is True."""
-    if not values.size:
-        return values
-    segment = np.cumsum(first) - 1
-    base = int(values.min())
-    span = int(values.max()) - base + 1
-    if span * (int(segment[-1]) + 1) < (1 << 62):  # one accumulate over shifted segments
-        shift = segment.astype(np.int64) * span
-        return np.maximum.accumulate(values - base + shift) - shift + base
-    out = values.copy()
-    for i in range(1, values.size):
-        if not first[i] and out[i - 1] > out[i]:
-            out[i] = out[i - 1]
-    return out
-
-
 def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
-    """(start, queue release) of each instance in the capture, in ns.
+    """(start, queue release) of each instance in the capture, in ns, by the matched
+    run's queue rule (:func:`commlens.analysis.matched.queues.instance_starts`).
 
     A collective started when its last member issued it and the previous op
-    on its group released the queue, at the first of its members' ends (a
-    member's recorded end can be late, e.g. a completion callback waiting for
-    the GIL; per-rank order makes the first end a safe bound); a p2p pair when
+    on its group released the queue, at the first of its members' ends; a p2p pair when
     its send was issued (a rendezvous: and its receive, and the message its ready
     notice followed had arrived: :attr:`~commlens.whatif.model.Program.behind`) and
     the previous send had ended. So along a queue
@@ -48,10 +31,9 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     """
     tr = prog.trace
     n = prog.instances
-    low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    last_issue = np.full(n, low, dtype=np.int64)
+    last_issue = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(last_issue, prog.inst, tr.t_issue)
-    first_end = np.full(n, high, dtype=np.int64)
+    first_end = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_end, prog.inst, tr.t_end)
     pairs = prog.send_of >= 0
     sends = prog.send_of[pairs]
@@ -63,10 +45,7 @@ def _captured_starts(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     issued[late] = np.maximum(issued[late], arrived)
     last_issue[pairs], first_end[pairs] = issued, tr.t_end[sends]
     del issued, meets, late, arrived
-    release = _running_max(np.maximum(first_end, last_issue), prog.first_of_queue)
-    before = np.r_[low, release[:-1]]
-    start = np.where(prog.first_of_queue, last_issue, np.maximum(last_issue, before))
-    return start, release
+    return instance_starts(last_issue, first_end, prog.first_of_queue)
 
 
 def elapsed(prog: Program) -> np.ndarray:
@@ -133,7 +112,7 @@ def _spell_shares(
     joins the spell of the ones ahead of it if it joined before they had all ended
     (``ended``, int ns), and the spell lasts from its first item's start until the
     latest end of its items."""
-    busy = _running_max(ended, first).astype(float)
+    busy = running_max(ended, first).astype(float)
     before = np.r_[-np.inf, busy[:-1]]
     before[first] = -np.inf
     opens = first | (joined >= before)
@@ -181,15 +160,3 @@ def worker_waits(prog: Program, wire: np.ndarray) -> np.ndarray:
     per_inst[coll] = wait
     took = (tr.t_end - start[prog.inst]) / 1e9  # as elapsed(), its starts at hand
     return np.minimum(per_inst[prog.inst], np.maximum(took, 0.0))
-
-
-def dense_unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values, index of each element's) of non-negative ``key``, in linear
-    time by counting when the values are few next to the elements, else by sorting."""
-    if key.size and int(key.max()) < 4 * key.size + 1024:
-        present = np.flatnonzero(np.bincount(key))
-        index = np.zeros(present[-1] + 1, dtype=np.int64)
-        index[present] = np.arange(present.size)
-        return present, index[key]
-    unique, which = np.unique(key, return_inverse=True)
-    return unique, which.ravel()

@@ -9,10 +9,10 @@ measured):
 - ``BLOCK e``: the rank issues blocking op ``e`` and is held until it ends;
 - ``STEP j``: a step starts or ends (``j`` = 2·row, 2·row + 1 of the step table).
 
-Ops become *instances*: a collective is matched across the ranks of its group
-by its position among that group's ops on each rank (the k-th op every member
-issued on a group is one collective); a send is matched with the receive of
-the same (group, source, destination) at the same position. Instances of
+Ops become *instances* by the matched run's one rule
+(:mod:`commlens.analysis.matched.match`: the k-th collective every member
+issued on a group is one instance; a send is matched with the receive of the
+same (group, source, destination) at the same position). Instances of
 one group (of one p2p channel) form a queue: one starts when all its members
 issued it and the one before it on the queue has ended, unless the capture
 shows it ending before that one on some rank (gloo runs a group's async ops
@@ -39,9 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from commlens.errors import RunFormatError
-from commlens.optable import RECVS, SENDS
-from commlens.whatif.clocks import causal_shifts, shift_clocks
+from commlens.analysis.matched.run import match_run
 from commlens.whatif.source import Trace
 
 
@@ -112,7 +110,8 @@ class Program:
     t0_ns: int
     """Capture time that replay time 0 stands for."""
     clock_shifts: np.ndarray
-    """Nanoseconds each rank's clock was corrected by (see :mod:`commlens.whatif.clocks`)."""
+    """Nanoseconds each rank's clock was corrected by (see
+    :mod:`commlens.analysis.matched.clocks`)."""
 
     @property
     def instances(self) -> int:
@@ -177,115 +176,6 @@ def seconds(values: np.ndarray) -> memoryview:
     """``values`` as float64 items quick to index from Python, without a copy where
     they are float64 already."""
     return np.ascontiguousarray(values, dtype=np.float64).data
-
-
-def _ordinal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(position of each element among the earlier ones with the same key, the
-    elements' stable order by key)."""
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    del sorted_keys
-    run_start = np.repeat(starts, np.diff(np.r_[starts, keys.size]))
-    out = np.empty(keys.size, dtype=np.int64)
-    out[order] = np.arange(keys.size) - run_start
-    return out, order
-
-
-def _match_collectives(tr: Trace, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(instance, first-of-queue flags, first-of-group flags) of the collective events
-    ``idx``."""
-    n_ranks = int(tr.rank.max()) + 1
-    group, rank = tr.group[idx].astype(np.int64), tr.rank[idx]
-    pos, order = _ordinal(group * n_ranks + rank)  # order: by group, rank, then position
-    counts = np.zeros((len(tr.groups), n_ranks), dtype=np.int64)
-    np.add.at(counts, (group, rank), 1)
-    base = np.zeros(len(tr.groups) + 1, dtype=np.int64)
-    for g, ranks in enumerate(tr.groups):
-        present = np.flatnonzero(counts[g])
-        if not present.size:
-            continue
-        name = tr.group_names[g]
-        ranks = ranks or tuple(int(r) for r in present)
-        outside = sorted(set(present.tolist()) - set(ranks))
-        if outside:
-            raise RunFormatError(
-                f"{tr.name}: rank {outside[0]} issued ops on group {name!r}, which it is not in"
-            )
-        per = counts[g, [r for r in ranks if r < n_ranks]]
-        if len(ranks) > n_ranks or per.min() != per.max():
-            raise RunFormatError(
-                f"{tr.name}: the ranks of group {name!r} issued different numbers of "
-                f"collectives ({per.min()}..{per.max()}); a run whose ranks desynchronised "
-                "or stopped early cannot be replayed"
-            )
-        base[g + 1] = per[0]
-    base = np.cumsum(base)
-    inst = base[group] + pos
-    total = int(base[-1])
-    op = tr.op[idx]
-    lo = np.full(total, np.iinfo(np.int32).max, dtype=np.int64)
-    hi = np.full(total, -1, dtype=np.int64)
-    np.minimum.at(lo, inst, op)
-    np.maximum.at(hi, inst, op)
-    bad = np.flatnonzero(lo != hi)
-    if bad.size:
-        i = int(bad[0])
-        g = int(np.searchsorted(base, i, side="right")) - 1
-        raise RunFormatError(
-            f"{tr.name}: collective {i - int(base[g]) + 1} on group {tr.group_names[g]!r} is "
-            f"{tr.op_names[int(lo[i])]} on one rank and {tr.op_names[int(hi[i])]} on another; "
-            "the ranks desynchronised and the run cannot be replayed"
-        )
-    first = np.zeros(total, dtype=bool)
-    first[base[:-1][np.diff(base) > 0]] = True
-    opens = first.copy()
-    # An op that ended on some rank before the op before it on its group (gloo runs
-    # a group's async ops on several threads) did not queue: it has no predecessor.
-    ev = idx[order]
-    same = (group[order][1:] == group[order][:-1]) & (rank[order][1:] == rank[order][:-1])
-    early = same & (tr.t_end[ev[1:]] < tr.t_end[ev[:-1]])
-    first[inst[order][1:][early]] = True
-    return inst, first, opens
-
-
-def _match_p2p(
-    tr: Trace, sends: np.ndarray, recvs: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(instance of each send, of each recv, first-of-queue flags, channel key of each)."""
-    w = int(max(tr.rank.max(), tr.peer.max())) + 1
-    send_key = (tr.group[sends].astype(np.int64) * w + tr.rank[sends]) * w + tr.peer[sends]
-    recv_key = (tr.group[recvs].astype(np.int64) * w + tr.peer[recvs]) * w + tr.rank[recvs]
-    if (tr.peer[sends] < 0).any() or (tr.peer[recvs] < 0).any():
-        raise RunFormatError(f"{tr.name}: a send or recv without a peer rank cannot be replayed")
-    (s_pos, _), (r_pos, _) = _ordinal(send_key), _ordinal(recv_key)
-    channels, s_chan = np.unique(send_key, return_inverse=True)
-    r_chan = np.searchsorted(channels, recv_key)
-    r_known = (r_chan < channels.size) & (
-        channels[np.minimum(r_chan, channels.size - 1)] == recv_key
-    )
-    s_count = np.bincount(s_chan, minlength=channels.size)
-    r_count = np.bincount(r_chan[r_known], minlength=channels.size)
-    if not r_known.all() or (s_count != r_count).any():
-        key = (
-            int(recv_key[~r_known][0])
-            if not r_known.all()
-            else int(channels[np.flatnonzero(s_count != r_count)[0]])
-        )
-        src, dst = (key // w) % w, key % w
-        raise RunFormatError(
-            f"{tr.name}: rank {src} sent rank {dst} a different number of messages than rank "
-            f"{dst} received from it; unmatched point-to-point ops cannot be replayed"
-        )
-    base = np.r_[0, np.cumsum(s_count)]
-    first = np.zeros(int(base[-1]), dtype=bool)
-    first[base[:-1]] = True
-    return (
-        base[s_chan] + s_pos,
-        base[r_chan] + r_pos,
-        first,
-        channels[np.repeat(np.arange(channels.size), s_count)],
-    )
 
 
 def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.ndarray:
@@ -370,58 +260,43 @@ def _reverse_pairs(
 
 
 def build_program(tr: Trace) -> Program:
-    """Match the run's ops into instances, check the clocks against them (a rank
-    whose ops end before their peers issued them is corrected) and lay out every
-    rank's marks.
+    """Match the run's ops into instances and check the clocks against them
+    (:func:`commlens.analysis.matched.run.match_run`: a rank whose ops end before
+    their peers issued them is corrected) and lay out every rank's marks.
 
     The program takes ``tr`` over (it is the program's trace): a clock correction
     moves its times, and its build-only columns (:data:`BUILD_ONLY`), whose
     content the program now holds, are emptied to free their memory."""
-    names = np.array(tr.op_names, dtype=object)
-    is_send = np.isin(names, SENDS)[tr.op]
-    is_recv = np.isin(names, RECVS)[tr.op]
-    coll = np.flatnonzero(~(is_send | is_recv))
-    sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
-    del is_send, is_recv
-    inst = np.empty(tr.events, dtype=np.int32)
-    c_inst, c_first, opens = _match_collectives(tr, coll)
-    inst[coll] = c_inst
-    n_coll = c_first.size
+    m = match_run(tr)
+    n_coll = m.collectives
     cost_groups = list(tr.groups)
     inst_group = np.zeros(n_coll, dtype=np.int32)
-    inst_group[c_inst] = tr.group[coll]
-    first = c_first
-    send_of = np.full(n_coll, -1, dtype=np.int32)
-    recv_of = np.full(n_coll, -1, dtype=np.int32)
-    chan = np.zeros(0, dtype=np.int64)  # each pair's channel key
-    if sends.size or recvs.size:
-        s_inst, r_inst, p_first, chan = _match_p2p(tr, sends, recvs)
-        inst[sends], inst[recvs] = s_inst + n_coll, r_inst + n_coll
+    coll = np.flatnonzero(m.inst < n_coll)
+    inst_group[m.inst[coll]] = tr.group[coll]
+    del coll
+    if m.chan.size:
         w = int(max(tr.rank.max(), tr.peer.max())) + 1
-        pairs, pair_of = np.unique(chan % (w * w), return_inverse=True)
-        inst_group = np.r_[inst_group, (len(cost_groups) + pair_of).astype(np.int32)]
+        pairs, pair_of = np.unique(m.chan % (w * w), return_inverse=True)
+        inst_group = np.r_[inst_group, (len(cost_groups) + pair_of.ravel()).astype(np.int32)]
         cost_groups += [(int(p // w), int(p % w)) for p in pairs]
-        first = np.r_[first, p_first]
-        opens = np.r_[opens, p_first]
-        send_of = np.r_[send_of, np.zeros(p_first.size, dtype=np.int32)]
-        recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int32)]
-        send_of[s_inst + n_coll], recv_of[r_inst + n_coll] = sends, recvs
-    del coll, sends, recvs
-    total = first.size
+    total = m.instances
     inst_size = np.zeros(total, dtype=np.int64)
-    np.maximum.at(inst_size, inst, tr.size_bytes)
+    np.maximum.at(inst_size, m.inst, tr.size_bytes)
     lists, views = {}, {}
-    offsets = np.r_[0, np.cumsum(np.bincount(inst, minlength=total))]
-    for name, values in (("offsets", offsets), ("first_of_queue", first), ("opens_queue", opens)):
+    offsets = np.r_[0, np.cumsum(np.bincount(m.inst, minlength=total))]
+    for name, values in (
+        ("offsets", offsets),
+        ("first_of_queue", m.first_of_queue),
+        ("opens_queue", m.opens_queue),
+        ("members", m.members),
+        ("inst", m.inst),
+        ("send_of", m.send_of),
+        ("recv_of", m.recv_of),
+    ):
         lists[name], views[name] = compact(values, INDEX_FIELDS[name])
-    del offsets, first, opens, values
-    lists["members"], views["members"] = compact(np.argsort(inst, kind="stable"), "i")
-    for name, values in (("inst", inst), ("send_of", send_of), ("recv_of", recv_of)):
-        lists[name], views[name] = compact(values, INDEX_FIELDS[name])
-    del inst, send_of, recv_of, values  # the wider copies
-    shifts = causal_shifts(tr, views["inst"], views["members"], views["send_of"], views["recv_of"])
-    if shifts.any():
-        shift_clocks(tr, shifts)
+    del offsets, values
+    chan, shifts = m.chan, m.clock_shifts
+    del m  # the wider copies
     pairs = np.flatnonzero(views["send_of"] >= 0)
     meets = np.zeros(total, dtype=bool)
     s, r = views["send_of"][pairs], views["recv_of"][pairs]

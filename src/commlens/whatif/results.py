@@ -4,10 +4,10 @@ Definitions follow ``commlens report`` (:mod:`commlens.analysis.steps`):
 
 - a step's time is that of its slowest rank (end − start of its step marks);
 - a rank's communication in a step is the union of ``[issue, end]`` of the
-  step's ops on it, cut to the rank's window of that step (so it never exceeds
-  the step, and the share is at most 1); its *exposed* part the time it was
-  held (blocked in the call, or in ``wait()``), at most the communication, the
-  rest *overlapped* with compute;
+  step's ops on it, its *exposed* part the union of the spans it was held
+  (blocked in the call, or in ``wait()``), both cut to the rank's window of that
+  step (:func:`commlens.analysis.matched.intervals.exposure`, as ``report``'s),
+  the rest *overlapped* with compute;
 - per op: *time* is issue → end on the rank, of which *waiting* is issue →
   start (peers not yet there, or the group busy with the op before it) and
   *service* start → end (the op's own transfer).
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from commlens.analysis.timeline import Windows, clip_to_windows
+from commlens.analysis.matched.intervals import Windows, exposure
 from commlens.whatif.critical import PathShare, critical_path
 from commlens.whatif.model import Program
 from commlens.whatif.replay import Timeline
@@ -110,21 +110,6 @@ class Figures:
         return figures
 
 
-def _union_by(key: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_keys: int) -> np.ndarray:
-    """Per key, the length of the union of the intervals [lo, hi] with that key."""
-    if not key.size:
-        return np.zeros(n_keys)
-    order = np.lexsort((lo, key))
-    key, lo, hi = key[order], lo[order], hi[order]
-    span = float(max(hi.max() - lo.min(), 0.0)) + 1.0
-    shift = key * span  # keys far apart: one running max serves every key
-    reach = np.maximum.accumulate(hi + shift) - shift
-    before = np.r_[-np.inf, reach[:-1]]
-    before[np.r_[True, key[1:] != key[:-1]]] = -np.inf
-    covered = np.maximum(hi - np.maximum(lo, before), 0.0)
-    return np.bincount(key, weights=covered, minlength=n_keys)
-
-
 OP_FIELDS = ("calls", "bytes", "time", "service", "wait", "exposed")
 """What :func:`figures` sums per (op, role), in this order."""
 
@@ -145,6 +130,7 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
     step_s = np.zeros(n_steps)
     np.maximum.at(step_s, row_step[row_kept], dur[row_kept])
     comm = np.zeros((n_steps, n_ranks))
+    exposed = np.zeros((n_steps, n_ranks))
     held = np.zeros((n_steps, n_ranks))
     ops = np.zeros((len(OP_FIELDS), len(tr.op_names) * len(tr.role_names)))
     bounds = np.searchsorted(tr.rank, np.arange(n_ranks + 1))
@@ -152,17 +138,16 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         part = slice(int(bounds[r]), int(bounds[r + 1]))
         ev_step = np.searchsorted(steps, tr.step[part])
         kept = (ev_step < n_steps) & (steps[np.minimum(ev_step, n_steps - 1)] == tr.step[part])
-        cell = ev_step[kept]
-        issue, end = clip_to_windows(
-            tr.step[part][kept], tl.issue[part][kept], tl.end[part][kept], _windows(tr, tl, r)
-        )
-        comm[:, r] = _union_by(cell, issue, end, n_steps)
-        held[:, r] = np.bincount(cell, weights=tl.held[part][kept], minlength=n_steps)
+        cell, rank_held = ev_step[kept], tl.held[part][kept]
+        issue, end = tl.issue[part][kept], tl.end[part][kept]
+        got, c, x = exposure(tr.step[part][kept], issue, end, rank_held, _windows(tr, tl, r))
+        at = np.searchsorted(steps, got)
+        comm[at, r], exposed[at, r] = c, x
+        held[:, r] = np.bincount(cell, weights=rank_held, minlength=n_steps)
         ops += _op_totals(prog, tl, part, kept)
     ranks_with_steps = np.zeros(n_ranks, dtype=bool)
     ranks_with_steps[tr.step_rank] = True
     comm_s = float(np.median(comm[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
-    exposed = np.minimum(held, comm)
     exposed_s = float(np.median(exposed[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
     per_rank_held = held.sum(axis=0)
     candidates = np.flatnonzero(ranks_with_steps)

@@ -1,4 +1,4 @@
-"""Clock offsets checked against causality: the trace's own order fixes a bad offset.
+"""Clock offsets checked against causality: the run's own order fixes a bad offset.
 
 The reader puts every rank on rank 0's clock with the offsets measured at
 start-up; on a loaded host one round trip can be off by milliseconds, and
@@ -13,15 +13,16 @@ such pair. When the offsets as read break one of these bounds, ranks are
 corrected along a spanning tree of the tightest pairs (from the lowest
 rank): a pair keeps its offset when it fits the bounds, else takes the
 middle of them (the NTP estimate). Runs that respect causality are left
-alone.
+alone. Every command reads a run's times after this check
+(:func:`commlens.analysis.matched.run.matched_run`, ``rank_pass``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from commlens.analysis.matched.ops import RunOps
 from commlens.optable import BLOCKING, FROM_ROOT, TO_ROOT
-from commlens.whatif.source import Trace
 
 MAX_PAIRS_GROUP = 64
 """Groups larger than this contribute only neighbouring pairs (a ring)."""
@@ -33,7 +34,7 @@ PAIRS_AT_ONCE = 1 << 16
 
 
 def _bounds(
-    tr: Trace, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+    tr: RunOps, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
 ) -> np.ndarray:
     """W[a, b]: the least ``end_b − issue_a`` over the pairs that must be ordered (ns);
     ``members``: the events in the order of their instances."""
@@ -67,7 +68,7 @@ def _bounds(
     return bound
 
 
-def _rooted_bounds(tr: Trace, inst: np.ndarray, bound: np.ndarray) -> None:
+def _rooted_bounds(tr: RunOps, inst: np.ndarray, bound: np.ndarray) -> None:
     """Lower ``bound`` by the rooted ops' pairs: a member of a broadcast or scatter
     cannot end before its root issued it, the root of a reduce or gather cannot end
     before every member issued it (``peer``: the root)."""
@@ -89,7 +90,7 @@ def _rooted_bounds(tr: Trace, inst: np.ndarray, bound: np.ndarray) -> None:
 
 
 def causal_shifts(
-    tr: Trace, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+    tr: RunOps, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
 ) -> np.ndarray:
     """Nanoseconds to add to each rank's times (all 0 when the clocks respect causality);
     ``members``: the events in the order of their instances (stable)."""
@@ -136,7 +137,7 @@ def causal_shifts(
     return shifts
 
 
-def shift_clocks(tr: Trace, shifts: np.ndarray) -> None:
+def shift_clocks(tr: RunOps, shifts: np.ndarray) -> None:
     """Move each rank's times in ``tr`` by ``shifts[rank]`` nanoseconds (new arrays:
     the old ones are freed unless held elsewhere)."""
     by_step = shifts[tr.step_rank]

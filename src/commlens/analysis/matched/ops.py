@@ -1,0 +1,233 @@
+"""A run read once: every rank's ops in issue order, on one aligned clock, as arrays.
+
+Each rank's events are read by :func:`rank_rows` (only the columns asked,
+strings dictionary-encoded, rows in sequence order, times moved onto rank 0's
+clock by :mod:`commlens.trace.align`): the rank pass of ``report`` and the
+whole-run arrays of ``whatif`` (:func:`read_ops`) read through it.
+
+An op carries three times: ``t_issue`` (when its caller issued it, on the
+host), ``t_end`` (when it completed) and, where the trace recorded one,
+``t_start`` (when it began on its stream: an imported GPU trace's kernel
+start); without it the start is found by the queue rule
+(:mod:`commlens.analysis.matched.queues`). Any of them may lie on another
+clock than the caller's as long as the run's clock puts them on rank 0's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from commlens.analysis.codes import Codes
+from commlens.trace.packed import COMPACT_FIELDS
+from commlens.trace.reader import RankDamaged, RunView, StepRange, open_run
+from commlens.trace.schema import EVENT_SCHEMA
+
+OP_COLUMNS = ("op", "pg_name", "role", *COMPACT_FIELDS[COMPACT_FIELDS.index("size_bytes") :])
+"""The event columns a :class:`RunOps` holds (their types: the run format's): the op, its
+group and role, and the packed record's message size, peer, async flag, times and step."""
+STRINGS = tuple(c for c in OP_COLUMNS if pa.types.is_string(EVENT_SCHEMA.field(c).type))
+NARROWED = ("rank", "op", "pg_name", "role", "size_bytes", "peer", "t_wait_ns", "step")
+"""Columns kept in the narrowest of int16, int32 and int64 that holds every value (all
+but the clock times, which need 64 bits): 35 to 57 bytes an event."""
+
+
+def _dtype(column: str) -> type[np.generic]:
+    """The numpy type of a column of :class:`RunOps` (strings: int32 codes)."""
+    if column == "rank" or column in STRINGS:
+        return np.int32
+    typ = EVENT_SCHEMA.field(column).type
+    return np.bool_ if pa.types.is_boolean(typ) else np.dtype(typ.to_pandas_dtype()).type
+
+
+@dataclass
+class RunOps:
+    """A run's ops (sorted by rank, then issue order) and step windows, as arrays.
+
+    Strings are dictionary codes: ``op[i]`` indexes ``op_names``, ``group[i]``
+    indexes ``groups`` (the members of each process group) and ``group_names``.
+    Times are nanoseconds on rank 0's clock. Event arrays are int32 codes,
+    int64 times and sizes, or narrower (:data:`NARROWED`: widen before arithmetic
+    that could overflow them); step windows are int64.
+    """
+
+    name: str
+    world_size: int
+    rank: np.ndarray
+    op: np.ndarray
+    op_names: list[str]
+    group: np.ndarray
+    group_names: list[str]
+    groups: list[tuple[int, ...]]
+    role: np.ndarray
+    role_names: list[str]
+    size_bytes: np.ndarray
+    peer: np.ndarray
+    """Global peer rank of a send/recv (a rooted op's root), -1 otherwise."""
+    is_async: np.ndarray
+    t_issue: np.ndarray
+    t_end: np.ndarray
+    t_wait: np.ndarray
+    step: np.ndarray
+    """The event's step, -1 when it has none."""
+    step_rank: np.ndarray
+    step_index: np.ndarray
+    step_start: np.ndarray
+    step_end: np.ndarray
+    manifest: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """The reader's findings of times that cannot be (see ``RunView.check_times``)."""
+    t_start: np.ndarray | None = None
+    """When each op began on its stream, where the trace recorded it (an imported
+    device trace); None: found by the queue rule."""
+
+    @property
+    def events(self) -> int:
+        return int(self.rank.size)
+
+
+def rank_rows(
+    view: RunView, rank: int, columns: list[str], steps: StepRange | None = None
+) -> tuple[pa.Table, np.ndarray | None]:
+    """One rank's events (``columns`` and ``seq``) in ``steps``, in sequence order, and
+    the file row of each (None: the file's rows, as they are); :class:`RankDamaged`
+    when its file turns out damaged (the view drops it)."""
+    t = view.read_rank(rank, ["seq", *[c for c in columns if c != "seq"]])
+    seq = t.column("seq").to_numpy()
+    order = None
+    if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
+        order = np.argsort(seq, kind="stable")
+    if steps is not None and t.num_rows:
+        keep = in_steps(pc.fill_null(t.column("step"), 0).to_numpy(), steps)
+        if not keep.all():
+            order = np.flatnonzero(keep) if order is None else order[keep[order]]
+    return (t if order is None else t.take(pa.array(order))), order
+
+
+def in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
+    """Which events lie in steps ``[first, stop)`` (None: unbounded)."""
+    keep = np.ones(step.size, bool)
+    if steps[0] is not None:
+        keep &= step >= steps[0]
+    if steps[1] is not None:
+        keep &= step < steps[1]
+    return keep
+
+
+def pg_ranks_reader(
+    view: RunView, rank: int, order: np.ndarray | None
+) -> Callable[[list[int]], list[Any]]:
+    """Reads ``pg_ranks`` at rows of :func:`rank_rows`'s table (mapped to file rows)."""
+
+    def read(rows: list[int]) -> list[Any]:
+        file_rows = [int(order[r]) for r in rows] if order is not None else rows
+        return view.read_values(rank, "pg_ranks", file_rows)
+
+    return read
+
+
+def _column(table: pa.Table, name: str, names: dict[str, Codes]) -> np.ndarray:
+    """Column ``name`` of one rank's events as an array of its :class:`RunOps` type."""
+    if name in STRINGS:
+        return names[name].encode(table.column(name))
+    if name == "is_async":
+        return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False)
+    values = pc.fill_null(table.column(name), -1).to_numpy()
+    return values.astype(_dtype(name), copy=False)
+
+
+def _narrowest(parts: list[np.ndarray], widest: type[np.generic]) -> type[np.generic]:
+    """The narrowest of int16, int32 and ``widest`` that holds every value of ``parts``."""
+    filled = [p for p in parts if p.size]
+    if not filled:
+        return widest
+    lo, hi = min(int(p.min()) for p in filled), max(int(p.max()) for p in filled)
+    for dtype in (np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max and info.bits < 8 * np.dtype(widest).itemsize:
+            return dtype
+    return widest
+
+
+def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
+    """The ranks' arrays of column ``name`` as one (narrowed: :data:`NARROWED`), each
+    rank's freed once it is copied."""
+    widest = _dtype(name)
+    dtype = _narrowest(parts, widest) if name in NARROWED else widest
+    out = np.concatenate(parts, dtype=dtype) if parts else np.zeros(0, dtype=dtype)
+    parts.clear()
+    return out
+
+
+def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
+    return pc.fill_null(table.column(name), null).to_numpy().astype(np.int64, copy=False)
+
+
+def read_ops(path: str | Path) -> RunOps:
+    """Every rank's ops of the run in ``path`` (a rank whose file is damaged is left out,
+    in :attr:`RunOps.missing_ranks`)."""
+    with open_run(path) as view:
+        names = {c: Codes() for c in STRINGS}
+        cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
+        members: dict[int, tuple[int, ...]] = {}
+        for rank in view.ranks:
+            try:
+                table, order = rank_rows(view, rank, list(OP_COLUMNS))
+            except RankDamaged:
+                continue
+            view.check_times(
+                rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
+                _ints(table, "t_end_ns", 0),
+            )  # fmt: skip
+            for c in OP_COLUMNS:  # may be a view of the table's buffers: own a copy
+                cols[c].append(np.require(_column(table, c, names), requirements=["W", "O"]))
+            cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int32))
+            del table
+            group = cols["pg_name"][-1]
+            new = [g for g in np.unique(group).tolist() if g not in members]
+            if new:
+                first = [int(np.argmax(group == g)) for g in new]
+                read = pg_ranks_reader(view, rank, order)
+                for g, ranks in zip(new, read(first), strict=True):
+                    members[g] = tuple(int(r) for r in (ranks or ()))
+        steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+        facts = (view.world_size, list(view.missing_ranks), list(view.problems))
+        manifest, warnings = view.manifest, list(view.warnings)
+    pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
+    ev = {c: _joined(v, c) for c, v in cols.items()}
+    groups = names["pg_name"].values
+    return RunOps(
+        name=Path(path).name or str(path),
+        world_size=facts[0],
+        rank=ev["rank"],
+        op=ev["op"],
+        op_names=names["op"].values,
+        group=ev["pg_name"],
+        group_names=groups,
+        groups=[members.get(g, ()) for g in range(len(groups))],
+        role=ev["role"],
+        role_names=names["role"].values,
+        size_bytes=ev["size_bytes"],
+        peer=ev["peer"],
+        is_async=ev["is_async"],
+        t_issue=ev["t_issue_ns"],
+        t_end=ev["t_end_ns"],
+        t_wait=ev["t_wait_ns"],
+        step=ev["step"],
+        step_rank=_ints(steps, "rank", 0),
+        step_index=_ints(steps, "step", 0),
+        step_start=_ints(steps, "t_start_ns", 0),
+        step_end=_ints(steps, "t_end_ns", 0),
+        manifest=manifest,
+        warnings=warnings,
+        missing_ranks=facts[1],
+        problems=facts[2],
+    )

@@ -97,6 +97,10 @@ class FileScan:
     annotations: list[CpuOp] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     compute: dict[int, tuple[array, array]] = field(default_factory=dict)
+    compute_ids: dict[int, tuple[array, array]] = field(default_factory=dict)
+    """Per device, each compute kernel's (stream, correlation), beside :attr:`compute`."""
+    syncs: list[tuple[int, float, float]] = field(default_factory=list)
+    """The CPU's blocking syncs (``cuda*Synchronize``): (tid, ts, dur)."""
     launch_corr: array = field(default_factory=lambda: array("q"))
     launch_tid: array = field(default_factory=lambda: array("q"))
     launch_ts: array = field(default_factory=lambda: array("d"))
@@ -113,6 +117,16 @@ class FileScan:
             return {}
         idx = np.nonzero(np.isin(corr, np.array(sorted(wanted), np.int64)))[0]
         return {int(corr[i]): (int(self.launch_tid[i]), float(self.launch_ts[i])) for i in idx}
+
+    def all_launches(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every launch's (correlation, tid, ts), sorted by correlation."""
+        corr = np.frombuffer(self.launch_corr, dtype=np.int64) if len(self.launch_corr) else None
+        if corr is None:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+        order = np.argsort(corr, kind="stable")
+        tid = np.frombuffer(self.launch_tid, dtype=np.int64)
+        ts = np.frombuffer(self.launch_ts, dtype=np.float64)
+        return corr[order], tid[order], ts[order]
 
     def compute_union(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of the compute kernels' intervals on ``device``, sorted, disjoint."""
@@ -177,8 +191,12 @@ def scan(path: Path) -> FileScan:
                     pair = compute.get(device)
                     if pair is None:
                         pair = compute[device] = (array("d"), array("d"))
+                        out.compute_ids[device] = (array("q"), array("q"))
                     pair[0].append(ts)
                     pair[1].append(ts + dur)
+                    ids = out.compute_ids[device]
+                    ids[0].append(_int(args.get("stream", ev.get("tid", 0)), 0))
+                    ids[1].append(_int(args.get("correlation")))
             elif cat == "cpu_op":
                 name = ev["name"]
                 if name == "record_param_comms" or name[:6] == "c10d::":
@@ -205,6 +223,8 @@ def scan(path: Path) -> FileScan:
                         lc.append(corr)
                         lt.append(ev.get("tid", -1))
                         lts.append(ev["ts"])
+                elif "Synchronize" in name:
+                    out.syncs.append((ev.get("tid", -1), float(ev["ts"]), float(ev.get("dur", 0))))
             elif cat == "annotation":
                 _annotation(out, ev)
             elif cat == "python":

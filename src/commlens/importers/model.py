@@ -111,6 +111,9 @@ class RankTrace:
     steps: list[tuple[int, int, int]] = field(default_factory=list)
     """(step, start, end) in ns on the rank's clock."""
     meta: dict[str, Any] = field(default_factory=dict)
+    kernels: list[tuple[Any, ...]] = field(default_factory=list)
+    """The rank's device kernels and CPU syncs (:mod:`.kinetokernels`' rows: an op's
+    kernel names the op by its index in :attr:`ops`); empty when not recorded."""
 
 
 @dataclass

@@ -14,8 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from commlens.errors import UsageError
 from commlens.importers.model import ImportedRun, Op, RankTrace
+from commlens.trace.kernels import KERNELS_SCHEMA, write_kernels
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import (
     DEVICE_TIMES,
@@ -126,7 +129,20 @@ def _build(run: ImportedRun, tmp: Path, command: list[str] | None) -> None:
 
 
 def _write_rank(run: ImportedRun, trace: RankTrace, tmp: Path, roles: dict[str, str]) -> None:
-    ops = sorted(trace.ops, key=lambda o: (o.t_issue_ns, o.t_end_ns))
+    order = sorted(
+        range(len(trace.ops)), key=lambda i: (trace.ops[i].t_issue_ns, trace.ops[i].t_end_ns)
+    )
+    ops = [trace.ops[i] for i in order]
+    if trace.kernels:
+        seq_of = {i: seq for seq, i in enumerate(order)}
+        rows = [(*r[:6], None if r[6] is None else seq_of[r[6]]) for r in trace.kernels]
+        write_kernels(
+            tmp,
+            trace.rank,
+            pa.Table.from_pylist(
+                [dict(zip(KERNELS_SCHEMA.names, r, strict=True)) for r in rows], KERNELS_SCHEMA
+            ),
+        )
     device = run.provenance.device_time
     writer = EventWriter(tmp, trace.rank, flush_events=65536, flush_seconds=3600.0, device=device)
     try:

@@ -13,6 +13,8 @@ A run directory holds
   checkpoint (rewritten by the writer thread when they change), and
   ``stacks-NNNNN.txt``: its threads' Python stacks, written when the hang
   watchdog asked for them;
+- per rank ``kernels-NNNNN.parquet`` in a run imported from GPU profiler traces:
+  its device's kernels and its CPU syncs (:mod:`commlens.trace.kernels`);
 - ``nic.parquet``: NIC byte counters, when ``commlens.netem`` sampled them;
 - for a job of several nodes (:mod:`commlens.trace.nodes`): ``job.json``, the
   job's identity and node slots, and per slot ``node-NNNNN.json``, what that
@@ -53,7 +55,7 @@ PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 
 _OWN = (
     r"run\.json|rank-\d{5,}\.(parquet|json)|inflight-\d{5,}\.json|stacks-\d{5,}\.txt"
-    r"|nic\.parquet|job\.json|node-\d{5,}\.json"
+    r"|nic\.parquet|job\.json|node-\d{5,}\.json|kernels-\d{5,}\.parquet"
 )
 OWN_FILES = re.compile(
     rf"^({_OWN}|\.run\.lock|\.run\.live)$"
@@ -81,6 +83,12 @@ def rank_file(run_dir: Path, rank: int) -> Path:
 def rank_meta_path(run_dir: Path, rank: int) -> Path:
     """``rank``'s metadata file in ``run_dir``."""
     return run_dir / f"rank-{rank:05d}.json"
+
+
+def kernels_path(run_dir: Path, rank: int) -> Path:
+    """``rank``'s kernels and CPU syncs, in a run imported from GPU profiler traces
+    (:mod:`commlens.trace.kernels`)."""
+    return run_dir / f"kernels-{rank:05d}.parquet"
 
 
 def inflight_path(run_dir: Path, rank: int) -> Path:

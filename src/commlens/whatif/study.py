@@ -17,6 +17,7 @@ from commlens.predict.networks import (
 )
 from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
+from commlens.whatif import streams
 from commlens.whatif.backend import replay_backend
 from commlens.whatif.builders import (
     BUILDERS,
@@ -323,11 +324,13 @@ def run_study(
     if own is None and op_times == "delta":
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
     prog = build_program(trace)
+    backend = replay_backend(str(trace.manifest.get("backend") or ""))
+    if backend.streams and streams.applies(trace, path):  # an imported NCCL run with kernels
+        return streams.stream_study(path, prog, profiles, place, keep, dp)
     took = elapsed(prog)
     check, captured = self_check(prog, keep, took)
     intra_profile = get_profile(place.intra)
     own_fabric = None if own is None else Fabric(own[0], intra_profile, own[1], algorithm)
-    backend = replay_backend(str(trace.manifest.get("backend") or ""))
     setting = Setting(prog, backend, keep, own_fabric, recorded_burst(trace), switched_on)
     builder = BUILDERS[op_times if own is not None else "model"](setting, took)
     del took  # the builder holds what it needs of the measured times

@@ -42,8 +42,8 @@ from commlens.predict.profiles import NetworkProfile
 from commlens.predict.topology import Fabric
 from commlens.trace.kernels import COMM, COMPUTE, SYNC, as_numpy, has_kernels, read_kernels
 from commlens.trace.manifest import DEVICE_TIMES, time_semantics
-from commlens.whatif.costing import modelled
 from commlens.whatif.backend import NCCL_REPLAY
+from commlens.whatif.costing import modelled
 from commlens.whatif.model import Program
 from commlens.whatif.results import Figures, OpRow
 from commlens.whatif.source import Trace

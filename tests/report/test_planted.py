@@ -127,6 +127,10 @@ def test_text_groups_by_role(run: tuple[Path, Planted]) -> None:
     tp = next(" ".join(r.split()) for r in skew.splitlines() if "tp × 32 groups of 2" in r)
     pairs = [f"(ranks {s - s % 2}-{s - s % 2 + 1})" for s in planted.stragglers]
     assert tp.endswith(tuple(pairs))
+    sizes = text.split("By op, role and message size (log2 buckets; 104 op, group and size rows")[1]
+    tp_sizes = next(" ".join(r.split()) for r in sizes.splitlines() if "tp × 32 groups" in r)
+    assert tp_sizes.startswith("all_reduce tp × 32 groups of 2 4.0 MiB 3,072 ")
+    assert tp_sizes.endswith(tuple(pairs))  # the slowest tp group holds a straggler
     # JSON keeps a row per op and group
     data = json.loads(_report(run_dir, "--format", "json"))
     assert len({row["pg_name"] for row in data["ops"]}) == n - 1

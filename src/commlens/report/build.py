@@ -113,6 +113,20 @@ ROLE_SKEW_COLUMNS = (
     C("wait_s_max", "max (s)", "s"),
     C("worst_group", "most waiting group"),
 )
+ROLE_SIZE_COLUMNS = (
+    C("op", "op"),
+    C("groups", "groups"),
+    C("size_bucket_bytes", "size >=", "size"),
+    C("count", "count", "int"),
+    C("bytes", "bytes", "bytes"),
+    C("wire_bytes_ring", "wire ring (bytes)", "bytes"),
+    C("mean_s", "mean (us)", "us"),
+    C("p99_s", "p99 (us)", "us"),
+    C("mean_s_min", "mean/group min (us)", "us"),
+    C("mean_s_median", "median (us)", "us"),
+    C("mean_s_max", "max (us)", "us"),
+    C("worst_group", "slowest group"),
+)
 RANK_SPREAD = [("comm_share", "comm (%)"), ("exposed_share", "exposed (%)")]
 """The Ranks table's columns summarised as a distribution over many ranks."""
 SHARE_COLUMNS = (
@@ -449,16 +463,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             (C("module", "module", "name"), C("phases", "phases"), *SHARE_COLUMNS),
             max_rows=20,
         ),
-        Section(
-            "sizes",
-            "By op, group and message size (log2 buckets)",
-            size_t,
-            SIZE_COLUMNS,
-            max_rows=40,
-            note="wire ring = S x (n-1)/n factors of conventions §2; "
-            "wire B = Study B's convention (without (n-1)/n).",
-            plots=[("busbw vs message size", plot("busbw_vs_size", size_t))],
-        ),
+        _sizes_section(size_t),
         Section(
             "histogram",
             "Message-size histogram",
@@ -550,6 +555,38 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         warnings=list(run.warnings),
         data=data,
         csv_table=_csv_table(data, csv_table),
+    )
+
+
+def _sizes_section(size_t: pa.Table) -> Section:
+    """The size table: a row per op, group and size bucket, or per op, role and size
+    bucket past MANY_GROUPS groups."""
+    note = (
+        "wire ring = S x (n-1)/n factors of conventions §2; "
+        "wire B = Study B's convention (without (n-1)/n)."
+    )
+    plots = [("busbw vs message size", plot("busbw_vs_size", size_t))]
+    title = "By op, group and message size (log2 buckets)"
+    if not size_t.num_rows or not many_groups(size_t):
+        return Section("sizes", title, size_t, SIZE_COLUMNS, max_rows=40, note=note, plots=plots)
+    table = by_role(
+        size_t,
+        ["op", "size_bucket_bytes"],
+        sums=["count", "bytes", "wire_bytes_ring", "wire_bytes_study_b", "time_s"],
+        maxima=["p99_s"],
+        worst="mean_s",
+        ratios={"mean_s": ("time_s", "count")},
+    )
+    return Section(
+        "sizes",
+        f"By op, role and message size (log2 buckets; {size_t.num_rows:,} op, group and size "
+        "rows summed per role and group size; --format json lists each)",
+        table,
+        ROLE_SIZE_COLUMNS,
+        max_rows=40,
+        note=note + " p99: of the worst group; mean/group: each group's mean latency, min, "
+        "median and max over the groups.",
+        plots=plots,
     )
 
 

@@ -48,7 +48,7 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ),
     ("validate", ["validate", "{run}"]),
     ("whatif other net", ["whatif", "{run}", "--net", "rdma-100g"]),
-    ("whatif 16/node", ["whatif", "{run}", "--net", "tcp-10g", "--ranks-per-node", "16"]),
+    ("whatif 16 a node", ["whatif", "{run}", "--net", "tcp-10g", "--ranks-per-node", "16"]),
     ("doctor", ["doctor", "{run}"]),
 ]
 OK_RC = {"validate": {0, 1}, "doctor": {0, 1}}
@@ -122,7 +122,7 @@ def main() -> None:
                         node_dirs if a == "{nodes}" else [a.format(run=run, other=other, out=out)]
                     )
                 ]
-                usage = run_child([*exe, *cmd], out / (name.replace(" ", "_") + ".out"))
+                usage = run_child([*exe, *cmd], out / (name.replace(" ", "_").replace("/", "_") + ".out"))
                 ok = usage.rc == 0 or usage.rc in OK_RC.get(name, set())
                 rows.append((n, planted.events, name, usage))
                 print(

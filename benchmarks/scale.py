@@ -122,7 +122,7 @@ def main() -> None:
                         node_dirs if a == "{nodes}" else [a.format(run=run, other=other, out=out)]
                     )
                 ]
-                usage = run_child([*exe, *cmd], out / (name.replace(" ", "_").replace("/", "_") + ".out"))
+                usage = run_child([*exe, *cmd], out / (name.replace(" ", "_") + ".out"))
                 ok = usage.rc == 0 or usage.rc in OK_RC.get(name, set())
                 rows.append((n, planted.events, name, usage))
                 print(

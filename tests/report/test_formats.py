@@ -76,7 +76,7 @@ def test_html_is_self_contained_with_every_section(tiny: Path, tmp_path: Path) -
     assert parser.sections == list(SECTIONS)
     assert parser.links == [f"#{key}" for key in SECTIONS]  # the table of contents
     assert parser.tables == len(SECTIONS)
-    assert len(parser.images) == 6  # ops, steps, sizes, histogram, skew, utilization
+    assert len(parser.images) == 7  # lead, ops, timeline, sizes, histogram, skew, utilization
     assert all(src.startswith("data:image/png;base64,") for src in parser.images)
     assert "http" not in re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
     assert "http:" not in html and "https:" not in html
@@ -91,7 +91,7 @@ def test_markdown_has_tables_and_embedded_plots(tiny: Path, tmp_path: Path) -> N
     assert md.startswith("# commlens report: gpt-tiny dp+tp, 4 ranks (gloo; tiny_run)")
     assert md.count("\n## ") == len(SECTIONS)
     images = re.findall(r"!\[[^]]*\]\((report_files/[a-z-0-9]+\.png)\)", md)
-    assert len(images) == 6
+    assert len(images) == 7
     for image in images:  # PNG files beside the Markdown, linked relatively
         assert (tmp_path / image).read_bytes().startswith(b"\x89PNG")
     assert "| all_reduce | 0 | 0-3 | dp | 4 | 16 | 16,777,216 |" in md
@@ -101,7 +101,7 @@ def test_markdown_on_stdout_embeds_the_plots(
     tiny: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["report", str(tiny), "--format", "md"]) == 0
-    assert capsys.readouterr().out.count("](data:image/png;base64,") == 6
+    assert capsys.readouterr().out.count("](data:image/png;base64,") == 7
 
 
 def test_json_keeps_the_issue_2_contract(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:

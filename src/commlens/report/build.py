@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commlens.analysis import breakdown, ops, skew, steps, throughput, utilization
+from commlens.analysis import breakdown, lanes, ops, skew, steps, throughput, utilization
 from commlens.analysis.coverage import headline_coverage
 from commlens.analysis.rankpass import RankPass, rank_pass
 from commlens.errors import UsageError
@@ -329,6 +329,13 @@ def measured_steps(step_t: pa.Table, steps: StepRange | None) -> tuple[pa.Table,
     return step_t.filter(pa.array(keep, pa.bool_())), line
 
 
+def _timeline(run: RunView, measured: pa.Table) -> list[tuple[str, Any]]:
+    """The timeline of a few representative measured steps (none without steps): a plot
+    of the Steps section, drawn in HTML and Markdown."""
+    drawn = lanes.lanes(run, lanes.representative_steps(measured))
+    return [] if drawn is None else [("Timeline", plot("timeline", drawn))]
+
+
 def _outside_note(step_t: pa.Table) -> str:
     """Which rows of the Steps table are not steps of the job (set-up, the tail)."""
     rows = [r for r in step_t.to_pylist() if r["kind"] != "step"]
@@ -433,6 +440,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
     tput_t = throughput.throughput_table(rp)
     tput_sum = throughput.throughput_summary(tput_t)
 
+    drawn, left_out = measured_steps(step_t, coverage.steps)
     exposed = exposed_meaning(run.manifest)
     cross_note = (
         f"Ranks {format_ranks(run.missing_ranks)} are missing: groups that "
@@ -453,6 +461,7 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
             "counted once); exposed = "
             f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
             "overlapped = comm - exposed." + _outside_note(step_t),
+            plots=_timeline(run, drawn),
         ),
         _ranks_section(rank_t),
         Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
@@ -544,7 +553,6 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         ]
     data["highlights"] = lines
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
-    drawn, left_out = measured_steps(step_t, coverage.steps)
     lead_title = "Time per measured step (mean over ranks)"
     return Document(
         highlights=lines,

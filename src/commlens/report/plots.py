@@ -16,6 +16,7 @@ import pyarrow as pa
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from commlens.units import format_bytes
@@ -347,4 +348,66 @@ def bench_busbw(rows: list[dict[str, Any]], link_gbit: float | None = None) -> F
     ax.set(title=title, xlabel="message size", ylabel="busbw (Gbit/s)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=LEGEND)
+    return fig
+
+
+ROLE_COLORS = {"dp": "#1f77b4", "tp": "#d62728", "pp": "#2ca02c", "ep": "#9467bd", "cp": "#8c564b"}
+
+
+def timeline(lanes: Any) -> Figure:
+    """Per lane (a rank, or a node or block of ranks), the comm ops of a few steps as bars
+    coloured by their group's role over the steps' windows in grey: the white and grey
+    between bars is computation. A lane of several ranks draws each rank's ops faintly,
+    so the darker a stretch, the more of its ranks are communicating."""
+    n = len(lanes.labels)
+    fig = Figure(figsize=(_SIZE[0] + 2, max(2.2, 0.45 * n + 1.4)), layout="constrained")
+    steps = lanes.steps
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}–{steps[-1]}"
+    title = (
+        f"Timeline of {span} (around the measured step of median length): communication "
+        f"per {lanes.by.rstrip('s')}, coloured by role"
+    )
+    if lanes.by != "rank":
+        title += "\na lane of several ranks: the darker, the more of them communicate at once"
+    if not lanes.ops.num_rows and not lanes.windows.num_rows:
+        return _empty(fig, title)
+    ax = fig.add_subplot()
+    w = lanes.windows.to_pydict()
+    scale = 1e3
+    for lane, a, b in zip(w["lane"], w["start_s"], w["end_s"], strict=True):
+        alpha = 0.25 / lanes.ranks_per_lane[lane]
+        ax.broken_barh([(a * scale, (b - a) * scale)], (lane - 0.4, 0.8), color="grey", alpha=alpha)
+    o = lanes.ops.to_pydict()
+    roles = sorted({r or "" for r in o["role"]})
+    colors = colormaps["tab10"]
+    handles = [Patch(color="grey", alpha=0.25, label="step (no bar: computing)")]
+    for i, role in enumerate(roles):
+        color = ROLE_COLORS.get(role, colors((i + 4) % 10))
+        for lane in range(n):
+            bars = [
+                (a * scale, max(b - a, 0) * scale)
+                for ln, r, a, b in zip(o["lane"], o["role"], o["start_s"], o["end_s"], strict=True)
+                if ln == lane and (r or "") == role
+            ]
+            if bars:
+                alpha = (
+                    0.85
+                    if lanes.ranks_per_lane[lane] == 1
+                    else max(0.03, 1.5 / lanes.ranks_per_lane[lane])
+                )
+                ax.broken_barh(
+                    bars, (lane - 0.35, 0.7), color=color, alpha=alpha, edgecolor="white", lw=0.4
+                )
+        handles.append(Patch(color=color, label=role or "(no role)"))
+    ax.set_yticks(range(n), lanes.labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize="medium")
+    ax.set(xlabel=f"time from the start of step {steps[0]} (ms)")
+    ax.legend(
+        handles=handles,
+        fontsize=LEGEND,
+        title="comm, by role",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+    )
     return fig

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import commlens
-import commlens.capture.recorder as recorder_module
+import commlens.capture.rankfile as rankfile_module
 from commlens.capture.recorder import Recorder
 from commlens.errors import RunFormatError
 from commlens.launch import free_port, launch_ranks
@@ -284,8 +284,8 @@ def test_rank_json_rewrites_are_spaced_by_cpu_time_not_by_the_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A slow disk never delays the next rewrite; a large json's costly encoding does."""
-    real_write = recorder_module.write_json_atomic
-    big = recorder_module.META_SPACED_FROM
+    real_write = rankfile_module.write_json_atomic
+    big = rankfile_module.META_SPACED_FROM
 
     def rank_json_steps() -> int:
         return len(json.loads((tmp_path / "rank-00000.json").read_text())["steps"])
@@ -303,7 +303,7 @@ def test_rank_json_rewrites_are_spaced_by_cpu_time_not_by_the_disk(
                     pass
             real_write(path, data, **kw)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(recorder_module, "write_json_atomic", costly_write)
+        monkeypatch.setattr(rankfile_module, "write_json_atomic", costly_write)
         rec = Recorder(tmp_path)
         rec.rank, rec.world_size = 0, 1
         window = {"step": 0, "t_start_ns": 1, "t_end_ns": 2}
@@ -311,7 +311,7 @@ def test_rank_json_rewrites_are_spaced_by_cpu_time_not_by_the_disk(
         rec._checkpoint()
         assert rank_json_steps() == before
         if cost == "disk" and before:  # spaced by its CPU time: the 0.2 s wait would be 20 s
-            assert rec._meta_due - time.monotonic() < 5.0
+            assert rec.rank_file.due - time.monotonic() < 5.0
             continue
         rec.steps.steps.append(window)
         rec._checkpoint()

@@ -15,8 +15,8 @@ the all-reduces of its buckets (``finalize_backward``), and ``backward()``
 returns only then. A hook on the first node of each backward pass queues an
 engine callback that runs once the pass's computations are done, before the
 reducer's own; from then until ``backward()`` returns the caller is held by
-the buckets still in flight (:meth:`Recorder.hold_begin`,
-:meth:`Recorder.hold_end`), and that time is their ``t_wait_ns``.
+the buckets still in flight (:func:`hold_begin`, :func:`hold_end`), and that
+time is their ``t_wait_ns``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from commlens.capture import wrapped
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import patch
+from commlens.capture.pending import Pending
 from commlens.capture.recorder import Recorder
 
 _engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
@@ -75,11 +76,59 @@ class _Held:
 _HELD = _Held()
 
 
+def hold_begin(rec: Recorder, since: int) -> list[tuple[Any, Pending]]:
+    """The ops read later (:meth:`Recorder.on_deferred`) issued since ``since`` and still
+    in flight.
+
+    Called where C++ starts to wait for them on the caller's behalf (DDP's
+    buckets at the end of a backward pass): they are marked as waited on, to
+    be written by :func:`hold_end`. Never raises.
+    """
+    try:
+        ops = rec.ops
+        ops.collect()
+        with ops.lock:
+            held = [
+                (work, pending)
+                for work, pending in ops.table.values()
+                if pending.later is not None
+                and pending.t_issue >= since
+                and pending.t_end is None
+                and not pending.done
+            ]
+            for _, pending in held:
+                pending.waiting = True
+        return held
+    except Exception as exc:
+        rec.fail(exc)
+        return []
+
+
+def hold_end(rec: Recorder, held: list[tuple[Any, Pending]], t0: int, t1: int) -> None:
+    """The caller was held from ``t0`` to ``t1`` by the ops of :func:`hold_begin`: write them.
+
+    The held time is shared out in the order the ops completed: each op's
+    wait is the part of the interval from the previous one's end to its own,
+    so the waits add up to the time held. Never raises.
+    """
+    try:
+        ops = rec.ops
+        ops.collect()  # completion stamps of the held ops
+        start = t0
+        for work, pending in sorted(held, key=lambda e: e[1].t_end or t1):
+            end = min(pending.t_end or t1, t1)
+            wait = max(0, end - start)
+            start = max(start, end)
+            ops.after_wait(work, pending, end - wait, end)
+    except Exception as exc:
+        rec.fail(exc)
+
+
 def _hold_hook(rec: Recorder, since: int, out: list[Any]) -> Callable[..., None]:
     """A prehook on a backward pass's first node: queues the end-of-computation mark."""
 
     def computed() -> None:
-        out.append((time.time_ns(), rec.hold_begin(since)))
+        out.append((time.time_ns(), hold_begin(rec, since)))
 
     def prehook(_grad_outputs: Any) -> None:
         if not out:
@@ -109,7 +158,7 @@ def _patch_backward() -> None:
             handle.remove()
             if len(marks) == 2:  # the callback ran: the pass finished its computations
                 t_computed, held = marks[1]
-                rec.hold_end(held, t_computed, t_return)
+                hold_end(rec, held, t_computed, t_return)
 
     patch(torch.autograd, "backward", backward)
 

@@ -19,6 +19,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from commlens.capture.intercept import Extractor, Intercepted, calling, intercept, timed_wait
 from commlens.capture.patching import patch
+from commlens.capture.pending import PendingOps
 from commlens.capture.recorder import Recorder
 
 API = "functional"
@@ -107,5 +108,5 @@ def install() -> None:
             call = intercept(packet, extract, Recorder.on_issued, api=API, positional=True)
             patch(namespace, name, calling(FunctionalOp, call)(packet))
     packet = namespace.wait_tensor
-    wait = timed_wait(packet, Recorder.before_output_wait, Recorder.after_output_wait)
+    wait = timed_wait(packet, PendingOps.before_output_wait, PendingOps.after_output_wait)
     patch(namespace, "wait_tensor", calling(FunctionalOp, wait)(packet))

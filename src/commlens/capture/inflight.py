@@ -90,7 +90,7 @@ def snapshot(rec: Recorder) -> list[dict[str, Any]]:
         except Exception:
             continue  # a group destroyed meanwhile: its op is gone too
     kinds = rec.writer.kinds() if rec.writer is not None else []
-    for _, pending in list(rec._pending.values()):
+    for _, pending in list(rec.ops.table.values()):
         head = pending.head
         if head is None or pending.done or pending.t_end is not None or head[0] >= len(kinds):
             continue

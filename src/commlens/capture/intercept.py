@@ -28,7 +28,8 @@ from commlens.capture.context import STATES as _STATES
 from commlens.capture.context import thread_state
 
 if TYPE_CHECKING:
-    from commlens.capture.recorder import Pending, Recorder
+    from commlens.capture.pending import Pending, PendingOps
+    from commlens.capture.recorder import Recorder
     from commlens.capture.session import Capture
 
 # What one intercepted call moves, as a plain tuple (the cheapest thing to build per call):
@@ -45,10 +46,10 @@ After = Callable[[Intercepted, Any, tuple[Any, ...], dict[str, Any]], Intercepte
 # A record step: (recorder, extracted, t_issue, t_return, result, frame, api, phase_hint,
 # gpu_token). Recorder.on_call is one.
 Record = Callable[["Recorder", Any, int, int, Any, "FrameType | None", str, str, Any], Any]
-# The two halves of a timed wait: (recorder, waited) -> the op it completes, or None;
-# (recorder, waited, op, t0, t1). Recorder.before_wait and after_wait are a pair.
-BeforeWait = Callable[["Recorder", Any], "Pending | None"]
-AfterWait = Callable[["Recorder", Any, "Pending", int, int], None]
+# The two halves of a timed wait: (the recorder's ops, waited) -> the op it completes, or
+# None; (ops, waited, op, t0, t1). PendingOps.before_wait and after_wait are a pair.
+BeforeWait = Callable[["PendingOps", Any], "Pending | None"]
+AfterWait = Callable[["PendingOps", Any, "Pending", int, int], None]
 
 _time_ns = time.time_ns
 
@@ -183,14 +184,15 @@ def timed_wait(
         rec = holder.recorder
         if rec is None:
             return orig(target, *args, **kwargs)
-        pending = before(rec, target)
+        ops = rec.ops
+        pending = before(ops, target)
         if pending is None:
             return orig(target, *args, **kwargs)
         t0 = _time_ns()
         try:
             return orig(target, *args, **kwargs)
         finally:
-            after(rec, target, pending, t0, _time_ns())
+            after(ops, target, pending, t0, _time_ns())
 
     _run_as_is(wait.__code__)
     wait.__wrapped__ = orig  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from commlens.capture import c10d as c10d_kernels
 from commlens.capture.extractors import AFTER, EXTRACTORS
 from commlens.capture.intercept import ACTIVE, TENSOR, calling, intercept, timed_wait
 from commlens.capture.patching import patch
+from commlens.capture.pending import PendingOps
 from commlens.capture.recorder import Recorder
 
 _NAMESPACES = (dist, c10d)
@@ -122,4 +123,4 @@ def install(on_init: Callable[[], None], on_destroy: Callable[[], None]) -> None
             if hasattr(namespace, name):
                 patch(namespace, name, wrapper)
     _rebind_lifecycle(wrappers)
-    patch(Work, "wait", timed_wait(Work.wait, Recorder.before_wait, Recorder.after_wait))
+    patch(Work, "wait", timed_wait(Work.wait, PendingOps.before_wait, PendingOps.after_wait))

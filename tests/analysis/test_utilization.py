@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from commlens.analysis import event_utilization, nic_utilization, open_run, utilization_summary
-from commlens.netem.nic import NIC_FILE, SCHEMA
+from commlens.trace.layout import NIC_FILE
+from commlens.trace.nic import SCHEMA
 from commlens.trace.synthetic import T0_NS, ev, write_run
 
 

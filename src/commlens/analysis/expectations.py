@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from commlens.errors import UsageError
 from commlens.optable import P2P_OPS, RECEIVER
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
@@ -319,4 +320,16 @@ def traced_expectations(
         )
     else:
         result.notes.append("the run has no steps with communication: nothing held")
+    return result
+
+
+def validate_traced(run: Any) -> TracedValidation:
+    """Hold a loaded traced run (``commlens.load_run``) against what its own
+    communication implies."""
+    if run.events.num_rows == 0:
+        raise UsageError(f"{run.path}: the run has no communication events to validate")
+    windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
+    result = traced_expectations(run.events, run.manifest, windows)
+    for rank in getattr(run, "missing_ranks", []):
+        result.notes.append(f"rank {rank}: events missing or truncated, not held")
     return result

@@ -56,9 +56,9 @@ from commlens.analysis.rankagg import (
     split_aggregate,
 )
 from commlens.analysis.timeline import spread, step_rows
-from commlens.netem.nic import read_nic
 from commlens.optable import P2P_OPS, backend
 from commlens.trace.layout import NIC_FILE
+from commlens.trace.nic import read_nic
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
 
 _COLUMNS = [

@@ -37,14 +37,19 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commlens.predict.validate import validate_any
+    from commlens.analysis.expectations import validate_traced
+    from commlens.predict.validate import is_traced, validate_run
     from commlens.report.output import emit
     from commlens.report.provenance import provenance_facts
     from commlens.report.validate import validation_document
     from commlens.trace.reader import load_run
 
     loaded = load_run(args.run)
-    result = validate_any(loaded, args.tolerance, args.skip_step0)
+    result: Any
+    if is_traced(loaded.manifest):  # no model to predict from: held against its own traffic
+        result = validate_traced(loaded)
+    else:
+        result = validate_run(loaded, args.tolerance, args.skip_step0)
     doc = validation_document(result)
     doc.facts += provenance_facts(loaded.manifest)  # an imported run says where it came from
     emit(doc, None, args.format, width=args.width)

@@ -1,20 +1,7 @@
 """NIC byte counters of the emulated nodes, sampled while a job runs.
 
-File format: ``nic.parquet`` in the run directory, one row per node per sample:
-
-=============  =======  ===========================================================
-column         type     meaning
-=============  =======  ===========================================================
-``t_ns``       int64    wall-clock time of the sample, ``time.time_ns()`` (UNIX ns)
-``node``       int32    node index (ranks ``node*per_node ...`` run there)
-``iface``      string   host-side veth whose counters were read
-``tx_bytes``   int64    bytes the node sent on its link since the first sample
-``rx_bytes``   int64    bytes the node received on its link since the first sample
-=============  =======  ===========================================================
-
-Counters are cumulative and start at 0; they count Ethernet frames (IP/TCP
-headers included), as a NIC does. Only traffic between nodes crosses a link:
-ranks of one node talk over loopback, which is not counted. The sampler reads
+The file's format and its reader: :mod:`commlens.trace.nic`. Only traffic
+between nodes crosses a link. The sampler reads
 ``/sys/class/net/<iface>/statistics`` (a node's tx is its veth peer's rx) at
 ``hz`` (default 20 Hz), always including one sample at start and one at stop.
 :func:`link_utilization` turns the counters into Gbit/s per interval.
@@ -31,18 +18,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commlens.safefile import open_binary, open_regular
+from commlens.safefile import open_binary
 from commlens.trace.layout import NIC_FILE
+from commlens.trace.nic import SCHEMA, read_nic
 
-SCHEMA = pa.schema(
-    [
-        ("t_ns", pa.int64()),
-        ("node", pa.int32()),
-        ("iface", pa.string()),
-        ("tx_bytes", pa.int64()),
-        ("rx_bytes", pa.int64()),
-    ]
-)
+__all__ = ["NIC_FILE", "SCHEMA", "NicSampler", "link_utilization", "read_nic", "totals"]
 
 
 def _read_counter(iface: str, name: str) -> int:
@@ -112,15 +92,6 @@ class NicSampler:
             except (OSError, ValueError):  # interface already gone during teardown
                 continue
             self._rows.append((now, node, iface, tx, rx))
-
-
-def read_nic(path: str | os.PathLike[str]) -> pa.Table:
-    """The counters file (``nic.parquet`` or a run directory holding one)."""
-    p = Path(path)
-    file = p / NIC_FILE if p.is_dir() else p
-    fd = open_regular(file, follow=not p.is_dir())  # never a FIFO, a device or a planted link
-    with os.fdopen(fd, "rb") as fh:
-        return pq.read_table(fh)
 
 
 def link_utilization(table: pa.Table) -> list[dict[str, float]]:

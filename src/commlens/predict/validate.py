@@ -21,8 +21,8 @@ Which steps are held (every step is checked on its own, per rank):
 A traced run (no ``workload`` naming a model and scheme: ``commlens trace`` or
 ``commlens.capture`` around any script) has no model to predict from; it is
 held against what its own communication implies instead
-(:mod:`commlens.analysis.expectations`), saying which expectations could not
-be formed.
+(:func:`commlens.analysis.expectations.validate_traced`), saying which
+expectations could not be formed; :func:`is_traced` tells the two apart.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from commlens.predict.exact import rank_calls
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from commlens.analysis.expectations import TracedValidation
 
 Key = tuple[str, str]
 
@@ -307,31 +305,9 @@ def is_traced(manifest: dict[str, Any]) -> bool:
     return workload is None or not all(k in workload for k in ("model", "scheme"))
 
 
-def validate_traced(run: Any) -> TracedValidation:
-    """Hold a loaded traced run against what its own communication implies."""
-    if run.events.num_rows == 0:
-        raise UsageError(f"{run.path}: the run has no communication events to validate")
-    windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
-    from commlens.analysis.expectations import traced_expectations
-
-    result = traced_expectations(run.events, run.manifest, windows)
-    for rank in getattr(run, "missing_ranks", []):
-        result.notes.append(f"rank {rank}: events missing or truncated, not held")
-    return result
-
-
-def validate_any(
-    run: Any, tolerance: float = 0.01, skip_step0: bool = False
-) -> Validation | TracedValidation:
-    """:func:`validate_run` for a run with a model, else :func:`validate_traced`."""
-    if is_traced(run.manifest):
-        return validate_traced(run)
-    return validate_run(run, tolerance, skip_step0)
-
-
 def validate_run(run: Any, tolerance: float = 0.01, skip_step0: bool = False) -> Validation:
     """Hold a loaded run (``commlens.load_run``) with a model in its manifest against
-    the model (a traced run: :func:`validate_any`)."""
+    the model (a traced run: :func:`commlens.analysis.expectations.validate_traced`)."""
     manifest = run.manifest
     workload = workload_of(manifest)
     if workload is None or is_traced(manifest):

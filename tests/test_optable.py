@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -166,3 +168,53 @@ def test_every_reader_takes_the_op_facts_from_the_table() -> None:
         modules = (durations, costing, clocks, expectations, from_run, commlens.analysis.timeline)
         for module in modules:
             assert not hasattr(module, name), (module.__name__, name)
+
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "commlens"
+# Literal op sets that look like a fact of the table and are another fact.
+NOT_A_TABLE_FACT = {
+    # the ops ZeRO shards its gradients and parameters with (a training fact)
+    ("analysis/expectations.py", frozenset({"reduce_scatter", "all_gather"})),
+    # what bench's sendrecv times: one send and one receive
+    ("bench/fit.py", frozenset({"send", "recv"})),
+    # the order the model lists its ops in (every tensor op, in an order of its own)
+    ("predict/calls.py", frozenset(ops.TENSOR_OPS)),
+    # whatif's op times (being rewritten in another change): any module of whatif/
+    ("whatif/", frozenset({"send", "recv"})),
+}
+
+
+def _table_facts() -> dict[frozenset[str], str]:
+    """Every named set of op names in the table, and its tensor-op part, by name."""
+    facts: dict[frozenset[str], str] = {}
+    for name, value in vars(ops).items():
+        if name.isupper() and isinstance(value, (tuple, frozenset, set, dict)):
+            members = frozenset(value)
+            if len(members) >= 2 and all(isinstance(m, str) and m in OPS for m in members):
+                facts.setdefault(members, name)
+                tensor = members & set(ops.TENSOR_OPS)
+                if len(tensor) >= 2:
+                    facts.setdefault(frozenset(tensor), name)
+    return facts
+
+
+def test_no_module_spells_out_an_op_fact_of_the_table() -> None:
+    """A set of op names the table names (p2p, rooted, equal sizes, S from the output,
+    counted by share, ...) is taken from the table, not written again."""
+    facts = _table_facts()
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel == "optable.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+                continue
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            members = frozenset(n for n in names if isinstance(n, str))
+            if len(names) == len(node.elts) == len(members) and members in facts:
+                allowed = {(rel, members), (rel.split("/")[0] + "/", members)}
+                if not allowed & NOT_A_TABLE_FACT:
+                    found.append(f"{rel}:{node.lineno}: {sorted(members)} is {facts[members]}")
+    assert not found, "\n".join(found)
+    assert frozenset({"send", "recv"}) in facts and frozenset({"all_gather", "gather"}) in facts

@@ -7,8 +7,10 @@ message size and ``n`` the size of the op's *own* process group, never the
 world size. Beside it: which ops are point-to-point (:data:`P2P_OPS`), which
 are rooted and which way their data flows (:data:`FROM_ROOT`, :data:`TO_ROOT`),
 which block every member until all arrive (:data:`BLOCKING`), the tensor op an
-object op runs as (:data:`TENSOR_TWIN`), and per backend what a process group
-of it does (:data:`BACKENDS`).
+object op runs as (:data:`TENSOR_TWIN`), which must have the same size on every
+member (:data:`EQUAL_SIZES`), whose S is the output (:data:`SIZE_IS_OUTPUT`) or
+counted by a member's share (:data:`COUNTED_BY_SHARE`), and per backend what a
+process group of it does (:data:`BACKENDS`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ TENSOR_TWIN = {
     "recv_object": "recv",
 }
 """Object op -> the tensor op it runs as (it pickles the objects into a byte tensor)."""
+EQUAL_SIZES = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
+"""Collectives whose members must all pass the same size (all_to_all, gather and
+scatter may differ per member; an object op's pickles differ by nature)."""
+SIZE_IS_OUTPUT = frozenset(("all_gather", "gather"))
+"""Ops whose message size S is the whole output buffer (every other op's: the input)."""
+COUNTED_BY_SHARE = frozenset(("all_gather", "reduce_scatter"))
+"""Ops that NCCL (and the tools that read its counts) sizes by one member's share:
+S = that size × the group's size."""
 
 WIRE_CONVENTIONS = ("ring", "study_b")
 

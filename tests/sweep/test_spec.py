@@ -93,6 +93,16 @@ def test_t5_pipeline_and_link_on_one_node_are_skipped() -> None:
         ('[sweep]\ntimeout_s = inf\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "finite"),
         ('[sweep]\ntimeout_s = nan\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "finite"),
         ('[sweep]\ntimeout_s = 1e300\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]', "at most"),
+        # a sweep's networks take every form predict and whatif take, and the error says so
+        (
+            '[sweep]\nnetworks = "x"\n[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]',
+            r"list of networks: profile names, .*FILE\.toml.*200mbit.*unshaped",
+        ),
+        (
+            '[grid]\nmodel = ["gpt-tiny"]\nscheme = ["dp"]\n'
+            '[scale]\nmodels = {a = "b"}\nnetworks = []',
+            r"non-empty list of networks: profile names, .*200mbit",
+        ),
     ],
 )
 def test_bad_files_are_one_line_errors(text: str, message: str) -> None:

@@ -11,7 +11,8 @@ object); a call that raised stays there with its error until the thread's
 next call. So a rank killed or hung keeps its ops in flight as of its last
 checkpoint.
 
-:class:`StackDumps` registers :mod:`faulthandler` on :data:`STACK_SIGNAL`: the
+:class:`StackDumps` registers :mod:`faulthandler` on the run format's
+:data:`commlens.trace.inflight.STACK_SIGNAL`: the
 hang watchdog (in the launcher) sends it, and the rank's interpreter writes
 every thread's Python stack into ``stacks-NNNNN.txt`` from the signal handler
 itself, which works while a thread holds the interpreter lock.
@@ -30,15 +31,13 @@ from typing import IO, TYPE_CHECKING, Any
 from commlens.capture.context import STATES
 from commlens.capture.ops import dtype_name
 from commlens.safefile import open_own
+from commlens.trace.inflight import INFLIGHT_FORMAT, STACK_SIGNAL
 from commlens.trace.layout import inflight_path, stacks_path
 from commlens.trace.manifest import write_json_atomic
 
 if TYPE_CHECKING:
     from commlens.capture.recorder import Recorder
 
-INFLIGHT_FORMAT = "commlens-inflight"
-STACK_SIGNAL = signal.SIGUSR2
-"""The signal on which a rank writes its threads' stacks (hang watchdog)."""
 _SITES: dict[CodeType, tuple[str, str]] = {}
 
 

@@ -18,11 +18,9 @@ from collections import Counter, defaultdict
 
 from commlens.doctor.model import Diagnosis, Evidence, Op, RankFacts, Wait
 from commlens.doctor.straggle import trend
-from commlens.optable import ROOTED
+from commlens.optable import EQUAL_SIZES, ROOTED
 from commlens.trace.files import format_ranks
 
-SIZED = frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"))
-"""Ops whose members must pass equal sizes (all_to_all, gather, scatter may differ)."""
 STRAGGLER_LAST_SHARE = 0.6
 """A straggler arrives last in at least this share of its collectives ..."""
 STRAGGLER_STEP_SHARE = 0.05
@@ -33,7 +31,7 @@ def _signature(op: Op) -> tuple[object, ...]:
     return (
         op.op,
         op.dtype,
-        op.bytes_in if op.op in SIZED else None,
+        op.bytes_in if op.op in EQUAL_SIZES else None,
         op.peer if op.op in ROOTED else None,
     )
 

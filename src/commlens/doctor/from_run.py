@@ -17,7 +17,6 @@ still alive when it fired, is no death.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,28 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from commlens.doctor.diagnose import SIZED
 from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
-from commlens.optable import P2P_OPS, ROOTED
+from commlens.optable import EQUAL_SIZES, P2P_OPS, ROOTED
 from commlens.safefile import read_bytes
-from commlens.trace.layout import inflight_path, stacks_path
+from commlens.trace.inflight import MAX_SIDE_FILE, read_inflight
+from commlens.trace.layout import stacks_path
 from commlens.trace.manifest import read_manifest
 
-MAX_SIDE_FILE = 64 << 20
-"""Largest in-flight or stacks file read (a rank's are kilobytes)."""
 COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "peer",
            "t_issue_ns", "t_end_ns", "t_wait_ns", "step"]  # fmt: skip
 
 
-def _read_inflight(run_dir: Path, rank: int) -> list[dict[str, Any]]:
-    path = inflight_path(run_dir, rank)
-    try:
-        data = json.loads(read_bytes(path, limit=MAX_SIDE_FILE))
-    except (OSError, ValueError):
-        return []
-    ops = data.get("ops") if isinstance(data, dict) else None
-    return [o for o in ops if isinstance(o, dict)] if isinstance(ops, list) else []
+def _inflight_ops(run_dir: Path, rank: int) -> list[dict[str, Any]]:
+    data = read_inflight(run_dir, rank)
+    return data.ops if data is not None else []
 
 
 def _facts(
@@ -163,7 +155,7 @@ def _row(c: _RankCols, i: int) -> dict[str, Any]:
 def _signature(c: _RankCols, rows: np.ndarray, ids: dict[str, int]) -> np.ndarray:
     """(op, dtype, bytes where they must agree, root where there is one) per row."""
     op_names = np.array(c.names, dtype=object)[c.o[rows]]
-    sized = np.isin(op_names, list(SIZED))
+    sized = np.isin(op_names, list(EQUAL_SIZES))
     rooted = np.isin(op_names, list(ROOTED))
     op_id = np.array([ids.setdefault("op:" + n, len(ids)) for n in c.names])[c.o[rows]]
     dt_id = np.array([ids.setdefault("dt:" + n, len(ids)) for n in c.dtypes])[c.d[rows]]
@@ -249,7 +241,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
             g_code = {n: i for i, n in enumerate(c.group)}
             o_code = {n: i for i, n in enumerate(c.names)}
             flying = sorted(
-                _read_inflight(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0)
+                _inflight_ops(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0)
             )
             for o in flying:
                 name, op = str(o.get("pg_name") or ""), str(o.get("op") or "")

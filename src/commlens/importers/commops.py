@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from commlens.optable import SIZE_IS_OUTPUT
+
 _NAMES: dict[str, str] = {}
 for _op, _aliases in {
     "all_reduce": "allreduce all_reduce allreduce_coalesced all_reduce_coalesced",
@@ -105,14 +107,14 @@ def sizes(op: str, n_in: int, n_out: int | None, elem: int, group_size: int) -> 
         return Sizes(0, 0, 0, 0)
     b_in = n_in * elem
     if n_out is None:
-        if op in ("all_gather", "gather"):
+        if op in SIZE_IS_OUTPUT:
             n_out = n_in * max(group_size, 1)
         elif op in ("reduce_scatter", "scatter"):
             n_out = n_in // max(group_size, 1)
         else:
             n_out = n_in
     b_out = n_out * elem
-    size = b_out if op in ("all_gather", "gather") else b_in
+    size = b_out if op in SIZE_IS_OUTPUT else b_in
     if op == "send":  # a send receives nothing, a recv contributes nothing
         return Sizes(n_in, b_in, 0, size)
     if op == "recv":

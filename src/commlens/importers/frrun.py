@@ -29,7 +29,7 @@ from commlens.importers.groups import role_of
 from commlens.importers.model import Group, ImportedRun, Op, Provenance, RankTrace, dtype_of
 from commlens.importers.registry import ImportOptions, NotAvailable
 from commlens.importers.sources import head
-from commlens.optable import OPS
+from commlens.optable import OPS, SIZE_IS_OUTPUT
 
 NAME = "fr"
 READER = "commlens.importers.flight_recorder"
@@ -136,7 +136,7 @@ def _run(dumps: Any, paths: list[Path], options: ImportOptions) -> ImportedRun:
                 count=n_in,
                 bytes_in=e.bytes_in,
                 bytes_out=e.bytes_out,
-                size_bytes=e.bytes_out if e.op in ("all_gather", "gather") else e.bytes_in,
+                size_bytes=e.bytes_out if e.op in SIZE_IS_OUTPUT else e.bytes_in,
                 peer=e.peer,
                 api=e.profiling_name,
                 group_seq=e.seq,

@@ -34,9 +34,9 @@ from commlens.importers.jsonstream import stream_error
 from commlens.importers.model import Group, ImportedRun, Op, Provenance, RankTrace
 from commlens.importers.registry import ImportOptions
 from commlens.importers.sources import head_text, open_binary
+from commlens.optable import COUNTED_BY_SHARE
 
 NAME = "nccl-inspector"
-_CHUNKED = frozenset({"all_gather", "reduce_scatter"})
 
 
 def detect(path: Path) -> bool:
@@ -162,7 +162,7 @@ def read(paths: list[Path], options: ImportOptions) -> ImportedRun:
         trace = run.ranks.setdefault(grank, RankTrace(grank, host=r.host, pid=r.pid))
         group = run.groups[r.comm]
         n = sizes_of[r.comm]
-        size = r.size * n if op_name in _CHUNKED else r.size
+        size = r.size * n if op_name in COUNTED_BY_SHARE else r.size
         if r.start_us is not None and r.stop_us is not None:
             t_issue, t_end = r.start_us * 1000, r.stop_us * 1000
             timed += 1

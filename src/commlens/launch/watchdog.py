@@ -13,7 +13,6 @@ before it can fire again. It costs the ranks nothing on their per-op path.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -21,23 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from commlens.safefile import read_bytes
+from commlens.trace.inflight import STACK_SIGNAL, read_inflight, read_json_object
 from commlens.trace.layout import INFLIGHT_FILE, rank_meta_path, stacks_path
 
-STACK_SIGNAL = signal.SIGUSR2
-"""The capture's faulthandler signal (:data:`commlens.capture.inflight.STACK_SIGNAL`)."""
 STACKS_WAIT_S = 2.0
 """How long the watchdog waits for the ranks to write their stacks."""
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(read_bytes(path, limit=1 << 26))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _ours(pid: int, run_dir: Path) -> bool:
@@ -99,11 +87,12 @@ class HangWatchdog:
             match = INFLIGHT_FILE.match(name)
             if not match:
                 continue
-            data = _read(self.run_dir / name)
+            rank = int(match.group(1))
+            data = read_inflight(self.run_dir, rank)
             if data is None:
                 continue
-            progress.append((int(match.group(1)), int(data.get("events", 0))))
-            flying = flying or bool(data.get("ops"))
+            progress.append((rank, data.events))
+            flying = flying or bool(data.ops)
         return tuple(progress), flying
 
     def _run(self) -> None:
@@ -127,7 +116,7 @@ class HangWatchdog:
             if not match:
                 continue
             rank = int(match.group(1))
-            meta = _read(rank_meta_path(self.run_dir, rank)) or {}
+            meta = read_json_object(rank_meta_path(self.run_dir, rank)) or {}
             pid = meta.get("pid")
             if isinstance(pid, int) and meta.get("host") == host and _ours(pid, self.run_dir):
                 out[rank] = pid

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from commlens.errors import UsageError
+from commlens.optable import P2P_OPS
 
 ALGORITHMS = ("ring", "tree", "direct", "auto")
 
@@ -51,7 +52,7 @@ def flat_time(
             f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
         )
     s = float(size_bytes)
-    if op in ("send", "recv"):
+    if op in P2P_OPS:
         return alpha + s * beta
     if n <= 1:
         return 0.0

@@ -16,6 +16,7 @@ from commlens.predict.profiles import MAX_NETWORKS, NetworkProfile, get_profile,
 
 __all__ = [
     "BURST_S",
+    "SPEC_FORMS",
     "UNSHAPED",
     "emulated_profile",
     "is_rate",
@@ -26,6 +27,8 @@ __all__ = [
 
 UNSHAPED = "unshaped"
 """The spec of an emulated link without a rate: the veth pair, as loopback."""
+SPEC_FORMS = 'profile names, profile files (FILE.toml), link rates ("200mbit") or "unshaped"'
+"""What a network spec may be, in words, for an error that names a bad one."""
 
 
 def emulated_profile(rate_bits: float, label: str, why: str) -> NetworkProfile:

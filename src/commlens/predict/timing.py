@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from commlens.job.models import flops_per_step
 from commlens.job.spec import Job
+from commlens.optable import P2P_OPS
 from commlens.predict.calls import PredictedCall
 from commlens.predict.layout import boundary_pairs, embedding_groups, role_groups
 from commlens.predict.topology import Fabric, link_flows
@@ -90,7 +91,7 @@ class FlowTable:
     def flows(self, call: PredictedCall) -> int:
         if call.family:
             family = call.family
-        elif call.op in ("send", "recv"):
+        elif call.op in P2P_OPS:
             family = "p2p"
         else:
             family = call.role

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from commlens.errors import UsageError
+from commlens.optable import P2P_OPS
 from commlens.predict.cost import ALGORITHMS, flat_time
 from commlens.predict.profiles import NetworkProfile
 
@@ -89,7 +90,7 @@ class Fabric:
         if n == 0:
             return 0.0
         nodes, g = self.shape(group)
-        if op in ("send", "recv"):
+        if op in P2P_OPS:
             return (
                 self._intra(op, size_bytes, 2)
                 if nodes == 1

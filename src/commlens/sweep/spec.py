@@ -36,6 +36,7 @@ from typing import Any
 from commlens.errors import UsageError
 from commlens.job.options import point_defaults, point_keys
 from commlens.numbers import MAX_TOLERANCE, number_problem
+from commlens.predict.networks import SPEC_FORMS
 from commlens.safefile import SMALL_LIMIT, parse_toml, read_text
 
 LAUNCH_KEYS: dict[str, type] = {"nodes": int, "link": str}
@@ -167,7 +168,7 @@ def _settings(where: str, table: dict[str, Any]) -> Settings:
     for key, value in table.items():
         if key == "networks":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise _fail(where, "networks must be a list of profile names")
+                raise _fail(where, f"networks must be a list of networks: {SPEC_FORMS}")
             values[key] = tuple(value)
         elif key in kinds:
             kind = kinds[key]
@@ -210,7 +211,7 @@ def _scale(where: str, table: Any) -> Scale:
     if "networks" in table:
         nets = table["networks"]
         if not isinstance(nets, list) or not nets or not all(isinstance(n, str) for n in nets):
-            raise _fail(where, "networks must be a non-empty list of profile names")
+            raise _fail(where, f"networks must be a non-empty list of networks: {SPEC_FORMS}")
         values["networks"] = tuple(nets)
     schemes = table.get("schemes", {})
     if not isinstance(schemes, dict):

@@ -163,13 +163,18 @@ def index(paths: list[Path]) -> tuple[dict[int, EtTrace], dict[int, EtTrace]]:
     return by_pid, by_rank
 
 
-def join(rpc: list[Any], trace: EtTrace) -> list[EtComm | None] | None:
-    """The execution trace's record of each profiler ``record_param_comms`` (same order),
-    or None when they cannot be joined."""
+BY_RF_ID = "record-function id"
+BY_ORDER = "order (the profiler trace carries no record-function ids that match)"
+
+
+def join(rpc: list[Any], trace: EtTrace) -> tuple[list[EtComm | None], str] | None:
+    """The execution trace's record of each profiler ``record_param_comms`` (same order)
+    and how they were joined (:data:`BY_RF_ID` or :data:`BY_ORDER`), or None when they
+    cannot be joined."""
     by_rf = {r.rf_id: r for r in trace.records}
     ids = [o.args.get("Record function id") for o in rpc]
     if ids and all(isinstance(i, int) and i > 0 for i in ids) and all(i in by_rf for i in ids):
-        return [by_rf[i] for i in ids]
+        return [by_rf[i] for i in ids], BY_RF_ID
     ordered = sorted(range(len(rpc)), key=lambda k: rpc[k].ts)
     if len(ordered) != len(trace.records):
         return None
@@ -179,7 +184,7 @@ def join(rpc: list[Any], trace: EtTrace) -> list[EtComm | None] | None:
         if named is not None and canonical_op(str(named)) != rec.op:
             return None
         out[k] = rec
-    return out
+    return out, BY_ORDER
 
 
 def fill_sizes(op: Op, rec: EtComm) -> None:
@@ -201,8 +206,10 @@ def fill_sizes(op: Op, rec: EtComm) -> None:
 
 
 def op_from_record(
-    rec: EtComm, world: tuple[str, tuple[int, ...], str], counts: dict[str, int]
+    rec: EtComm, world: tuple[str, tuple[int, ...], str], counts: dict[str, int], joined: str = ""
 ) -> Op | None:
+    """The op of an execution-trace record, sizes from it (``joined``: how the record
+    was joined to the profiler trace, said in the count; empty: read alone)."""
     if rec.op is None:
         return None
     name, ranks, role = world
@@ -218,7 +225,8 @@ def op_from_record(
         api="execution_trace",
     )
     fill_sizes(op, rec)
-    counts["sizes from the execution trace (joined by record-function id, else by order)"] += 1
+    how = f" (joined by {joined})" if joined else ""
+    counts[f"sizes from the execution trace{how}"] += 1
     counts["group not in the trace: the world assumed"] += 1
     return op
 

@@ -133,7 +133,8 @@ def build_rank(
     owner: list[tuple[CpuOp, int]] = []  # CPU op -> index into ops
     c10d_at = _Enclosing([(c, i) for i, c in enumerate(s.c10d)])
     used_c10d: set[int] = set()
-    et_records = et_reader.join(s.rpc, et) if et is not None else None
+    joined = et_reader.join(s.rpc, et) if et is not None else None
+    et_records, joined_by = joined if joined is not None else (None, "")
     if et is not None and et_records is None:
         run.warnings.append(
             f"rank {rank}: the execution trace could not be joined to {s.path.name} (its comm "
@@ -145,7 +146,7 @@ def build_rank(
         rec = et_records[k] if et_records is not None else None
         if op is None and "Collective name" not in o.args:
             if rec is not None:
-                op = et_reader.op_from_record(rec, world, counts)
+                op = et_reader.op_from_record(rec, world, counts, joined_by)
             elif parent is not None:
                 op = op_from_c10d(s.c10d[parent], run, counts, world)
         if parent is not None:

@@ -164,7 +164,7 @@ def index(paths: list[Path]) -> tuple[dict[int, EtTrace], dict[int, EtTrace]]:
 
 
 BY_RF_ID = "record-function id"
-BY_ORDER = "order (the profiler trace carries no record-function ids that match)"
+BY_ORDER = "order: the profiler trace carries no record-function ids that match"
 
 
 def join(rpc: list[Any], trace: EtTrace) -> tuple[list[EtComm | None], str] | None:

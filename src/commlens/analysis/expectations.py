@@ -31,7 +31,9 @@ is held only by the same-size check: its volume may vary from step to step.
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,7 @@ import pyarrow as pa
 
 from commlens.errors import UsageError
 from commlens.optable import P2P_OPS, RECEIVER
+from commlens.trace.reader import RankDamaged, RunView
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
              "int16": 2, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
@@ -83,49 +86,72 @@ class TracedValidation:
         }
 
 
+ROW_COLUMNS = ["rank", "seq", "step", "op", "pg_name", "role", "phase", "size_bytes",
+               "group_size", "count", "dtype", "peer", "pg_ranks"]  # fmt: skip
+"""The event columns the expectations read."""
+
+
 def _rows(events: pa.Table) -> list[dict[str, Any]]:
-    cols = ["rank", "seq", "step", "op", "pg_name", "role", "phase", "size_bytes", "group_size",
-            "count", "dtype", "peer", "pg_ranks"]  # fmt: skip
-    return events.select([c for c in cols if c in events.schema.names]).to_pylist()
+    return events.select([c for c in ROW_COLUMNS if c in events.schema.names]).to_pylist()
 
 
 def held_steps(events: pa.Table, windows: list[int]) -> list[int]:
     """The job's steps after its first (set-up, step −1, left out too): the recorded
     step windows, else the event steps."""
-    steps = sorted(set(windows)) or sorted({int(s) for s in events.column("step").to_pylist()})
+    return held_of(windows, {int(s) for s in events.column("step").to_pylist()})
+
+
+def held_of(windows: list[int], event_steps: set[int]) -> list[int]:
+    """:func:`held_steps` from the windows' steps and the events' steps."""
+    steps = sorted(set(windows)) or sorted(event_steps)
     steps = [s for s in steps if s >= 0]  # step -1: the set-up window
     return steps[1:] if len(steps) > 1 else steps
 
 
-def _matched_sizes(rows: list[dict[str, Any]]) -> list[Expectation]:
-    calls: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    roles: dict[str, str] = {}
-    sizes: dict[str, int] = {}
-    for r in sorted(rows, key=lambda r: (r["rank"], r["seq"])):
-        if r["op"] in P2P_OPS or (r["group_size"] or 1) < 2:
-            continue
-        calls[(r["pg_name"], r["op"])][r["rank"]].append(int(r["size_bytes"] or 0))
-        roles[r["pg_name"]] = r["role"] or roles.get(r["pg_name"], "")
-        sizes[r["pg_name"]] = int(r["group_size"])
-    out = []
-    for pg in sorted({pg for pg, _ in calls}):
-        bad: list[str] = []
-        instances = 0
-        for (g, op), per_rank in sorted(calls.items()):
-            if g != pg:
+class _Sizes:
+    """Each member's sizes of the k-th call of an op on a group, added rank by rank
+    (8 bytes a call)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str], dict[int, array[int]]] = defaultdict(dict)
+        self.roles: dict[str, str] = {}
+        self.sizes: dict[str, int] = {}
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Rows of one rank (any order; taken in seq order)."""
+        for r in sorted(rows, key=lambda r: (r["rank"], r["seq"])):
+            if r["op"] in P2P_OPS or (r["group_size"] or 1) < 2:
                 continue
-            n = max(len(v) for v in per_rank.values())
-            instances += n
-            for k in range(n):
-                seen = {rank: v[k] for rank, v in per_rank.items() if k < len(v)}
-                if len(set(seen.values())) > 1 and not bad:
-                    bad.append(f"{op} call {k + 1}: sizes {seen}")
-        partial = any(len(v) < sizes[pg] for (g, _), v in calls.items() if g == pg)
-        detail = bad[0] if bad else f"{instances} collective calls, same size on every member"
-        if partial and not bad:
-            detail += " (not every member recorded this group)"
-        out.append(Expectation("same size on every member", pg, roles[pg], True, not bad, detail))
-    return out
+            per_rank = self.calls[(r["pg_name"], r["op"])]
+            per_rank.setdefault(r["rank"], array("q")).append(int(r["size_bytes"] or 0))
+            self.roles[r["pg_name"]] = r["role"] or self.roles.get(r["pg_name"], "")
+            self.sizes[r["pg_name"]] = int(r["group_size"])
+
+    def held(self) -> list[Expectation]:
+        calls, roles, sizes = self.calls, self.roles, self.sizes
+        out = []
+        for pg in sorted({pg for pg, _ in calls}):
+            bad: list[str] = []
+            instances = 0
+            for (g, op), per_rank in sorted(calls.items()):
+                if g != pg:
+                    continue
+                n = max(len(v) for v in per_rank.values())
+                instances += n
+                for k in range(n):
+                    if bad:
+                        break
+                    seen = {rank: v[k] for rank, v in per_rank.items() if k < len(v)}
+                    if len(set(seen.values())) > 1:
+                        bad.append(f"{op} call {k + 1}: sizes {seen}")
+            partial = any(len(v) < sizes[pg] for (g, _), v in calls.items() if g == pg)
+            detail = bad[0] if bad else f"{instances} collective calls, same size on every member"
+            if partial and not bad:
+                detail += " (not every member recorded this group)"
+            out.append(
+                Expectation("same size on every member", pg, roles[pg], True, not bad, detail)
+            )
+        return out
 
 
 def _per_step(
@@ -183,28 +209,12 @@ def _wrapped(manifest: dict[str, Any]) -> Any:
 GRADIENTS = "gradient bytes per synced step = gradients of the wrapped parameters"
 
 
-def _gradients(
-    rows: list[dict[str, Any]],
-    steps: set[int],
-    wrapped: Any,
-    roles: dict[str, str],
-    synced: set[str],
-) -> list[Expectation]:
-    """Each wrapped group's gradient reductions per synced step against its wrapped
-    parameters' gradient elements (and their bytes in the dtype reduced)."""
-    groups = wrapped.get("groups") if isinstance(wrapped, dict) else None
-    if not isinstance(groups, dict):
-        why = (
-            "the manifest records no wrapped parameters"
-            if wrapped is None
-            else "the manifest's wrapped section is not one this version reads"
-        )
-        return [Expectation(GRADIENTS, pg, roles.get(pg, ""), False, False, f"not formed: {why}")
-                for pg in sorted(synced)]  # fmt: skip
-    # A wrapper's group is known by its members: a framework may reduce over a
-    # group of the same ranks made apart from the one it names (DeepSpeed ZeRO-3).
-    members = {pg: _members(entry, pg, rows) for pg, entry in groups.items()}
-    per: dict[tuple[int, ...], dict[tuple[int, int], list[int]]] = defaultdict(dict)
+Reduced = dict[tuple[int, ...], dict[tuple[int, int], list[int]]]
+"""group members -> (rank, step) -> [elements, bytes, bytes the elements take]"""
+
+
+def _gradient_sums(rows: list[dict[str, Any]], steps: set[int], per: Reduced) -> None:
+    """Add the gradient reductions of ``rows`` (held steps) to ``per``."""
     for r in rows:
         if (
             r["op"] in ("all_reduce", "reduce_scatter")
@@ -219,6 +229,30 @@ def _gradients(
             got[0] += count
             got[1] += int(r["size_bytes"] or 0)
             got[2] += count * _ITEMSIZE.get(str(r["dtype"]), 0)
+
+
+def _gradients(
+    per: Reduced,
+    first_ranks: dict[str, tuple[int, ...]],
+    wrapped: Any,
+    roles: dict[str, str],
+    synced: set[str],
+) -> list[Expectation]:
+    """Each wrapped group's gradient reductions per synced step against its wrapped
+    parameters' gradient elements (and their bytes in the dtype reduced);
+    ``first_ranks``: each group's members as its events give them."""
+    groups = wrapped.get("groups") if isinstance(wrapped, dict) else None
+    if not isinstance(groups, dict):
+        why = (
+            "the manifest records no wrapped parameters"
+            if wrapped is None
+            else "the manifest's wrapped section is not one this version reads"
+        )
+        return [Expectation(GRADIENTS, pg, roles.get(pg, ""), False, False, f"not formed: {why}")
+                for pg in sorted(synced)]  # fmt: skip
+    # A wrapper's group is known by its members: a framework may reduce over a
+    # group of the same ranks made apart from the one it names (DeepSpeed ZeRO-3).
+    members = {pg: _members(entry, pg, first_ranks) for pg, entry in groups.items()}
     out = []
     for pg in sorted(groups):
         entry = groups[pg]
@@ -250,19 +284,21 @@ def _gradients(
     return out
 
 
-def _members(entry: Any, pg: str, rows: list[dict[str, Any]]) -> tuple[int, ...]:
+def _members(entry: Any, pg: str, first_ranks: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """The ranks of a wrapped group: as the capture noted them, else as its events say."""
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
     if isinstance(ranks, list):
         return tuple(int(r) for r in ranks)
-    return next((tuple(r["pg_ranks"] or ()) for r in rows if r["pg_name"] == pg), ())
+    return first_ranks.get(pg, ())
 
 
-def _pairs(rows: list[dict[str, Any]]) -> list[Expectation]:
-    """Point-to-point: what each rank sent each peer, received by it (calls and bytes)."""
-    sent: dict[tuple[str, int, int], list[int]] = defaultdict(lambda: [0, 0])
-    got: dict[tuple[str, int, int], list[int]] = defaultdict(lambda: [0, 0])
-    ranks = {int(r["rank"]) for r in rows}
+Traffic = dict[tuple[str, int, int], list[int]]
+"""(op, sender, receiver) -> [calls, bytes]"""
+
+
+def _pair_sums(rows: list[dict[str, Any]], sent: Traffic, got: Traffic, ranks: set[int]) -> None:
+    """Add what ``rows`` send and receive (and their ranks) to ``sent``, ``got``, ``ranks``."""
+    ranks.update(int(r["rank"]) for r in rows)
     for r in rows:
         op, peer = r["op"], r["peer"]
         if op not in P2P_OPS or peer is None or peer < 0:
@@ -273,6 +309,10 @@ def _pairs(rows: list[dict[str, Any]]) -> list[Expectation]:
             key, side = (op, int(peer), int(r["rank"])), got
         side[key][0] += 1
         side[key][1] += int(r["size_bytes"] or 0)
+
+
+def _pairs(sent: Traffic, got: Traffic, ranks: set[int]) -> list[Expectation]:
+    """Point-to-point: what each rank sent each peer, received by it (calls and bytes)."""
     pairs = {k for k in set(sent) | set(got) if k[1] in ranks and k[2] in ranks}
     if not pairs:
         return []
@@ -294,25 +334,57 @@ def traced_expectations(
     events: pa.Table, manifest: dict[str, Any], windows: list[int]
 ) -> TracedValidation:
     """Form and hold the expectations (module docstring) over the events of a traced run."""
-    steps = held_steps(events, windows)
+    return traced_by_rank([events], manifest, held_steps(events, windows))
+
+
+def traced_by_rank(
+    tables: Iterable[pa.Table], manifest: dict[str, Any], steps: list[int]
+) -> TracedValidation:
+    """:func:`traced_expectations` over the events given a table at a time (each holding
+    every event of the ranks in it: a rank at a time keeps memory to one rank's events
+    and a few numbers per collective call), held over ``steps`` (:func:`held_of`)."""
     kept = set(steps)
-    rows = [r for r in _rows(events) if r["step"] in kept]
-    result = TracedValidation(steps=steps, ranks=sorted({int(r["rank"]) for r in rows}))
-    roles = {r["pg_name"]: r["role"] or "" for r in rows if r["role"]}
-    result.expectations.extend(_matched_sizes(rows))
-    ddp = _per_step(rows, kept, "all_reduce", _gradient_sync)
+    sizes = _Sizes()
+    roles: dict[str, str] = {}
+    held_ranks: set[int] = set()
+    ddp: dict[str, dict[tuple[int, int], tuple[int, int]]] = defaultdict(dict)
+    sharded: dict[str, dict[str, dict[tuple[int, int], tuple[int, int]]]] = {
+        op: defaultdict(dict) for op in ("reduce_scatter", "all_gather")
+    }
+    reduced: Reduced = defaultdict(dict)
+    first_ranks: dict[str, tuple[int, ...]] = {}
+    sent: Traffic = defaultdict(lambda: [0, 0])
+    got: Traffic = defaultdict(lambda: [0, 0])
+    all_ranks: set[int] = set()
+    for table in tables:
+        every = _rows(table)
+        _pair_sums(every, sent, got, all_ranks)
+        rows = [r for r in every if r["step"] in kept]
+        del every
+        held_ranks.update(int(r["rank"]) for r in rows)
+        roles.update((r["pg_name"], r["role"] or "") for r in rows if r["role"])
+        for r in rows:
+            first_ranks.setdefault(r["pg_name"], tuple(r["pg_ranks"] or ()))
+        sizes.add(rows)
+        for pg, per in _per_step(rows, kept, "all_reduce", _gradient_sync).items():
+            ddp[pg].update(per)
+        for op, into in sharded.items():
+            for pg, per in _per_step(rows, kept, op, lambda r: r["phase"] in MODEL_PHASES).items():
+                into[pg].update(per)
+        _gradient_sums(rows, kept, reduced)
+    result = TracedValidation(steps=steps, ranks=sorted(held_ranks))
+    result.expectations.extend(sizes.held())
     for pg, per in sorted(ddp.items()):
         name = "dp all-reduce bytes per synced step constant"
         result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
-    sharded = []
     for op in ("reduce_scatter", "all_gather"):
-        model = _per_step(rows, kept, op, lambda r: r["phase"] in MODEL_PHASES)
-        for pg, per in sorted(model.items()):
-            sharded.append(pg)
+        for pg, per in sorted(sharded[op].items()):
             name = f"{op} bytes per step constant"
             result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
-    result.expectations.extend(_gradients(rows, kept, _wrapped(manifest), roles, set(ddp)))
-    result.expectations.extend(_pairs(_rows(events)))
+    result.expectations.extend(
+        _gradients(reduced, first_ranks, _wrapped(manifest), roles, set(ddp))
+    )
+    result.expectations.extend(_pairs(sent, got, all_ranks))
     if steps:
         result.notes.append(
             f"held steps {steps[0]}..{steps[-1]}: the job's steps after the first; set-up and "
@@ -324,12 +396,31 @@ def traced_expectations(
 
 
 def validate_traced(run: Any) -> TracedValidation:
-    """Hold a loaded traced run (``commlens.load_run``) against what its own
-    communication implies."""
-    if run.events.num_rows == 0:
-        raise UsageError(f"{run.path}: the run has no communication events to validate")
-    windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
-    result = traced_expectations(run.events, run.manifest, windows)
+    """Hold a traced run, loaded (``commlens.load_run``) or a
+    :class:`~commlens.trace.reader.RunView` (read a rank at a time, so that memory
+    holds one rank's events), against what its own communication implies."""
+    if isinstance(run, RunView):
+        windows = run.sql("SELECT DISTINCT step FROM steps").column("step").to_pylist()
+        found = run.sql("SELECT DISTINCT step FROM events").column("step").to_pylist()
+        if not found:
+            raise UsageError(f"{run.path}: the run has no communication events to validate")
+        steps = held_of([int(s) for s in windows], {int(s) for s in found if s is not None})
+        result = traced_by_rank(_rank_tables(run), run.manifest, steps)
+    else:
+        if run.events.num_rows == 0:
+            raise UsageError(f"{run.path}: the run has no communication events to validate")
+        windows = [int(s) for s in run.steps_table().column("step").to_pylist()]
+        result = traced_expectations(run.events, run.manifest, windows)
     for rank in getattr(run, "missing_ranks", []):
         result.notes.append(f"rank {rank}: events missing or truncated, not held")
     return result
+
+
+def _rank_tables(view: RunView) -> Iterator[pa.Table]:
+    """Each rank's events (:data:`ROW_COLUMNS`), a rank at a time; a rank found damaged
+    is left out (the view drops it, with a warning)."""
+    for rank in view.ranks:
+        try:
+            yield view.read_rank(rank, ROW_COLUMNS, dictionary=False)
+        except RankDamaged:
+            continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from commlens.cli.net import add_page_options
@@ -42,15 +43,28 @@ def run(args: argparse.Namespace) -> int:
     from commlens.report.output import emit
     from commlens.report.provenance import provenance_facts
     from commlens.report.validate import validation_document
-    from commlens.trace.reader import load_run
+    from commlens.trace.reader import RunView, load_run, open_run
 
-    loaded = load_run(args.run)
+    # a traced run (no model to predict from) is held against its own traffic, a rank
+    # at a time; one with a model is loaded whole
+    run: Any = open_run(args.run)
     result: Any
-    if is_traced(loaded.manifest):  # no model to predict from: held against its own traffic
-        result = validate_traced(loaded)
-    else:
-        result = validate_run(loaded, args.tolerance, args.skip_step0)
+    try:
+        if is_traced(run.manifest):
+            shown = len(run.warnings)
+            for line in run.warnings:
+                print(f"commlens: warning: {line}", file=sys.stderr)
+            result = validate_traced(run)
+            for line in run.warnings[shown:]:  # ranks found damaged while read
+                print(f"commlens: warning: {line}", file=sys.stderr)
+        else:
+            run.close()
+            run = load_run(args.run)
+            result = validate_run(run, args.tolerance, args.skip_step0)
+    finally:
+        if isinstance(run, RunView):
+            run.close()
     doc = validation_document(result)
-    doc.facts += provenance_facts(loaded.manifest)  # an imported run says where it came from
+    doc.facts += provenance_facts(run.manifest)  # an imported run says where it came from
     emit(doc, None, args.format, width=args.width)
     return 0 if result.ok else 1

@@ -26,10 +26,16 @@ FIELDS = ("service_s", "time_s", "exposed_s")
 
 
 def _answers(folder: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Each (job, link)'s first whatif answers, one per run, in run order."""
+    """Each (job, link)'s whatif answers, one per run (its latest: a run scored again
+    with ``--reuse`` has answers numbered on), in run order."""
+    latest: dict[str, tuple[int, Path]] = {}
+    for path in folder.glob("*-r*.whatif-*.json"):
+        run, number = path.name.removesuffix(".json").rsplit(".whatif-", 1)
+        if number.isdigit() and int(number) >= latest.get(run, (-1, path))[0]:
+            latest[run] = (int(number), path)
     found: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for path in sorted(folder.glob("*-r*.whatif-0.json")):
-        m = re.fullmatch(r"(.+)-([^-]+)-r(\d+)\.whatif-0\.json", path.name)
+    for run, (_, path) in sorted(latest.items()):
+        m = re.fullmatch(r"(.+)-([^-]+)-r(\d+)", run)
         if m:
             found.setdefault((m[1], m[2]), []).append(json.loads(path.read_text()))
     return found

@@ -168,9 +168,7 @@ def table(window: Window, title: str, slow: str, fast: str) -> str:
                 f"sensitivity {job} ({slow} over {fast}): predicted {guess:.2f}x, "
                 f"measured {real:.2f}x ({guess / real - 1.0:+.1%})"
             )
-    if window.loads:
-        lines.append(
-            f"load average (1 min) over the runs: {min(window.loads):.1f} to "
-            f"{max(window.loads):.1f}"
-        )
+    loads = [x for x in window.loads if x == x]  # nan: a reused run's load is not known
+    if loads:
+        lines.append(f"load average (1 min) over the runs: {min(loads):.1f} to {max(loads):.1f}")
     return "\n".join(lines)

@@ -29,7 +29,8 @@ its noise (the larger cv of its link's runs and of the captures) is within
 10%, else printed as "host noise too large".
 
 ``scale``: ``ddp-sleep`` and gpt-tiny's ``zero3`` captured on 2 ranks (one per
-node, 1 Gbit/s), predicted with ``whatif --dp 4 --nodes 2 --ranks-per-node 2``
+node, 1 Gbit/s), predicted with ``whatif --dp 4 --ranks-per-node 2`` (ranks 0, 1
+on one node, their copies 2, 3 on the other)
 against runs on 4 ranks over 2 nodes; and those 4-rank runs predicted with
 ``--nodes 4 --ranks-per-node 1`` against runs on 4 nodes.
 
@@ -91,6 +92,7 @@ class Options:
     real: str | None
     out: Path
     fit_unshaped: bool
+    reuse: bool = False
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -117,6 +119,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "start of each window (the built-in model of it when the fit is refused as poor)",
     )
     p.add_argument("--quick", action="store_true", help="6 steps, 2 repeats, one window")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the runs already in --out (scoring again, e.g. on newer whatif code)",
+    )
     a = p.parse_args(argv)
     sets = [s for s in a.set.split(",") if s]
     bad = [s for s in sets if s not in SETS]
@@ -144,6 +151,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         a.real,
         a.out.resolve(),
         a.fit_unshaped,
+        a.reuse,
     )
 
 
@@ -171,14 +179,22 @@ class Run:
     load: float
 
 
-def launch(job: str, out: Path, link: str, steps: int, nproc: int = 4, nodes: int = 2) -> Run:
-    """Run ``job`` once (a second try if it fails), logging its time and load average."""
+def launch(
+    job: str, out: Path, link: str, steps: int, nproc: int = 4, nodes: int = 2, reuse: bool = False
+) -> Run:
+    """Run ``job`` once (a second try if it fails), logging its time and load average
+    (kept beside the run as ``RUN.load``; with ``reuse``, a run made before is kept)."""
+    load_file = out.parent / f"{out.name}.load"
+    if reuse and (out / "run.json").is_file():  # its load unknown (nan) if not kept
+        load = float(load_file.read_text()) if load_file.is_file() else float("nan")
+        return Run(job, link, out, load)
     cmd = job_command(job, out, link, steps, nproc, nodes)
     for attempt in (1, 2):
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
         load = os.getloadavg()[0]
         if proc.returncode == 0:
+            load_file.write_text(f"{load}\n")
             print(
                 f"  {out.name}: {time.perf_counter() - t:.0f} s, load average {load:.1f}",
                 flush=True,
@@ -268,7 +284,7 @@ def run_window(opts: Options, window: int, attempt: int) -> tuple[Window, str]:
         for link in LINKS:
             for job in jobs:
                 out = where / f"{job}-{link}-r{rep}"
-                runs[job, link].append(launch(job, out, link, opts.steps))
+                runs[job, link].append(launch(job, out, link, opts.steps, reuse=opts.reuse))
     result = Window(loads=[r.load for rs in runs.values() for r in rs])
     for job in jobs:
         answers = [whatif(r.path, nets) for r in runs[job, CAPTURE]]
@@ -322,10 +338,12 @@ def scale_set(opts: Options) -> None:
         for job in jobs:
             for shape, (nproc, nodes) in shapes.items():
                 out = where / f"{job}-{shape}-r{rep}"
-                runs[job, shape].append(launch(job, out, CAPTURE, opts.steps, nproc, nodes))
+                runs[job, shape].append(
+                    launch(job, out, CAPTURE, opts.steps, nproc, nodes, opts.reuse)
+                )
     result = Window(loads=[r.load for rs in runs.values() for r in rs])
-    cases = (
-        ("2x1", "4x2", ["--dp", "4", "--nodes", "2", "--ranks-per-node", "2"]),
+    cases = (  # --nodes/--ranks-per-node place the captured ranks; --dp's copies follow
+        ("2x1", "4x2", ["--dp", "4", "--ranks-per-node", "2"]),
         ("4x2", "4x4", ["--nodes", "4", "--ranks-per-node", "1"]),
     )
     for job in jobs:
@@ -359,7 +377,8 @@ def fsdp2_set(opts: Options) -> None:
     runs: dict[str, list[Run]] = {FAST: [], SLOW: []}
     for rep in range(1, opts.repeats + 1):
         for link in (FAST, SLOW):
-            runs[link].append(launch(job, where / f"{link}-r{rep}", link, opts.steps, 2, 2))
+            out = where / f"{link}-r{rep}"
+            runs[link].append(launch(job, out, link, opts.steps, 2, 2, opts.reuse))
     measured = [captured(whatif(r.path, [SLOW])) for r in runs[SLOW]]
     target = mean(measured)
     lines = [
@@ -378,8 +397,9 @@ def fsdp2_set(opts: Options) -> None:
             f"{err:+7.1%} {'yes' if abs(err) <= 0.10 else 'no':>10s} "
             f"{'yes' if guess >= own else 'NO':>19s}"
         )
-    loads = [r.load for rs in runs.values() for r in rs]
-    lines.append(f"load average over the runs: {min(loads):.1f} to {max(loads):.1f}")
+    loads = [r.load for rs in runs.values() for r in rs if r.load == r.load]
+    if loads:
+        lines.append(f"load average over the runs: {min(loads):.1f} to {max(loads):.1f}")
     print("\n".join(lines), flush=True)
 
 

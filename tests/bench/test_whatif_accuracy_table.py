@@ -136,3 +136,15 @@ def test_table_prints_verdicts_signs_and_sensitivity(tab: ModuleType) -> None:
     assert "controlled cells: 3 pass" in text and "real cells: 1 host noise too large" in text
     assert "sensitivity ddp-sleep (200mbit over unshaped): predicted 3.00x, measured 2.95x" in text
     assert "load average (1 min) over the runs: 1.5 to 3.2" in text
+
+
+def test_reuse_keeps_a_run_and_its_load(acc: ModuleType, tmp_path: Path) -> None:
+    run = tmp_path / "ddp-sleep-1gbit-r1"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    opts = acc.parse_args(["--reuse", "--out", str(tmp_path)])
+    assert opts.reuse and opts.out == tmp_path
+    kept = acc.launch("ddp-sleep", run, "1gbit", 12, reuse=True)  # nothing is started
+    assert kept.path == run and kept.load != kept.load  # not known: nan
+    (tmp_path / "ddp-sleep-1gbit-r1.load").write_text("2.5\n")
+    assert acc.launch("ddp-sleep", run, "1gbit", 12, reuse=True).load == 2.5

@@ -2,7 +2,7 @@
 reads one (whatif, report, compare, validate, the README's tour): ``shared_runs``.
 
 Each is made on first use, by the installed ``commlens`` as a user runs it, with
-its stdout kept: ``dp`` and ``pp`` are ``commlens run`` of gpt-tiny on 2 ranks
+its output kept: ``dp`` and ``pp`` are ``commlens run`` of gpt-tiny on 2 ranks
 (3 steps, 16 tokens, micro-batch 2, 2 micro-batches); ``traced`` is ``commlens
 trace`` of ``examples/ddp_train.py`` under torchrun on 2 ranks, the README's
 ``runs/ddp``. Tests read them and never write into them (copy one first).
@@ -35,38 +35,40 @@ class Captured:
     path: Path
     argv: list[str]
     stdout: str
+    stderr: str
 
 
-def _commlens(argv: list[str]) -> str:
+def _commlens(out: Path, argv: list[str]) -> Captured:
     proc = subprocess.run(
         [str(BIN / "commlens"), *argv],
         capture_output=True,
         text=True,
         timeout=240,
-        env=dict(os.environ, COLUMNS="120"),
+        env=dict(os.environ, COLUMNS="100"),  # as the README shows its output
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return Captured(out, argv, proc.stdout, proc.stderr)
 
 
 def capture_run(out: Path, scheme: str) -> Captured:
     """``commlens run`` of gpt-tiny on 2 ranks under ``scheme`` (see :data:`RUN_ARGS`)."""
     argv = ["run", *RUN_ARGS, "--scheme", scheme, "--out", str(out)]
-    return Captured(out, argv, _commlens(argv))
+    return _commlens(out, argv)
 
 
 def trace_script(out: Path) -> Captured:
     """``commlens trace`` of the plain DDP example under torchrun (a third-party script)."""
     argv = ["trace", "--out", str(out), "--"]
     argv += [str(BIN / "torchrun"), "--nproc_per_node", "2", str(TRACED_SCRIPT)]
-    return Captured(out, argv, _commlens(argv))
+    return _commlens(out, argv)
 
 
 MAKERS = {
-    "dp": lambda out: capture_run(out, "dp"),
-    "pp": lambda out: capture_run(out, "pp"),
-    "traced": trace_script,
+    "dp": lambda root: capture_run(root / "gpt-dp", "dp"),
+    "pp": lambda root: capture_run(root / "gpt-pp", "pp"),
+    "traced": lambda root: trace_script(root / "ddp"),
 }
+"""Each run by name, made under a root folder (named as the README's runs)."""
 
 
 class SharedRuns(Mapping[str, Captured]):
@@ -78,7 +80,7 @@ class SharedRuns(Mapping[str, Captured]):
 
     def __getitem__(self, name: str) -> Captured:
         if name not in self.made:
-            self.made[name] = MAKERS[name](self.root / name)
+            self.made[name] = MAKERS[name](self.root)
         return self.made[name]
 
     def __iter__(self) -> Iterator[str]:

@@ -47,6 +47,7 @@ from commlens.analysis.matched.intervals import windows_by_rank
 from commlens.analysis.matched.match import kth
 from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows
 from commlens.analysis.matched.queues import queue_service
+from commlens.analysis.matched.run import check_clocks
 from commlens.analysis.matching import Matched, MatchPart, compact, match_calls
 from commlens.analysis.rankagg import (
     BUCKET_SQL,
@@ -160,6 +161,7 @@ def rank_pass(
 def _pass_over(
     view: RunView, made: frozenset[str], util_bins: int | None, headline: StepRange | None
 ) -> RankPass:
+    check_clocks(view)  # the times every command sees (whatif's too)
     while True:
         missing = list(view.missing_ranks)
         try:

@@ -30,9 +30,10 @@ def clocks(manifest: Manifest) -> dict[int, Clock]:
     return {r: info.clock for r, info in manifest.ranks.items() if info.clock is not None}
 
 
-def clock_table(manifest: Manifest) -> pa.Table:
-    """``rank, offset_ns, drift, t_ref_ns``: the table :func:`align_sql` joins on."""
-    found = clocks(manifest)
+def clock_table(manifest: Manifest | dict[int, Clock]) -> pa.Table:
+    """``rank, offset_ns, drift, t_ref_ns``: the table :func:`align_sql` joins on (of the
+    manifest's clocks, or of the clocks given)."""
+    found = clocks(manifest) if isinstance(manifest, Manifest) else manifest
     return pa.table(
         {
             "rank": pa.array(list(found), pa.int32()),
@@ -50,6 +51,11 @@ def align_sql(col: str, clock: str = "c") -> str:
         f"({col} + coalesce({clock}.offset_ns, 0) + CAST(round_even(coalesce({clock}.drift, 0.0)"
         f" * ({col} - coalesce({clock}.t_ref_ns, 0)), 0) AS BIGINT))"
     )
+
+
+def moved(clock: Clock, ns: int) -> Clock:
+    """``clock`` moving times ``ns`` nanoseconds further."""
+    return Clock(clock.offset_ns + ns, clock.drift, clock.t_ref_ns)
 
 
 def moves(clock: Clock) -> bool:

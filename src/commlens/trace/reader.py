@@ -50,7 +50,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from commlens.errors import RunFormatError
-from commlens.trace.align import NO_CLOCK, align_numpy, align_sql, clock_table, clocks, moves
+from commlens.trace.align import (
+    NO_CLOCK,
+    align_numpy,
+    align_sql,
+    clock_table,
+    clocks,
+    moved,
+    moves,
+)
 from commlens.trace.files import one_line, open_files, ranks_table
 from commlens.trace.manifest import Clock, Manifest, read_manifest
 from commlens.trace.roles import apply_roles, group_roles, role_sql
@@ -140,9 +148,10 @@ class Run:
         return ranks_table(self.checked, set(self.ranks), self.missing_ranks)
 
 
-def step_windows(manifest: Manifest) -> pa.Table:
+def step_windows(manifest: Manifest, shifts: dict[int, int] | None = None) -> pa.Table:
     """``rank, step, t_start_ns, t_end_ns, duration_s`` of every rank's recorded steps,
-    the times on rank 0's clock, the duration as the rank's own clock measured it; a
+    the times on rank 0's clock (moved ``shifts[rank]`` ns further where given: see
+    :meth:`RunView.move_clocks`), the duration as the rank's own clock measured it; a
     window that ends before it starts is left out, and so is the tail after the last
     optimizer step, which is no step (its events are "after last step" to the analysis)."""
     rank: list[int] = []
@@ -168,6 +177,10 @@ def step_windows(manifest: Manifest) -> pa.Table:
         if mask.any():
             t_start[mask] = align_numpy(t_start[mask], clock)
             t_end[mask] = align_numpy(t_end[mask], clock)
+    for r, ns in (shifts or {}).items():
+        mask = ranks == r
+        t_start[mask] += ns
+        t_end[mask] += ns
     return pa.table([ranks, np.array(step, np.int32), t_start, t_end, duration], STEPS_SCHEMA)
 
 
@@ -210,6 +223,9 @@ class RunView:
     """group name -> its one role for the run, read into every event of the group."""
     problems: list[str] = field(default_factory=list)
     """Times that cannot be (:mod:`commlens.trace.sanity`), each also a warning."""
+    shifts: dict[int, int] | None = None
+    """rank -> ns its clock was moved by after the causal check of the run's own order
+    (:meth:`move_clocks`); None until the check was made."""
 
     @property
     def name(self) -> str:
@@ -294,6 +310,19 @@ class RunView:
         _create_raw_events(self)
         _create_ranks(self)
         return line
+
+    def move_clocks(self, shifts: dict[int, int]) -> None:
+        """Move each rank's times ``shifts[rank]`` ns further (a correction of its
+        clock offset found from the run's own order:
+        :mod:`commlens.analysis.matched.clocks`): every view and read after this
+        sees them moved. A loaded Run's events are aligned already: they stay."""
+        self.shifts = {r: ns for r, ns in shifts.items() if ns} if self.scans else {}
+        if not self.shifts:
+            return
+        for rank, ns in self.shifts.items():
+            self.clocks[rank] = moved(self.clocks.get(rank, NO_CLOCK), ns)
+        _create_events(self)
+        _create_steps(self)
 
     def check_times(
         self, rank: int, step: np.ndarray, t_issue: np.ndarray, t_end: np.ndarray
@@ -552,13 +581,7 @@ def _view(
         view.scans[rank] = f"SELECT {_step0_sql(found.manifest, rank)} FROM parts_{rank}"
     con.register("empty_events", EVENT_SCHEMA.empty_table())
     _create_raw_events(view)
-    con.register("clocks", clock_table(found.manifest))
-    aligned = ", ".join(f"{align_sql('e.' + c)} AS {c}" for c in TIME_COLUMNS)
-    con.execute(
-        f"CREATE VIEW events AS SELECT e.* REPLACE ({aligned}, {role_sql(roles, 'e.')} AS role) "
-        f"FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank "
-        f"WHERE {step_filter(steps, 'e.step')}"
-    )
+    _create_events(view)
     view.with_events = {r for r, src in view.sources.items() if _has_rows(src)}
     view.missing_ranks = found.missing(view.with_events)
     _create_steps(view)
@@ -628,10 +651,22 @@ def _quote(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
-def _create_steps(view: RunView) -> None:
-    view.con.register("all_steps", step_windows(view.info))
+def _create_events(view: RunView) -> None:
+    """``events``: the raw events, times on rank 0's clock by the view's clocks."""
+    view.con.register("clocks", clock_table(view.clocks))
+    aligned = ", ".join(f"{align_sql('e.' + c)} AS {c}" for c in TIME_COLUMNS)
     view.con.execute(
-        f"CREATE VIEW steps AS SELECT * FROM all_steps WHERE {step_filter(view.steps)}"
+        f"CREATE OR REPLACE VIEW events AS SELECT e.* REPLACE ({aligned}, "
+        f"{role_sql(view.roles, 'e.')} AS role) "
+        f"FROM raw_events e LEFT JOIN clocks c ON e.rank = c.rank "
+        f"WHERE {step_filter(view.steps, 'e.step')}"
+    )
+
+
+def _create_steps(view: RunView) -> None:
+    view.con.register("all_steps", step_windows(view.info, view.shifts))
+    view.con.execute(
+        f"CREATE OR REPLACE VIEW steps AS SELECT * FROM all_steps WHERE {step_filter(view.steps)}"
     )
 
 

@@ -14,7 +14,7 @@ corrected along a spanning tree of the tightest pairs (from the lowest
 rank): a pair keeps its offset when it fits the bounds, else takes the
 middle of them (the NTP estimate). Runs that respect causality are left
 alone. Every command reads a run's times after this check
-(:func:`commlens.analysis.matched.run.matched_run`, ``rank_pass``).
+(:mod:`commlens.analysis.matched.run`: ``whatif``'s program, ``rank_pass``'s view).
 """
 
 from __future__ import annotations

@@ -171,41 +171,47 @@ def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
     return pc.fill_null(table.column(name), null).to_numpy().astype(np.int64, copy=False)
 
 
-def read_ops(path: str | Path) -> RunOps:
-    """Every rank's ops of the run in ``path`` (a rank whose file is damaged is left out,
-    in :attr:`RunOps.missing_ranks`)."""
-    with open_run(path) as view:
-        names = {c: Codes() for c in STRINGS}
-        cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
-        members: dict[int, tuple[int, ...]] = {}
-        for rank in view.ranks:
-            try:
-                table, order = rank_rows(view, rank, list(OP_COLUMNS))
-            except RankDamaged:
-                continue
-            view.check_times(
-                rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
-                _ints(table, "t_end_ns", 0),
-            )  # fmt: skip
-            for c in OP_COLUMNS:  # may be a view of the table's buffers: own a copy
-                cols[c].append(np.require(_column(table, c, names), requirements=["W", "O"]))
-            cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int32))
-            del table
-            group = cols["pg_name"][-1]
-            new = [g for g in np.unique(group).tolist() if g not in members]
-            if new:
-                first = [int(np.argmax(group == g)) for g in new]
-                read = pg_ranks_reader(view, rank, order)
-                for g, ranks in zip(new, read(first), strict=True):
-                    members[g] = tuple(int(r) for r in (ranks or ()))
-        steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
-        facts = (view.world_size, list(view.missing_ranks), list(view.problems))
-        manifest, warnings = view.manifest, list(view.warnings)
+def read_ops(source: str | Path | RunView) -> RunOps:
+    """Every rank's ops of the run in ``source`` (a directory, or a view of one: its
+    steps), a rank whose file is damaged left out (in :attr:`RunOps.missing_ranks`)."""
+    if isinstance(source, RunView):
+        return _read_ops(source, source.name)
+    with open_run(source) as view:
+        return _read_ops(view, Path(source).name or str(source))
+
+
+def _read_ops(view: RunView, name: str) -> RunOps:
+    names = {c: Codes() for c in STRINGS}
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
+    members: dict[int, tuple[int, ...]] = {}
+    for rank in view.ranks:
+        try:
+            table, order = rank_rows(view, rank, list(OP_COLUMNS))
+        except RankDamaged:
+            continue
+        view.check_times(
+            rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
+            _ints(table, "t_end_ns", 0),
+        )  # fmt: skip
+        for c in OP_COLUMNS:  # may be a view of the table's buffers: own a copy
+            cols[c].append(np.require(_column(table, c, names), requirements=["W", "O"]))
+        cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int32))
+        del table
+        group = cols["pg_name"][-1]
+        new = [g for g in np.unique(group).tolist() if g not in members]
+        if new:
+            first = [int(np.argmax(group == g)) for g in new]
+            read = pg_ranks_reader(view, rank, order)
+            for g, ranks in zip(new, read(first), strict=True):
+                members[g] = tuple(int(r) for r in (ranks or ()))
+    steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+    facts = (view.world_size, list(view.missing_ranks), list(view.problems))
+    manifest, warnings = view.manifest, list(view.warnings)
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
     ev = {c: _joined(v, c) for c, v in cols.items()}
     groups = names["pg_name"].values
     return RunOps(
-        name=Path(path).name or str(path),
+        name=name,
         world_size=facts[0],
         rank=ev["rank"],
         op=ev["op"],

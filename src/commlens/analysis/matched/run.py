@@ -4,7 +4,8 @@
 (:mod:`commlens.analysis.matched.match`), then checks the clocks against the
 order the matching implies (:mod:`commlens.analysis.matched.clocks`) and moves
 a rank whose ops end before their peers issued them: what ``whatif`` replays,
-and what ``report`` times (``rank_pass`` applies the same shifts).
+and what ``report`` times: :func:`check_clocks` moves a view's clocks by the
+same shifts before the rank pass reads it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import numpy as np
 from commlens.analysis.matched.clocks import causal_shifts, shift_clocks
 from commlens.analysis.matched.match import match_collectives, match_p2p
 from commlens.analysis.matched.ops import RunOps, read_ops
+from commlens.errors import RunFormatError
 from commlens.optable import RECVS, SENDS
+from commlens.trace.reader import RunView, open_run
 
 
 @dataclass
@@ -83,7 +86,35 @@ def match_run(ops: RunOps) -> Matching:
     return matching
 
 
-def matched_run(path: str) -> tuple[RunOps, Matching]:
-    """The run in ``path`` read (:func:`read_ops`) and matched (:func:`match_run`)."""
-    ops = read_ops(path)
-    return ops, match_run(ops)
+def check_clocks(view: RunView) -> dict[int, int]:
+    """The causal check of ``view``'s run, once per view: the run's ops (every step)
+    matched as ``whatif`` matches them (:func:`match_run`), and the view's clocks moved
+    by the shifts found (:meth:`RunView.move_clocks`), so that every command times
+    one event the same. A run whose ranks cannot be matched (desynchronised, a send
+    without its receive) is taken as read. rank -> ns moved (non-zero only)."""
+    if view.shifts is not None:
+        return view.shifts
+    if not view.scans:  # a loaded Run: its events are aligned as they are
+        view.move_clocks({})
+        return {}
+    moved = {r: int(ns) for r, ns in enumerate(_shifts(view).tolist()) if ns}
+    view.move_clocks(moved)
+    for r, ns in moved.items():
+        line = (
+            f"rank {r}: clock moved by {ns / 1e6:+.3f} ms: with its measured offset its "
+            "ops end before their peers issued them (corrected from the run's own order)"
+        )
+        if line not in view.warnings:
+            view.warnings.append(line)
+    return moved
+
+
+def _shifts(view: RunView) -> np.ndarray:
+    """The causal shifts of ``view``'s whole run (none where it cannot be matched)."""
+    try:
+        if view.steps is None:
+            return match_run(read_ops(view)).clock_shifts
+        with open_run(view.path) as whole:
+            return match_run(read_ops(whole)).clock_shifts
+    except RunFormatError:
+        return np.zeros(0, np.int64)

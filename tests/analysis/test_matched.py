@@ -1,0 +1,176 @@
+"""The matched-run layer: one matching rule, queue starts, unions and exposure, the clock
+check; what ``report`` and ``whatif`` read of one run is the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from commlens.analysis import open_run, rank_pass, skew_table, step_table
+from commlens.analysis.matched.intervals import cover, exposure
+from commlens.analysis.matched.match import agreement, numbering, positions
+from commlens.analysis.matched.ops import read_ops
+from commlens.analysis.matched.queues import (
+    instance_starts,
+    queue_service,
+    running_max,
+    service_starts,
+)
+from commlens.analysis.matched.run import check_clocks, match_run
+from commlens.analysis.skew import matched_events
+from commlens.errors import RunFormatError
+from commlens.trace.synthetic import T0_NS, US, ev, write_run
+from commlens.whatif.model import build_program
+from commlens.whatif.source import read_trace
+from commlens.whatif.study import self_check
+
+STEPS = {r: [(0.0, 1000.0), (1000.0, 2000.0)] for r in range(2)}
+
+
+def _run(tmp_path: Path, events: list[dict[str, Any]], **kw: Any) -> Path:
+    return write_run(tmp_path / "run", events, world_size=2, steps=STEPS, **kw)
+
+
+def test_positions_and_numbering_give_each_groups_kth_call_one_id() -> None:
+    pos, order = positions(np.array([5, 3, 5, 5, 3]))
+    assert pos.tolist() == [0, 0, 1, 2, 1] and order.tolist() == [1, 4, 0, 2, 3]
+    number = numbering({7: 2, 3: 3})  # group 3 first: ids 0..2, then group 7: 3..4
+    assert number.ids(np.array([7, 3, 7]), np.array([1, 2, 0])).tolist() == [4, 2, 3]
+    assert number.total == 5 and number.group_of(np.array([0, 2, 3, 4])).tolist() == [0, 0, 1, 1]
+    seen, lo, hi = agreement(
+        [np.array([0, 1]), np.array([1, 0])], [np.array([2, 2]), np.array([2, 9])], 3
+    )
+    assert seen.tolist() == [2, 2, 0] and (lo == hi).tolist() == [False, True, False]
+
+
+def test_report_and_whatif_match_collectives_by_one_rule(tmp_path: Path) -> None:
+    # group "0": the k-th collective on a group is one instance whatever its op; a
+    # send/recv on the same group is no collective and shifts no position
+    events = []
+    for r in range(2):
+        events += [
+            ev(r, "all_reduce", 10, 20, step=0),
+            ev(r, "send" if r == 0 else "recv", 30, 40, peer=1 - r, step=0),
+            ev(r, "broadcast", 50 + r, 60, step=0, peer=0),
+            ev(r, "all_reduce", 1010, 1020, step=1),
+        ]
+    run = _run(tmp_path, events)
+    ops = read_ops(run)
+    m = match_run(ops)
+    coll = m.send_of < 0
+    assert m.instances == 4 and int(coll.sum()) == 3
+    by_event = {
+        (int(ops.rank[e]), ops.op_names[int(ops.op[e])], int(ops.step[e])): int(m.inst[e])
+        for e in range(ops.events)
+    }
+    for key in [("all_reduce", 0), ("broadcast", 0), ("all_reduce", 1)]:
+        assert by_event[(0, *key)] == by_event[(1, *key)]
+    table = matched_events(rank_pass(run, match=True))
+    k = {(row["rank"], row["op"], row["step"]): row["k"] for row in table.to_pylist()}
+    # report numbers the same calls: the k-th collective on the group (from 1)
+    assert k == {
+        (r, op, s): i + 1
+        for r in range(2)
+        for i, (op, s) in enumerate([("all_reduce", 0), ("broadcast", 0), ("all_reduce", 1)])
+    }
+
+
+def test_members_that_disagree_on_the_op_are_left_out_by_report_and_refused_by_whatif(
+    tmp_path: Path,
+) -> None:
+    events = [
+        ev(0, "all_reduce", 10, 20), ev(0, "broadcast", 30, 40, peer=0),
+        ev(1, "broadcast", 10, 20, peer=0), ev(1, "all_reduce", 30, 40),
+        ev(0, "all_gather", 50, 60), ev(1, "all_gather", 50, 60),
+    ]  # fmt: skip
+    run = _run(tmp_path, events)
+    skew = skew_table(rank_pass(run, match=True))
+    assert skew.column("op").to_pylist() == ["all_gather"]  # positions 1, 2 disagree
+    with pytest.raises(RunFormatError, match="all_reduce on one rank and broadcast on another"):
+        build_program(read_trace(run))
+
+
+def test_queue_starts_follow_one_rule() -> None:
+    # one server: start = max(issue, latest end of the group's earlier ops)
+    group = np.array([0, 0, 1, 0])
+    s, e = np.array([0, 5, 6, 30]), np.array([20, 25, 9, 40])
+    start, service = queue_service(group, s, e)
+    assert start.tolist() == [0, 20, 6, 30] and service.tolist() == [20, 5, 3, 10]
+    # instances: ready at the last member's issue, free at the first member's end
+    start, release = instance_starts(
+        np.array([10, 12, 50]), np.array([30, 20, 60]), np.array([True, False, False])
+    )
+    assert start.tolist() == [10, 30, 50] and release.tolist() == [30, 30, 60]
+    assert running_max(
+        np.array([3, 1, 4, 0, 2]), np.array([True, False, False, True, False])
+    ).tolist() == [3, 3, 4, 0, 2]
+    # a start the trace recorded (a kernel's on its stream) is the start
+    recorded = np.array([np.iinfo(np.int64).min, 22, np.iinfo(np.int64).min, 35])
+    start, service = service_starts(group, s, e, recorded)
+    assert start.tolist() == [0, 22, 6, 35] and service.tolist() == [20, 3, 3, 5]
+
+
+def test_exposure_is_the_union_of_held_spans_in_the_step_window() -> None:
+    step = np.array([0, 0, 0, 1])
+    s, e = np.array([0, 5, 40, 95]), np.array([20, 30, 50, 130])
+    held = np.array([20, 5, 0, 30])  # [0,20], [25,30], none, [100,130]
+    windows = (np.array([0, 1]), np.array([0, 100]), np.array([100, 120]))
+    steps, comm, exposed = exposure(step, s, e, held, windows)
+    assert steps.tolist() == [0, 1] and comm.tolist() == [40, 20] and exposed.tolist() == [25, 20]
+    keys, covered = cover(np.array([1, 0, 1]), np.array([0.0, 1.0, 0.5]), np.array([1.0, 2.0, 2.0]))
+    assert keys.tolist() == [0, 1] and covered.tolist() == [1.0, 2.0]
+
+
+def test_whatif_replay_of_the_capture_exposes_what_report_does(tmp_path: Path) -> None:
+    events = []
+    for r in range(2):
+        for step, t0 in ((0, 0), (1, 1000)):
+            events += [
+                ev(r, "all_reduce", t0 + 100 + 10 * r, t0 + 300, step=step),  # blocking
+                ev(r, "all_gather", t0 + 400, t0 + 700, step=step, is_async=True, wait_us=150),
+                ev(r, "broadcast", t0 + 650, t0 + 800 + r, step=step, is_async=True, wait_us=80),
+            ]
+        # issued in step 0, waited in step 1's window: held there, no part of step 0's time
+        events.append(ev(r, "reduce_scatter", 850, 1080, step=0, is_async=True, wait_us=50))
+    run = _run(tmp_path, events)
+    report = step_table(rank_pass(run)).to_pylist()
+    per_step = [np.mean([row["exposed_s"] for row in report if row["step"] == s]) for s in (0, 1)]
+    assert per_step == pytest.approx([425e-6, 425e-6])
+    _, answer = self_check(build_program(read_trace(run)), [0, 1])
+    assert answer.figures.exposed_s == pytest.approx(float(np.median(per_step)), rel=1e-9)
+
+
+def test_the_clock_check_moves_report_and_whatif_times_alike(tmp_path: Path) -> None:
+    events = []
+    for r in range(2):
+        late = 0 if r == 0 else -400  # rank 1's clock reads 400 us early: its ops end first
+        for step, t0 in ((0, 0), (1, 1000)):
+            events += [ev(r, "all_reduce", t0 + 300 + late, t0 + 350 + late, step=step)]
+    steps = {0: STEPS[0], 1: [(a - 400, b - 400) for a, b in STEPS[1]]}
+    run = write_run(tmp_path / "run", events, world_size=2, steps=steps)
+    prog = build_program(read_trace(run))
+    shift = int(prog.clock_shifts[1])
+    assert shift > 0 and prog.clock_shifts[0] == 0
+    with open_run(run) as view:
+        assert check_clocks(view) == {1: shift}
+        rp = rank_pass(view)
+        assert any("rank 1: clock moved by" in w for w in view.warnings)
+        first = view.sql("SELECT min(t_issue_ns) AS t FROM events WHERE rank = 1").column(0)[0]
+    assert first.as_py() == T0_NS + round(-100 * US) + shift  # the event as whatif times it
+    assert int(prog.trace.t_issue[prog.trace.rank == 1].min()) == first.as_py()
+    windows = rp.windows.filter(rp.windows.column("rank").to_numpy() == 1)
+    assert windows.column("t_start_ns").to_pylist()[0] == int(
+        prog.trace.step_start[prog.trace.step_rank == 1][0]
+    )
+    # a run whose clocks respect causality is left as read
+    consistent = write_run(
+        tmp_path / "ok",
+        [ev(r, "all_reduce", 300, 350) for r in range(2)],
+        world_size=2,
+        steps=STEPS,
+    )
+    with open_run(consistent) as view:
+        assert check_clocks(view) == {} and view.shifts == {}

@@ -40,10 +40,10 @@ def test_positions_and_numbering_give_each_groups_kth_call_one_id() -> None:
     number = numbering({7: 2, 3: 3})  # group 3 first: ids 0..2, then group 7: 3..4
     assert number.ids(np.array([7, 3, 7]), np.array([1, 2, 0])).tolist() == [4, 2, 3]
     assert number.total == 5 and number.group_of(np.array([0, 2, 3, 4])).tolist() == [0, 0, 1, 1]
-    seen, lo, hi = agreement(
+    seen, agrees = agreement(
         [np.array([0, 1]), np.array([1, 0])], [np.array([2, 2]), np.array([2, 9])], 3
     )
-    assert seen.tolist() == [2, 2, 0] and (lo == hi).tolist() == [False, True, False]
+    assert seen.tolist() == [2, 2, 0] and agrees.tolist() == [False, True, True]
 
 
 def test_report_and_whatif_match_collectives_by_one_rule(tmp_path: Path) -> None:

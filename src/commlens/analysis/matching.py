@@ -114,8 +114,8 @@ def _instances(parts: tuple[MatchPart, ...]) -> Instances:
         ready[ids] = np.maximum(ready[ids], part.t_issue + part.queued)
         size[ids] = part.size
         triple[ids] = part.triple
-    seen, lo, hi = agreement(ids_of, [p.op for p in parts], total)
-    inst.complete = (seen == size) & (seen > 0) & (lo == hi)
+    seen, agrees = agreement(ids_of, [p.op for p in parts], total)
+    inst.complete = (seen == size) & (seen > 0) & agrees
     return inst
 
 

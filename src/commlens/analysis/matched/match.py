@@ -80,18 +80,18 @@ def numbering(calls: dict[int, int]) -> Numbering:
 
 def agreement(
     ids: list[np.ndarray], ops: list[np.ndarray], total: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(members seen, the lowest and the highest op code among them) of each instance,
-    from the members' instance ids and op codes (one array of each per rank): its
-    members agree where the two are equal."""
-    seen = np.zeros(total, np.int32)
-    lo = np.full(total, np.iinfo(np.int64).max, np.int64)
-    hi = np.full(total, -1, np.int64)
+) -> tuple[np.ndarray, np.ndarray]:
+    """(members seen, whether they all issued the same op) of each instance, from the
+    members' instance ids and op codes (one array of each per rank, or all in one)."""
+    seen = np.zeros(total, np.int64)
+    ref = np.full(total, -1, np.int64)
     for i, o in zip(ids, ops, strict=True):
-        np.add.at(seen, i, 1)
-        np.minimum.at(lo, i, o)
-        np.maximum.at(hi, i, o)
-    return seen, lo, hi
+        seen += np.bincount(i, minlength=total)
+        ref[i] = o  # one member's op (the last written)
+    agrees = np.ones(total, bool)
+    for i, o in zip(ids, ops, strict=True):
+        agrees[i[o != ref[i]]] = False
+    return seen, agrees
 
 
 def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,8 +106,8 @@ def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
     n_ranks = int(ops.rank.max()) + 1
     group, rank = ops.group[idx].astype(np.int64), ops.rank[idx]
     pos, order = positions(group * n_ranks + rank)  # order: by group, rank, then position
-    counts = np.zeros((len(ops.groups), n_ranks), dtype=np.int64)
-    np.add.at(counts, (group, rank), 1)
+    cells = len(ops.groups) * n_ranks
+    counts = np.bincount(group * n_ranks + rank, minlength=cells).reshape(-1, n_ranks)
     calls = {}
     for g, ranks in enumerate(ops.groups):
         present = np.flatnonzero(counts[g])
@@ -130,15 +130,15 @@ def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
         calls[g] = int(per[0])
     number = numbering(calls)
     inst = number.ids(group, pos)
-    _, lo, hi = agreement([inst], [ops.op[idx]], number.total)
-    bad = np.flatnonzero(lo != hi)
-    if bad.size:
-        i = int(bad[0])
-        at = int(number.group_of(bad[:1])[0])
+    _, agrees = agreement([inst], [ops.op[idx]], number.total)
+    if not agrees.all():
+        i = int(np.flatnonzero(~agrees)[0])
+        at = int(number.group_of(np.array([i]))[0])
+        found = np.unique(ops.op[idx][inst == i]).tolist()
         raise RunFormatError(
             f"{ops.name}: collective {i - int(number.offset[at]) + 1} on group "
-            f"{ops.group_names[int(number.groups[at])]!r} is {ops.op_names[int(lo[i])]} on one "
-            f"rank and {ops.op_names[int(hi[i])]} on another; the ranks desynchronised and the "
+            f"{ops.group_names[int(number.groups[at])]!r} is {ops.op_names[found[0]]} on one "
+            f"rank and {ops.op_names[found[-1]]} on another; the ranks desynchronised and the "
             "run cannot be replayed"
         )
     opens = np.zeros(number.total, dtype=bool)

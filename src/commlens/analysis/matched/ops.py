@@ -171,29 +171,35 @@ def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
     return pc.fill_null(table.column(name), null).to_numpy().astype(np.int64, copy=False)
 
 
-def read_ops(source: str | Path | RunView) -> RunOps:
+MATCH_COLUMNS = ("op", "pg_name", "peer", "t_issue_ns", "t_end_ns")
+"""What matching the ops and checking the clocks reads (:func:`read_ops`' ``columns``)."""
+
+
+def read_ops(source: str | Path | RunView, columns: tuple[str, ...] = OP_COLUMNS) -> RunOps:
     """Every rank's ops of the run in ``source`` (a directory, or a view of one: its
-    steps), a rank whose file is damaged left out (in :attr:`RunOps.missing_ranks`)."""
+    steps), a rank whose file is damaged left out (in :attr:`RunOps.missing_ranks`);
+    of ``columns`` only (the others left empty: e.g. :data:`MATCH_COLUMNS`)."""
     if isinstance(source, RunView):
-        return _read_ops(source, source.name)
+        return _read_ops(source, source.name, columns)
     with open_run(source) as view:
-        return _read_ops(view, Path(source).name or str(source))
+        return _read_ops(view, Path(source).name or str(source), columns)
 
 
-def _read_ops(view: RunView, name: str) -> RunOps:
+def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
     names = {c: Codes() for c in STRINGS}
     cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
     members: dict[int, tuple[int, ...]] = {}
     for rank in view.ranks:
         try:
-            table, order = rank_rows(view, rank, list(OP_COLUMNS))
+            table, order = rank_rows(view, rank, list(columns))
         except RankDamaged:
             continue
-        view.check_times(
-            rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
-            _ints(table, "t_end_ns", 0),
-        )  # fmt: skip
-        for c in OP_COLUMNS:  # may be a view of the table's buffers: own a copy
+        if "step" in columns:
+            view.check_times(
+                rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
+                _ints(table, "t_end_ns", 0),
+            )  # fmt: skip
+        for c in columns:  # may be a view of the table's buffers: own a copy
             cols[c].append(np.require(_column(table, c, names), requirements=["W", "O"]))
         cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int32))
         del table

@@ -16,7 +16,7 @@ import numpy as np
 
 from commlens.analysis.matched.clocks import causal_shifts, shift_clocks
 from commlens.analysis.matched.match import match_collectives, match_p2p
-from commlens.analysis.matched.ops import RunOps, read_ops
+from commlens.analysis.matched.ops import MATCH_COLUMNS, RunOps, read_ops
 from commlens.errors import RunFormatError
 from commlens.optable import RECVS, SENDS
 from commlens.trace.reader import RunView, open_run
@@ -113,8 +113,8 @@ def _shifts(view: RunView) -> np.ndarray:
     """The causal shifts of ``view``'s whole run (none where it cannot be matched)."""
     try:
         if view.steps is None:
-            return match_run(read_ops(view)).clock_shifts
+            return match_run(read_ops(view, MATCH_COLUMNS)).clock_shifts
         with open_run(view.path) as whole:
-            return match_run(read_ops(whole)).clock_shifts
+            return match_run(read_ops(whole, MATCH_COLUMNS)).clock_shifts
     except RunFormatError:
         return np.zeros(0, np.int64)

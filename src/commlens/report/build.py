@@ -260,21 +260,22 @@ def _workload_line(workload: dict[str, Any]) -> str:
 
 
 def run_title(run: RunView) -> str:
-    """What was run, in a line: the workload (model, scheme, layout) or the traced
-    script, on how many ranks and nodes, over which link and backend; the run's name
-    last."""
+    """What was run, in a line: :func:`run_brief`, then the backend and the run's name."""
+    return f"commlens report: {run_brief(run)} ({run.manifest.get('backend', '?')}; {run.name})"
+
+
+def run_brief(run: RunView) -> str:
+    """The workload (model, scheme, layout) or the traced script, on how many ranks and
+    nodes, over which link: 'gpt-tiny dp, dp×tp×pp 4×1×1, 4 ranks on 2 nodes, 100mbit link'."""
     m = run.manifest
-    what = _what_ran(m)
     topo = m.get("topology")
     topology: dict[str, Any] = topo if isinstance(topo, dict) else {}
     nodes = topology.get("nodes")
     where = f"{run.world_size} ranks"
     if isinstance(nodes, int) and nodes > 1:
-        where += f" on {nodes} nodes"
-        if topology.get("link"):
-            where += f", {topology['link']} link"
-    head = f"commlens report: {what}, {where}" if what else f"commlens report: {where}"
-    return f"{head} ({m.get('backend', '?')}; {run.name})"
+        where += f" on {nodes} nodes, {topology.get('link') or 'unshaped'} link"
+    what = _what_ran(m)
+    return f"{what}, {where}" if what else where
 
 
 def _what_ran(m: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ import pyarrow as pa
 from commlens.analysis.compare import compare_ops, compare_summary, run_labels, work_note
 from commlens.analysis.rankpass import rank_pass
 from commlens.analysis.typical import DEFINITION
+from commlens.report.build import run_brief
 from commlens.report.document import Column, Document, Figure, Section
 from commlens.report.document import Column as C
 from commlens.report.provenance import provenance_facts
@@ -139,7 +140,10 @@ def build_compare(runs: Sequence[RunView]) -> Document:
         "warnings": warnings,
     }
     return Document(
-        title="compare: " + " vs ".join(labels),
+        title="commlens compare: "
+        + " vs ".join(
+            f"{label} ({run_brief(run)})" for label, run in zip(labels, runs, strict=True)
+        ),
         headline=compare_headline(summary),
         lead=("Typical step per run", lambda: _step_plot(summary)),
         facts=facts,

@@ -110,21 +110,49 @@ def shares(table: pa.Table) -> Figure:
 
 
 def utilization(table: pa.Table) -> Figure:
-    """Peak NIC throughput per link rate."""
+    """Peak NIC throughput per link rate, each link's rate drawn across its bars and the
+    peak's share of it written above them."""
     fig = _fig()
     ax = fig.add_subplot()
     rows = table.to_pylist()
     labels = [r["link"] for r in rows]
-    ax.bar(labels, [r["peak_gbit_s"] for r in rows], color="#1f77b4", label="peak (any point)")
+    x = np.arange(len(rows))
+    ax.bar(x, [r["peak_gbit_s"] for r in rows], color="#1f77b4", label="peak (any point)")
     ax.bar(
-        labels,
+        x,
         [r["mean_peak_gbit_s"] for r in rows],
         color="#aec7e8",
         width=0.5,
         label="mean of the points' peaks",
     )
-    ax.set(title="Peak link utilization per link rate", ylabel="Gbit/s")
-    ax.legend(fontsize=LEGEND)
+    for i, r in enumerate(rows):
+        rate = r.get("link_gbit_s")
+        if rate:
+            ax.hlines(
+                rate,
+                i - 0.45,
+                i + 0.45,
+                color="black",
+                ls="--",
+                lw=1.5,
+                label="link rate" if i == 0 else "_nolegend_",
+            )
+            ax.text(
+                i,
+                max(rate, r["peak_gbit_s"]) * 1.02,
+                f"peak {r['peak_gbit_s'] / rate:.0%} of rate",
+                ha="center",
+                va="bottom",
+                fontsize="small",
+            )
+    ax.set_xticks(x, labels)
+    tops = [float(v) for r in rows for v in (r["peak_gbit_s"], r.get("link_gbit_s")) if v]
+    ax.set_ylim(0, max((v for v in tops if math.isfinite(v)), default=1.0) * 1.15)
+    ax.set(
+        title="Peak link utilization per link rate (NIC counters, tx of either node)",
+        ylabel="Gbit/s",
+    )
+    ax.legend(fontsize=LEGEND, loc="upper left")
     return fig
 
 

@@ -15,6 +15,7 @@ collectives, the others' wait a share of the step); else **healthy**.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from commlens.doctor.model import Diagnosis, Evidence, Op, RankFacts, Wait
 from commlens.doctor.straggle import trend
@@ -201,7 +202,19 @@ def _stall_waits(ev: Evidence) -> list[Wait]:
     return out
 
 
-def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
+@dataclass
+class _WaitGraph:
+    """Who waits on whom: the roots (ranks of the sink components), the ranks on a cycle
+    of waits among them, and the others (victims)."""
+
+    edges: dict[int, set[int]]
+    first_wait: dict[int, Wait]
+    roots: list[int]
+    cycle: list[int]
+    victims: list[int]
+
+
+def _wait_graph(waits: list[Wait]) -> _WaitGraph:
     edges: dict[int, set[int]] = defaultdict(set)
     first_wait: dict[int, Wait] = {}
     for w in waits:
@@ -218,121 +231,144 @@ def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
     ]
     roots = sorted(r for comp in sinks for r in comp)
     cycle = sorted(r for comp in sinks if len(comp) > 1 for r in comp)
-    victims = sorted(set(edges) - set(roots))
-    lines: list[str] = []
+    return _WaitGraph(edges, first_wait, roots, cycle, sorted(set(edges) - set(roots)))
+
+
+def _never_text(ev: Evidence, r: int, theirs: list[Wait]) -> str:
+    """What root ``r`` never did that its waiters wait for."""
+    stall = ev.stalled.get(r)
+    if stall and not any(r in w.op.missing for w in theirs):
+        group, seq, peers = stall[0]
+        return (
+            f"never completed collective #{seq} on group {group}, which rank"
+            f"{'s' if len(peers) > 1 else ''} {format_ranks(list(peers))} completed: "
+            "its device or its progress stopped"
+        )
+    if not theirs:
+        return "waited on"
+    w0 = theirs[0]
+    never = f"never issued {w0.op.label()}"
+    if w0.op.p2p:
+        never = f"never issued its side of rank {w0.rank}'s {w0.op.label()}"
+    who = sorted({w.rank for w in theirs if (w.op.group, w.op.seq) == (w0.op.group, w0.op.seq)})
+    never += (
+        f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
+        f"{_plural(len(who), 'waits', 'wait')} in it"
+    )
+    more = len({(w.rank, w.op.group, w.op.seq) for w in theirs}) - len(who)
+    never += (
+        f"; {more} more op{'s' if more != 1 else ''} {_plural(more, 'waits', 'wait')} on it)"
+        if more
+        else ")"
+    )
+    return never + _step_shift(ev, r, w0.rank, w0.op.group)
+
+
+def _state_text(ev: Evidence, r: int, graph: _WaitGraph, failed: dict[int, Wait]) -> str:
+    """What root ``r`` is doing itself."""
+    f = ev.ranks.get(r, RankFacts(r))
+    mine = [op for op in ev.ops.get(r, []) if not op.done]
+    if r in graph.cycle:
+        own = graph.first_wait[r]
+        return f"it waits itself in {own.op.label()} for rank {format_ranks(list(own.on))}"
+    if mine:
+        state = (
+            f"its own op{'s' if len(mine) > 1 else ''} in flight: "
+            + ", ".join(op.label() for op in mine[:3])
+            + (f" and {len(mine) - 3} more" if len(mine) > 3 else "")
+        )
+        if not any(op.missing for op in mine):
+            state += f" (every member issued {_plural(len(mine), 'it', 'them')})"
+        return state
+    if f.recorded and not f.dead and r not in failed:
+        return "no op in flight: it is stuck outside communication"
+    return "no op in flight"
+
+
+def _root_line(
+    ev: Evidence, r: int, graph: _WaitGraph, theirs: list[Wait], failed: dict[int, Wait],
+    dead: list[int],
+) -> str:  # fmt: skip
+    f = ev.ranks.get(r, RankFacts(r))
+    line = f"rank {r}: {_never_text(ev, r, theirs)}; {_state_text(ev, r, graph, failed)}; "
+    line += _fact_line(f)
+    if r in failed and r not in dead:
+        w = failed[r]
+        line += f"; it is gone: rank {w.rank}'s {w.op.label()} failed waiting on it ({w.op.error})"
+    frame = _first_frame(ev.stacks.get(r, ""))
+    if frame:
+        line += f"; running: {frame}"
+    return line
+
+
+def _victim_line(r: int, graph: _WaitGraph) -> str:
+    """Where victim ``r`` waits, and the chain of waits that leads it to a root."""
+    w = graph.first_wait[r]
+    chain = [r]
+    seen = {r}
+    node = r
+    while node not in graph.roots:
+        nxt = sorted(t for t in graph.edges.get(node, ()) if t not in seen)
+        if not nxt:
+            break
+        node = nxt[0]
+        chain.append(node)
+        seen.add(node)
+    via = " -> ".join(str(c) for c in chain)
+    return (
+        f"rank {r}: waits in {w.op.label()} for rank {format_ranks(list(w.on))}"
+        + (f" at {w.op.site}" if w.op.site else "")
+        + (f" (waits lead {via})" if len(chain) > 2 else "")
+    )
+
+
+def _hang_headline(graph: _WaitGraph, dead_roots: list[int]) -> tuple[str, str]:
+    """(kind, headline) of a hang: a cycle, dead roots, or roots that never issued."""
+    roots, victims = graph.roots, graph.victims
+    if graph.cycle:
+        return "hang", (
+            f"hang: a cycle of waits between ranks {format_ranks(graph.cycle)}: each waits in "
+            "an op the next never issued, because it waits itself"
+        )
+    if dead_roots:
+        return "dead_rank", (
+            f"dead rank: rank{'s' if len(dead_roots) > 1 else ''} {format_ranks(dead_roots)} "
+            f"died; {len(victims)} rank{'s' if len(victims) != 1 else ''} waited on "
+            f"{'them' if len(dead_roots) > 1 else 'it'}"
+        )
+    return "hang", (
+        f"hang: rank{'s' if len(roots) > 1 else ''} {format_ranks(roots)} at the root; "
+        f"{len(victims)} other rank{'s' if len(victims) != 1 else ''} "
+        f"{_plural(len(victims), 'waits', 'wait')} on "
+        f"{'them' if len(roots) > 1 else 'it'}"
+    )
+
+
+def _hang(ev: Evidence, waits: list[Wait], dead: list[int]) -> Diagnosis:
+    graph = _wait_graph(waits)
     # A peer's op that failed while waiting on a root: the root's process is gone.
     failed = {r: w for w in waits if w.op.error for r in w.on}
     waited_in: dict[int, list[Wait]] = defaultdict(list)
     for w in waits:
         for r in w.on:
             waited_in[r].append(w)
-    for r in roots:
-        f = ev.ranks.get(r, RankFacts(r))
-        mine = [op for op in ev.ops.get(r, []) if not op.done]
-        theirs = sorted(waited_in.get(r, []), key=lambda w: w.op.t_issue_ns)
-        stall = ev.stalled.get(r)
-        if stall and not any(r in w.op.missing for w in theirs):
-            group, seq, peers = stall[0]
-            never = (
-                f"never completed collective #{seq} on group {group}, which rank"
-                f"{'s' if len(peers) > 1 else ''} {format_ranks(list(peers))} completed: "
-                "its device or its progress stopped"
-            )
-        elif theirs:
-            w0 = theirs[0]
-            never = f"never issued {w0.op.label()}"
-            if w0.op.p2p:
-                never = f"never issued its side of rank {w0.rank}'s {w0.op.label()}"
-            who = sorted(
-                {w.rank for w in theirs if (w.op.group, w.op.seq) == (w0.op.group, w0.op.seq)}
-            )
-            never += (
-                f" (rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
-                f"{_plural(len(who), 'waits', 'wait')} in it"
-            )
-            more = len({(w.rank, w.op.group, w.op.seq) for w in theirs}) - len(who)
-            never += (
-                f"; {more} more op{'s' if more != 1 else ''} {_plural(more, 'waits', 'wait')} on "
-                "it)"
-                if more
-                else ")"
-            )
-            never += _step_shift(ev, r, w0.rank, w0.op.group)
-        else:
-            never = "waited on"
-        if r in cycle:
-            own = first_wait[r]
-            state = f"it waits itself in {own.op.label()} for rank {format_ranks(list(own.on))}"
-        elif mine:
-            state = (
-                f"its own op{'s' if len(mine) > 1 else ''} in flight: "
-                + ", ".join(op.label() for op in mine[:3])
-                + (f" and {len(mine) - 3} more" if len(mine) > 3 else "")
-            )
-            if not any(op.missing for op in mine):
-                state += f" (every member issued {_plural(len(mine), 'it', 'them')})"
-        elif f.recorded and not f.dead and r not in failed:
-            state = "no op in flight: it is stuck outside communication"
-        else:
-            state = "no op in flight"
-        line = f"rank {r}: {never}; {state}; {_fact_line(f)}"
-        if r in failed and r not in dead:
-            w = failed[r]
-            line += (
-                f"; it is gone: rank {w.rank}'s {w.op.label()} failed waiting on it ({w.op.error})"
-            )
-        frame = _first_frame(ev.stacks.get(r, ""))
-        if frame:
-            line += f"; running: {frame}"
-        lines.append(line)
-    for r in victims:
-        w = first_wait[r]
-        chain = [r]
-        seen = {r}
-        node = r
-        while node not in roots:
-            nxt = sorted(t for t in edges.get(node, ()) if t not in seen)
-            if not nxt:
-                break
-            node = nxt[0]
-            chain.append(node)
-            seen.add(node)
-        via = " -> ".join(str(c) for c in chain)
-        lines.append(
-            f"rank {r}: waits in {w.op.label()} for rank {format_ranks(list(w.on))}"
-            + (f" at {w.op.site}" if w.op.site else "")
-            + (f" (waits lead {via})" if len(chain) > 2 else "")
+    lines = [
+        _root_line(
+            ev, r, graph, sorted(waited_in.get(r, []), key=lambda w: w.op.t_issue_ns), failed, dead
         )
-    dead_roots = [r for r in roots if r in dead or r in failed]
-    if cycle:
-        kind = "hang"
-        headline = (
-            f"hang: a cycle of waits between ranks {format_ranks(cycle)}: each waits in an op "
-            "the next never issued, because it waits itself"
-        )
-    elif dead_roots:
-        kind = "dead_rank"
-        headline = (
-            f"dead rank: rank{'s' if len(dead_roots) > 1 else ''} {format_ranks(dead_roots)} "
-            f"died; {len(victims)} rank{'s' if len(victims) != 1 else ''} waited on "
-            f"{'them' if len(dead_roots) > 1 else 'it'}"
-        )
-    else:
-        kind = "hang"
-        headline = (
-            f"hang: rank{'s' if len(roots) > 1 else ''} {format_ranks(roots)} at the root; "
-            f"{len(victims)} other rank{'s' if len(victims) != 1 else ''} "
-            f"{_plural(len(victims), 'waits', 'wait')} on "
-            f"{'them' if len(roots) > 1 else 'it'}"
-        )
+        for r in graph.roots
+    ]
+    lines += [_victim_line(r, graph) for r in graph.victims]
+    dead_roots = [r for r in graph.roots if r in dead or r in failed]
+    kind, headline = _hang_headline(graph, dead_roots)
     return Diagnosis(
         kind=kind,
         headline=headline,
-        root_ranks=roots,
-        victims=victims,
+        root_ranks=graph.roots,
+        victims=graph.victims,
         explanation=lines,
         waits=waits,
-        cycle=cycle,
+        cycle=graph.cycle,
         dead_ranks=sorted(set(dead) | set(dead_roots)),
     )
 

@@ -18,11 +18,12 @@ still alive when it fired, is no death.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
@@ -191,6 +192,106 @@ def _first_mismatch(
     return out
 
 
+def _largest_wait(
+    rank: int, table: pa.Table, names: list[Any], largest: tuple[float, str] | None
+) -> tuple[float, str] | None:
+    """The largest wait of ``rank``'s events if above ``largest``: (seconds, where)."""
+    waits = table.column("t_wait_ns").fill_null(0).to_numpy(zero_copy_only=False)
+    if not waits.size:
+        return largest
+    i = int(np.argmax(waits))
+    if largest is not None and waits[i] / 1e9 <= largest[0]:
+        return largest
+    return (
+        float(waits[i]) / 1e9,
+        f"rank {rank}, {table.column('op')[i].as_py()} on group {names[i]}, "
+        f"step {table.column('step')[i].as_py()}",
+    )
+
+
+def _kept_rows(
+    c: _RankCols, run_dir: Path, rank: int, groups: dict[str, Group]
+) -> list[dict[str, Any]]:
+    """``rank``'s last completed op of each kind (per group; per group, op and peer for
+    point-to-point), then its ops in flight not among its events, numbered on."""
+    last: dict[tuple[Any, ...], int] = {}
+    for i in range(c.seq.size - 1, -1, -1):  # the last completed of each kind
+        k = (c.g[i], c.o[i], c.peer[i]) if c.p2p[i] else (c.g[i],)
+        if k not in last:
+            last[k] = i
+    rows = [_row(c, i) for i in sorted(last.values())]
+    counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P_OPS else (r["pg_name"],):
+              r["seq"] for r in rows}  # fmt: skip
+    done = set(zip(c.g.tolist(), c.o.tolist(), c.t_issue.tolist(), strict=True))
+    g_code = {n: i for i, n in enumerate(c.group)}
+    o_code = {n: i for i, n in enumerate(c.names)}
+    flying = sorted(_inflight_ops(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0))
+    for o in flying:
+        name, op = str(o.get("pg_name") or ""), str(o.get("op") or "")
+        if (g_code.get(name), o_code.get(op), o.get("t_issue_ns")) in done:
+            continue
+        if name not in groups:
+            groups[name] = Group(name, str(o.get("role") or ""), tuple(o.get("pg_ranks") or ()))
+        k = (name, op, o.get("peer")) if op in P2P_OPS else (name,)
+        counts[k] = counts.get(k, 0) + 1
+        rows.append({**{col: o.get(col) for col in COLUMNS}, "done": False,
+                     "seq": counts[k], "site": o.get("site", ""),
+                     "error": o.get("error", "")})  # fmt: skip
+    return rows
+
+
+def _stacks(run_dir: Path, world: int) -> dict[int, str]:
+    """Each rank's dumped stacks that hold anything."""
+    stacks = {}
+    for rank in range(world):
+        try:
+            raw = read_bytes(stacks_path(run_dir, rank), limit=MAX_SIDE_FILE)
+            text = raw.decode(errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            stacks[rank] = text
+    return stacks
+
+
+@dataclass
+class _Read:
+    """What one pass over a run's ranks gathers for the evidence."""
+
+    groups: dict[str, Group] = field(default_factory=dict)
+    cols: dict[int, _RankCols] = field(default_factory=dict)
+    kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    coll_steps: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    arrivals: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    largest: tuple[float, str] | None = None
+
+    def rank(self, view: Any, rank: int, run_dir: Path) -> None:
+        """Read ``rank``'s events once: groups, largest wait, kept rows, arrivals."""
+        table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
+        c = self.cols[rank] = _rank_cols(table)
+        names = table.column("pg_name").to_pylist()
+        for name, members, role in zip(
+            names, table.column("pg_ranks").to_pylist(), table.column("role").to_pylist(),
+            strict=True,
+        ):  # fmt: skip
+            if name not in self.groups:
+                self.groups[str(name)] = Group(str(name), str(role or ""), tuple(members or ()))
+        self.largest = _largest_wait(rank, table, names, self.largest)
+        self.kept[rank] = _kept_rows(c, run_dir, rank, self.groups)
+        aligned = view.read_rank(rank, ["t_issue_ns"], align=True).column(0)
+        arrive = aligned.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        order = np.argsort(
+            table.column("t_issue_ns").fill_null(0).to_numpy(zero_copy_only=False),
+            kind="stable",
+        )  # the order of _rank_cols
+        arrive = arrive[order]
+        for code, name in enumerate(c.group):
+            sel = (c.g == code) & ~c.p2p
+            if sel.any():
+                self.coll_steps[(rank, name)] = c.step[sel]
+                self.arrivals[(rank, name)] = arrive[sel]
+
+
 def evidence_from_run(run_dir: Path) -> Evidence:
     """The evidence of the run in ``run_dir``: per rank, the last op completed on each
     group, the ops in flight and, where a group's members disagree, their ops at the first
@@ -201,110 +302,38 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     if not manifest.ranks:
         raise RunFormatError(f"{run_dir}: no rank recorded anything")
     world = manifest.world_size or (max(manifest.ranks) + 1)
-    groups: dict[str, Group] = {}
-    cols: dict[int, _RankCols] = {}
-    kept: dict[int, list[dict[str, Any]]] = {}
-    coll_steps: dict[tuple[int, str], np.ndarray] = {}
-    arrivals: dict[tuple[int, str], np.ndarray] = {}
+    read = _Read()
     steps: dict[int, list[tuple[int, int, int]]] = {}
-    largest: tuple[float, str] | None = None
     with open_run(run_dir) as view:
         for rank in sorted(view.ranks):
-            table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
-            c = cols[rank] = _rank_cols(table)
-            names = table.column("pg_name").to_pylist()
-            for name, members, role in zip(
-                names, table.column("pg_ranks").to_pylist(), table.column("role").to_pylist(),
-                strict=True,
-            ):  # fmt: skip
-                if name not in groups:
-                    groups[str(name)] = Group(str(name), str(role or ""), tuple(members or ()))
-            waits = table.column("t_wait_ns").fill_null(0).to_numpy(zero_copy_only=False)
-            if waits.size:
-                i = int(np.argmax(waits))
-                if largest is None or waits[i] / 1e9 > largest[0]:
-                    largest = (
-                        float(waits[i]) / 1e9,
-                        f"rank {rank}, {table.column('op')[i].as_py()} on group {names[i]}, "
-                        f"step {table.column('step')[i].as_py()}",
-                    )
-            rows = []
-            last: dict[tuple[Any, ...], int] = {}
-            for i in range(c.seq.size - 1, -1, -1):  # the last completed of each kind
-                k = (c.g[i], c.o[i], c.peer[i]) if c.p2p[i] else (c.g[i],)
-                if k not in last:
-                    last[k] = i
-            rows = [_row(c, i) for i in sorted(last.values())]
-            counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P_OPS else (r["pg_name"],):
-                      r["seq"] for r in rows}  # fmt: skip
-            done = set(zip(c.g.tolist(), c.o.tolist(), c.t_issue.tolist(), strict=True))
-            g_code = {n: i for i, n in enumerate(c.group)}
-            o_code = {n: i for i, n in enumerate(c.names)}
-            flying = sorted(
-                _inflight_ops(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0)
-            )
-            for o in flying:
-                name, op = str(o.get("pg_name") or ""), str(o.get("op") or "")
-                if (g_code.get(name), o_code.get(op), o.get("t_issue_ns")) in done:
-                    continue
-                if name not in groups:
-                    groups[name] = Group(
-                        name, str(o.get("role") or ""), tuple(o.get("pg_ranks") or ())
-                    )
-                k = (name, op, o.get("peer")) if op in P2P_OPS else (name,)
-                counts[k] = counts.get(k, 0) + 1
-                rows.append({**{col: o.get(col) for col in COLUMNS}, "done": False,
-                             "seq": counts[k], "site": o.get("site", ""),
-                             "error": o.get("error", "")})  # fmt: skip
-            kept[rank] = rows
-            aligned = view.read_rank(rank, ["t_issue_ns"], align=True).column(0)
-            arrive = aligned.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            order = np.argsort(
-                table.column("t_issue_ns").fill_null(0).to_numpy(zero_copy_only=False),
-                kind="stable",
-            )  # the order of _rank_cols
-            arrive = arrive[order]
-            for code, name in enumerate(c.group):
-                sel = (c.g == code) & ~c.p2p
-                if sel.any():
-                    coll_steps[(rank, name)] = c.step[sel]
-                    arrivals[(rank, name)] = arrive[sel]
+            read.rank(view, rank, run_dir)
             info = manifest.ranks.get(rank)
             if info is not None:
                 steps[rank] = [(w.step, w.t_start_ns, w.t_end_ns) for w in info.steps]
-    for rank, row, _ in _first_mismatch(cols, groups):
-        kept[rank].append(_row(cols[rank], row))
-    del cols
+    groups, kept = read.groups, read.kept
+    for rank, row, _ in _first_mismatch(read.cols, groups):
+        kept[rank].append(_row(read.cols[rank], row))
+    read.cols.clear()
     ops = {rank: _ops(rank, rows) for rank, rows in kept.items()}
     _mark_missing(ops, groups)
-    facts = _facts(manifest.data, manifest.ranks, world)
-    stacks = {}
-    for rank in range(world):
-        try:
-            raw = read_bytes(stacks_path(run_dir, rank), limit=MAX_SIDE_FILE)
-            text = raw.decode(errors="replace")
-        except OSError:
-            continue
-        if text.strip():
-            stacks[rank] = text
     ev = Evidence(
         source="commlens run",
         path=str(run_dir),
         world_size=world,
         groups=groups,
         ops=ops,
-        ranks=facts,
-        stacks=stacks,
+        ranks=_facts(manifest.data, manifest.ranks, world),
+        stacks=_stacks(run_dir, world),
         steps=steps,
-        largest_wait=largest,
-        coll_steps=coll_steps,
+        largest_wait=read.largest,
+        coll_steps=read.coll_steps,
         warnings=list(manifest.warnings),
     )
     if not any(not op.done for r in ops.values() for op in r):
         from commlens.doctor.straggle import lateness_by_step, straggle_rows
 
         ev.straggle = straggle_rows(run_dir, steps)
-        ev.lateness = lateness_by_step(groups, coll_steps, arrivals)
+        ev.lateness = lateness_by_step(groups, read.coll_steps, read.arrivals)
     return ev
 
 

@@ -118,19 +118,15 @@ def _span_label(spans: Spans, tid: int, t: float, index: dict[str, Any]) -> str 
     return None
 
 
-def build_rank(
-    rank: int, s: FileScan, run: ImportedRun, et: et_reader.EtTrace | None, sources: dict[Path, Any]
-) -> Built:
-    source = sources.get(s.path)
-    trace = RankTrace(rank, host=str(s.top.get("host_name", "")), files=[_shown(s.path, source)])
-    trace.pid = min(s.pids) if s.pids else None
-    built = Built(trace)
-    counts = built.counts
-    to_ns = _ns(s)
+def _cpu_ops(
+    rank: int, s: FileScan, run: ImportedRun, et: et_reader.EtTrace | None,
+    counts: dict[str, int],
+) -> tuple[list[tuple[Op, CpuOp]], list[tuple[CpuOp, int]]]:  # fmt: skip
+    """The ops from the CPU side, each with the CPU ops that stand for it (CPU op ->
+    index into the ops)."""
     world = world_group(run)
-    # 1. ops from the CPU side, each with the CPU ops that stand for it
     ops: list[tuple[Op, CpuOp]] = []
-    owner: list[tuple[CpuOp, int]] = []  # CPU op -> index into ops
+    owner: list[tuple[CpuOp, int]] = []
     c10d_at = _Enclosing([(c, i) for i, c in enumerate(s.c10d)])
     used_c10d: set[int] = set()
     joined = et_reader.join(s.rpc, et) if et is not None else None
@@ -167,9 +163,16 @@ def build_rank(
             continue
         ops.append((op, c))
         owner.append((c, len(ops) - 1))
-    # 2. device intervals: kernels joined by External id or by their launch; the
-    # kernel of a coalesced block (launched in its closing "coalesced" record) is
-    # shared by the block's ops
+    return ops, owner
+
+
+def _device_kernels(
+    s: FileScan, run: ImportedRun, ops: list[tuple[Op, CpuOp]], owner: list[tuple[CpuOp, int]],
+    counts: dict[str, int],
+) -> dict[int, list[Kernel]]:  # fmt: skip
+    """Each op's kernels, joined by External id or by their launch; the kernel of a
+    coalesced block (launched in its closing "coalesced" record) is shared by the block's
+    ops; a kernel no CPU op launched becomes an op of its own (appended to ``ops``)."""
     groups = _coalesced(s.rpc, ops)
     owners: list[tuple[CpuOp, int | tuple[int, ...]]] = [*owner, *groups]
     by_ext = {
@@ -204,6 +207,64 @@ def build_rank(
         for member in alone:
             kernels_of[member].append(kern)
         counts["ops of a coalesced block sharing its kernel"] += len(alone)
+    return kernels_of
+
+
+def _on_device(
+    idx: int, ops: list[tuple[Op, CpuOp]], ks: list[Kernel], sharing: list[int],
+    union: tuple[np.ndarray, np.ndarray], to_ns: Callable[[float], int], counts: dict[str, int],
+) -> None:  # fmt: skip
+    """Time op ``idx`` by its kernels (split by bytes among the ops sharing one)."""
+    op, cpu = ops[idx]
+    start = min(k.ts for k in ks)
+    end = max(k.end for k in ks)
+    if len(sharing) > 1:  # one kernel for several ops (coalesced, batched p2p)
+        start, end = _share(sharing, idx, start, end, ops)
+        counts["kernel split among the ops that share it (by bytes)"] += 1
+    overlap = _overlap(union, start, end)
+    op.t_issue_ns, op.t_end_ns = to_ns(start), to_ns(end)
+    op.t_wait_ns = max(0, op.t_end_ns - op.t_issue_ns - round(overlap * 1000))
+    op.device = f"device {ks[0].device}"
+    if cpu.tid != -1:  # a CPU op, not a kernel standing for its own op
+        op.t_cpu_issue_ns = to_ns(cpu.ts)
+    stream = ks[0].args.get("stream")
+    op.stream = stream if isinstance(stream, int) and stream >= 0 else None
+    op.is_async = True
+    counts["kernel"] += 1
+
+
+def _by_gloo(
+    op: Op, cpu: CpuOp, ann: CpuOp, to_ns: Callable[[float], int], counts: dict[str, int]
+) -> None:
+    """Time ``op`` by gloo's annotation of its real execution; sizes from it if unknown."""
+    op.t_issue_ns, op.t_end_ns = to_ns(cpu.ts), to_ns(max(ann.end, cpu.end))
+    op.t_wait_ns = round(cpu.dur * 1000)
+    if op.count < 0 or not op.dtype:
+        dims = (ann.args.get("Input Dims") or [None])[0]
+        types = ann.args.get("Input type") or [""]
+        dt = dtype_of(str(types[0]))
+        if op.count < 0:
+            n = numel(dims)
+            op.count = n if n is not None else -1
+        if dt and not op.dtype:
+            op.dtype = dt[0]
+        set_bytes(op, dt[1] if dt else 0)
+    counts["gloo annotation"] += 1
+
+
+def build_rank(
+    rank: int, s: FileScan, run: ImportedRun, et: et_reader.EtTrace | None, sources: dict[Path, Any]
+) -> Built:
+    source = sources.get(s.path)
+    trace = RankTrace(rank, host=str(s.top.get("host_name", "")), files=[_shown(s.path, source)])
+    trace.pid = min(s.pids) if s.pids else None
+    built = Built(trace)
+    counts = built.counts
+    to_ns = _ns(s)
+    # 1. ops from the CPU side, each with the CPU ops that stand for it
+    ops, owner = _cpu_ops(rank, s, run, et, counts)
+    # 2. device intervals
+    kernels_of = _device_kernels(s, run, ops, owner, counts)
     members: dict[int, list[int]] = defaultdict(list)  # kernel id -> ops sharing it
     for idx, ks in kernels_of.items():
         for kern in ks:
@@ -220,41 +281,13 @@ def build_rank(
     for idx, (op, cpu) in enumerate(ops):
         ks = kernels_of.get(idx, [])
         if ks:
-            start = min(k.ts for k in ks)
-            end = max(k.end for k in ks)
-            sharing = members[id(ks[0])]
-            if len(sharing) > 1:  # one kernel for several ops (coalesced, batched p2p)
-                start, end = _share(sharing, idx, start, end, ops)
-                counts["kernel split among the ops that share it (by bytes)"] += 1
             device = ks[0].device
             if device not in unions:
                 unions[device] = s.compute_union(device)
-            overlap = _overlap(unions[device], start, end)
-            op.t_issue_ns, op.t_end_ns = to_ns(start), to_ns(end)
-            op.t_wait_ns = max(0, op.t_end_ns - op.t_issue_ns - round(overlap * 1000))
-            op.device = f"device {device}"
-            if cpu.tid != -1:  # a CPU op, not a kernel standing for its own op
-                op.t_cpu_issue_ns = to_ns(cpu.ts)
-            stream = ks[0].args.get("stream")
-            op.stream = stream if isinstance(stream, int) and stream >= 0 else None
-            op.is_async = True
+            _on_device(idx, ops, ks, members[id(ks[0])], unions[device], to_ns, counts)
             built.device = True
-            counts["kernel"] += 1
         elif idx in gloo:
-            ann = gloo[idx]
-            op.t_issue_ns, op.t_end_ns = to_ns(cpu.ts), to_ns(max(ann.end, cpu.end))
-            op.t_wait_ns = round(cpu.dur * 1000)
-            if op.count < 0 or not op.dtype:
-                dims = (ann.args.get("Input Dims") or [None])[0]
-                types = ann.args.get("Input type") or [""]
-                dt = dtype_of(str(types[0]))
-                if op.count < 0:
-                    n = numel(dims)
-                    op.count = n if n is not None else -1
-                if dt and not op.dtype:
-                    op.dtype = dt[0]
-                set_bytes(op, dt[1] if dt else 0)
-            counts["gloo annotation"] += 1
+            _by_gloo(op, cpu, gloo[idx], to_ns, counts)
         else:
             op.t_issue_ns, op.t_end_ns = to_ns(cpu.ts), to_ns(cpu.end)
             op.t_wait_ns = op.t_end_ns - op.t_issue_ns

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +413,55 @@ def _headline(rp: RankPass, exposed: str) -> list[str]:
     )
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """Every table of a report, from one rank pass."""
+
+    op: pa.Table
+    size: pa.Table
+    hist: pa.Table
+    per_rank_step: pa.Table
+    step: pa.Table
+    rank: pa.Table
+    phase: pa.Table
+    module: pa.Table
+    skew: pa.Table
+    straggler: pa.Table
+    skew_step: pa.Table
+    util: pa.Table
+    nic: pa.Table | None
+    inter: pa.Table | None
+    util_sum: pa.Table
+    tput: pa.Table
+    tput_sum: pa.Table
+
+
+def _tables(run: RunView, rp: RankPass, util_bins: int) -> _Tables:
+    per_rank_step = steps.step_table(rp)
+    nic_t = utilization.nic_utilization(rp)
+    inter_t = utilization.inter_node_utilization(run, rp, utilization.sampling_interval(nic_t))
+    tput_t = throughput.throughput_table(rp)
+    return _Tables(
+        op=ops.op_table(rp),
+        size=ops.op_size_table(rp),
+        hist=ops.size_histogram(rp),
+        per_rank_step=per_rank_step,
+        step=steps.step_summary(per_rank_step),
+        rank=steps.rank_summary(per_rank_step),
+        phase=breakdown.phase_table(rp),
+        module=breakdown.module_table(rp),
+        skew=skew.skew_table(rp),
+        straggler=skew.straggler_table(rp),
+        skew_step=skew.skew_by_step(rp),
+        util=utilization.event_utilization(rp, util_bins),
+        nic=nic_t,
+        inter=inter_t,
+        util_sum=utilization.utilization_summary(rp, util_bins, inter_t),
+        tput=tput_t,
+        tput_sum=throughput.throughput_summary(tput_t),
+    )
+
+
 def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes") -> Document:
     """Every analysis of ``run`` as one document (tables, plots and JSON data);
     ``csv_table``: the key of its JSON data whose table the CSV output holds."""
@@ -422,137 +471,15 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
     rp = rank_pass(
         run, util_bins=util_bins, match=True, quantiles=True, nic=True, headline=coverage.steps
     )
-    op_t = ops.op_table(rp)
-    size_t = ops.op_size_table(rp)
-    hist_t = ops.size_histogram(rp)
-    per_rank_step = steps.step_table(rp)
-    step_t = steps.step_summary(per_rank_step)
-    rank_t = steps.rank_summary(per_rank_step)
-    phase_t = breakdown.phase_table(rp)
-    module_t = breakdown.module_table(rp)
-    skew_t = skew.skew_table(rp)
-    straggler_t = skew.straggler_table(rp)
-    skew_step_t = skew.skew_by_step(rp)
-    util_t = utilization.event_utilization(rp, util_bins)
-    nic_t = utilization.nic_utilization(rp)
-    inter_t = utilization.inter_node_utilization(run, rp, utilization.sampling_interval(nic_t))
-    util_sum = utilization.utilization_summary(rp, util_bins, inter_t)
-    link = utilization.link_gbit(run.manifest)
-    tput_t = throughput.throughput_table(rp)
-    tput_sum = throughput.throughput_summary(tput_t)
-
-    drawn, left_out = measured_steps(step_t, coverage.steps)
+    t = _tables(run, rp, util_bins)
+    drawn, left_out = measured_steps(t.step, coverage.steps)
     exposed = exposed_meaning(run.manifest)
-    cross_note = (
-        f"Ranks {format_ranks(run.missing_ranks)} are missing: groups that "
-        "include them are left out."
-        if run.missing_ranks
-        else ""
-    )
-    sections = [
-        _ops_section(op_t),
-        Section(
-            "steps",
-            "Steps (step time of the slowest rank; comm, exposed and overlapped: mean over "
-            "ranks; ops and bytes: all ranks together)",
-            step_t,
-            STEP_COLUMNS,
-            max_rows=50,
-            note="comm = union of the step's op intervals inside its window (overlaps "
-            "counted once); exposed = "
-            f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
-            "overlapped = comm - exposed." + _outside_note(step_t),
-            plots=_timeline(run, drawn),
-        ),
-        _ranks_section(rank_t),
-        Section("phases", "Communication by phase", phase_t, (C("phase", "phase"), *SHARE_COLUMNS)),
-        Section(
-            "modules",
-            "Communication by module",
-            module_t,
-            (C("module", "module", "name"), C("phases", "phases"), *SHARE_COLUMNS),
-            max_rows=20,
-        ),
-        _sizes_section(size_t),
-        Section(
-            "histogram",
-            "Message-size histogram",
-            hist_t,
-            HIST_COLUMNS,
-            max_rows=40,
-            plots=[("Message sizes", plot("size_histogram", hist_t))],
-        ),
-        _skew_section(skew_t, op_t, cross_note),
-        Section(
-            "stragglers",
-            "Stragglers (who arrives last)",
-            straggler_t,
-            STRAGGLER_COLUMNS,
-            max_rows=16,
-            note=cross_note,
-        ),
-        Section(
-            "utilization",
-            "Link utilization",
-            util_sum,
-            UTIL_COLUMNS,
-            note=util_note(nic_t is not None and nic_t.num_rows > 0, inter_t is not None, link),
-            plots=[
-                (
-                    "Utilization over time",
-                    plot(
-                        "utilization",
-                        util_t,
-                        nic_t,
-                        inter_t,
-                        link,
-                        utilization.burst_bytes(run.manifest),
-                    ),
-                )
-            ],
-        ),
-    ]
-    if tput_sum.num_rows:
-        sections.append(
-            Section(
-                "throughput", "Throughput (warm-up steps left out)", tput_sum, THROUGHPUT_COLUMNS
-            )
-        )
-    data: dict[str, Any] = {
-        "run": run.manifest,
-        "ops": [{k: row[k] for k in OP_KEYS} for row in _records(op_t)],
-        "missing_ranks": run.missing_ranks,
-        "step_range": list(run.steps) if run.steps is not None else None,
-        "warnings": run.warnings,
-        "sizes": _records(size_t),
-        "steps": _records(step_t),
-        "rank_steps": _records(per_rank_step),
-        "ranks": _records(rank_t),
-        "phases": _records(phase_t),
-        "modules": _records(module_t),
-        "histogram": _records(hist_t),
-        "skew": _records(skew_t),
-        "skew_by_step": _records(skew_step_t),
-        "stragglers": _records(straggler_t),
-        "utilization": _records(util_sum),
-        "utilization_series": _records(util_t),
-        "nic_utilization": _records(nic_t) if nic_t is not None else [],
-        "inter_node_utilization": _records(inter_t) if inter_t is not None else [],
-        "phase_ops": _records(breakdown.op_phase_table(rp)),
-        "throughput": _records(tput_t),
-    }
+    data = _report_data(run, rp, t)
     if rp.head is None:  # the view's own steps
-        lines = [*highlights(op_t, rank_t, phase_t, skew_t, straggler_t, exposed), coverage.line]
+        lines = [*highlights(t.op, t.rank, t.phase, t.skew, t.straggler, exposed), coverage.line]
     else:  # the headline's steps are fewer than the tables'
         lines = [*_headline(rp.head, exposed), f"{coverage.line}; {TABLES_SCOPE}"]
-    lines[-1:-1] = node_lines(run.manifest, straggler_t)
-    if synthetic_times(run.manifest):
-        lines = [
-            "imported aggregate-only data: times are synthetic; only op counts and bytes "
-            "are measurements",
-            *[line for line in lines if line.startswith("headline")],
-        ]
-    data["highlights"] = lines
+    data["highlights"] = lines = _run_lines(run, lines, t.straggler)
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
     lead_title = "Time per measured step (mean over ranks)"
     return Document(
@@ -560,11 +487,146 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
         lead=(lead_title, plot("step_breakdown", drawn, left_out, lead_title)),
         title=run_title(run),
         facts=run_facts(run),
-        sections=sections,
+        sections=_report_sections(run, t, exposed, drawn),
         warnings=list(run.warnings),
         data=data,
         csv_table=_csv_table(data, csv_table),
     )
+
+
+def _report_sections(run: RunView, t: _Tables, exposed: str, drawn: Any) -> list[Section]:
+    cross_note = (
+        f"Ranks {format_ranks(run.missing_ranks)} are missing: groups that "
+        "include them are left out."
+        if run.missing_ranks
+        else ""
+    )
+    sections = [
+        _ops_section(t.op),
+        _steps_section(run, t.step, exposed, drawn),
+        _ranks_section(t.rank),
+        Section("phases", "Communication by phase", t.phase, (C("phase", "phase"), *SHARE_COLUMNS)),
+        Section(
+            "modules",
+            "Communication by module",
+            t.module,
+            (C("module", "module", "name"), C("phases", "phases"), *SHARE_COLUMNS),
+            max_rows=20,
+        ),
+        _sizes_section(t.size),
+        Section(
+            "histogram",
+            "Message-size histogram",
+            t.hist,
+            HIST_COLUMNS,
+            max_rows=40,
+            plots=[("Message sizes", plot("size_histogram", t.hist))],
+        ),
+        _skew_section(t.skew, t.op, cross_note),
+        Section(
+            "stragglers",
+            "Stragglers (who arrives last)",
+            t.straggler,
+            STRAGGLER_COLUMNS,
+            max_rows=16,
+            note=cross_note,
+        ),
+        _utilization_section(run, t.util_sum, t.util, t.nic, t.inter),
+    ]
+    if t.tput_sum.num_rows:
+        sections.append(
+            Section(
+                "throughput", "Throughput (warm-up steps left out)", t.tput_sum, THROUGHPUT_COLUMNS
+            )
+        )
+    return sections
+
+
+def _report_data(run: RunView, rp: RankPass, t: _Tables) -> dict[str, Any]:
+    """The report's JSON data, before its highlights."""
+    optional = {"nic_utilization": t.nic, "inter_node_utilization": t.inter}
+    return {
+        "run": run.manifest,
+        "ops": [{k: row[k] for k in OP_KEYS} for row in _records(t.op)],
+        "missing_ranks": run.missing_ranks,
+        "step_range": list(run.steps) if run.steps is not None else None,
+        "warnings": run.warnings,
+        "sizes": _records(t.size),
+        "steps": _records(t.step),
+        "rank_steps": _records(t.per_rank_step),
+        "ranks": _records(t.rank),
+        "phases": _records(t.phase),
+        "modules": _records(t.module),
+        "histogram": _records(t.hist),
+        "skew": _records(t.skew),
+        "skew_by_step": _records(t.skew_step),
+        "stragglers": _records(t.straggler),
+        "utilization": _records(t.util_sum),
+        "utilization_series": _records(t.util),
+        **{key: _records(table) if table is not None else [] for key, table in optional.items()},
+        "phase_ops": _records(breakdown.op_phase_table(rp)),
+        "throughput": _records(t.tput),
+    }
+
+
+def _steps_section(run: RunView, step_t: pa.Table, exposed: str, drawn: Any) -> Section:
+    return Section(
+        "steps",
+        "Steps (step time of the slowest rank; comm, exposed and overlapped: mean over "
+        "ranks; ops and bytes: all ranks together)",
+        step_t,
+        STEP_COLUMNS,
+        max_rows=50,
+        note="comm = union of the step's op intervals inside its window (overlaps "
+        "counted once); exposed = "
+        f"{'time the caller was blocked' if exposed == CALLER_BLOCKED else exposed}; "
+        "overlapped = comm - exposed." + _outside_note(step_t),
+        plots=_timeline(run, drawn),
+    )
+
+
+def _utilization_section(
+    run: RunView,
+    util_sum: pa.Table,
+    util_t: pa.Table,
+    nic_t: pa.Table | None,
+    inter_t: pa.Table | None,
+) -> Section:
+    link = utilization.link_gbit(run.manifest)
+    return Section(
+        "utilization",
+        "Link utilization",
+        util_sum,
+        UTIL_COLUMNS,
+        note=util_note(nic_t is not None and nic_t.num_rows > 0, inter_t is not None, link),
+        plots=[
+            (
+                "Utilization over time",
+                plot(
+                    "utilization",
+                    util_t,
+                    nic_t,
+                    inter_t,
+                    link,
+                    utilization.burst_bytes(run.manifest),
+                ),
+            )
+        ],
+    )
+
+
+def _run_lines(run: RunView, lines: list[str], straggler_t: pa.Table) -> list[str]:
+    """The highlights with the nodes' lines before the last; for imported aggregate-only
+    data, only the headline's, after saying its times are synthetic."""
+    lines = list(lines)
+    lines[-1:-1] = node_lines(run.manifest, straggler_t)
+    if synthetic_times(run.manifest):
+        lines = [
+            "imported aggregate-only data: times are synthetic; only op counts and bytes "
+            "are measurements",
+            *[line for line in lines if line.startswith("headline")],
+        ]
+    return lines
 
 
 def _sizes_section(size_t: pa.Table) -> Section:

@@ -33,9 +33,17 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
     ]
     doc.warnings = list(ev.warnings)
     doc.intro = list(diag.explanation)
+    doc.sections = _sections(ev, diag)
+    doc.data = _data(ev, diag)
+    return doc
+
+
+def _sections(ev: Evidence, diag: Diagnosis) -> list[Section]:
+    """The evidence: the first mismatch, the stragglers, the groups' state, the stacks."""
+    sections = []
     if diag.mismatch:
         cols = ["group", "seq", "rank", "op", "shape", "dtype", "bytes", "site"]
-        doc.sections.append(
+        sections.append(
             Section(
                 "mismatch",
                 "First op where the members disagree",
@@ -45,7 +53,7 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
         )
     if diag.stragglers:
         cols = ["rank", "instances", "last_count", "blame_per_step_s", "step_s", "cost_share"]
-        doc.sections.append(
+        sections.append(
             Section(
                 "stragglers",
                 "Ranks arriving last",
@@ -62,7 +70,7 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
         )
     if diag.groups_state:
         cols = ["group", "desc", "rank", "last_completed", "in_flight", "waits_on"]
-        doc.sections.append(
+        sections.append(
             Section(
                 "groups",
                 "Groups with ops in flight: per member, the last op completed and those in flight",
@@ -84,7 +92,7 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
         for line in text.splitlines()[:MAX_STACK_LINES]
     ]
     if stack_rows:
-        doc.sections.append(
+        sections.append(
             Section(
                 "stacks",
                 "Python stacks of every rank, dumped while it hung (all threads)",
@@ -93,7 +101,12 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
                 group_by="rank",
             )
         )
-    doc.data = {
+    return sections
+
+
+def _data(ev: Evidence, diag: Diagnosis) -> dict[str, Any]:
+    """The JSON of the diagnosis: its kind and root ranks first, every finding in full."""
+    return {
         "kind": diag.kind,
         "headline": diag.headline,
         "root_ranks": diag.root_ranks,
@@ -132,4 +145,3 @@ def doctor_document(ev: Evidence, diag: Diagnosis) -> Document:
         "stacks": {str(r): t for r, t in sorted(ev.stacks.items())},
         "warnings": ev.warnings,
     }
-    return doc

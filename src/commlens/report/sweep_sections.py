@@ -72,32 +72,71 @@ def link_headline(con: Any, sweep: Path | None) -> tuple[list[str], tuple[str, A
     return lines, ("speedup per interconnect", lambda: figures.speedup(speed, bands))
 
 
+POINT_COLUMNS = [
+    ("model", "model", "str"),
+    ("scheme", "scheme", "str"),
+    ("layout", "dp×tp×pp", "str"),
+    ("seq_len", "seq len", "int"),
+    ("micro_batch", "micro-batch", "int"),
+    ("network", "network", "str"),
+    ("status", "status", "str"),
+    ("step_s", "median step (s)", "s"),
+    ("step_min_s", "best step (s)", "s"),
+    ("comm_share", "comm (% of step)", "pct"),
+    ("tokens_per_s", "tokens/s", "rate"),
+    ("peak_link_gbit_s", "link peak (Gbit/s)", "gbit"),
+    ("validated", "validate", "str"),
+    ("error", "error / reason", "str"),
+]
+
+SPEEDUP_COLUMNS = [
+    ("model", "model", "str"),
+    ("scheme", "scheme", "str"),
+    ("layout", "dp×tp×pp", "str"),
+    ("slowest_link", "slowest link", "str"),
+    ("slowest_step_s", "step there (s)", "s"),
+    ("fastest_link", "fastest link", "str"),
+    ("fastest_step_s", "step there (s)", "s"),
+    ("speedup", "speedup", "x"),
+]
+
+SHARE_COLUMNS = [
+    ("model", "model", "str"),
+    ("scheme", "scheme", "str"),
+    ("link", "link", "str"),
+    ("step_s", "step (s)", "s"),
+    ("comm_share", "comm (% of step)", "pct"),
+    ("allreduce_share", "dp/tp all-reduce (%)", "pct"),
+    ("allreduce_transfer_share", "of it in transfer (%)", "pct"),
+    ("pp_recv_share", "pipeline recv (%)", "pct"),
+    ("embedding_allreduce_share", "embedding all-reduce (%)", "pct"),
+]
+
+UTILIZATION_COLUMNS = [
+    ("link", "link", "str"),
+    ("points", "points", "int"),
+    ("peak_gbit_s", "peak (Gbit/s)", "gbit"),
+    ("mean_peak_gbit_s", "mean of peaks (Gbit/s)", "gbit"),
+    ("peak_scheme", "peak in scheme", "str"),
+]
+
+SCALE_COLUMNS = [
+    ("point_model", "measured model", "str"),
+    ("point_scheme", "scheme", "str"),
+    ("model", "predicted model", "str"),
+    ("layout", "dp×tp×pp", "str"),
+    ("network", "network", "str"),
+    ("step_s", "step (s)", "s"),
+    ("comm_share", "comm (% of step)", "pct"),
+    ("speedup", "speedup", "x"),
+    ("measured_speedup", "measured here", "x"),
+]
+
+
 def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
     """The report's sections; ``sweep`` (the directory) lets the link finding weigh
     each speedup against the spread of the points' steps."""
-    out = [
-        _section(
-            "points",
-            "Points",
-            findings.points_table(con),
-            [
-                ("model", "model", "str"),
-                ("scheme", "scheme", "str"),
-                ("layout", "dp×tp×pp", "str"),
-                ("seq_len", "seq len", "int"),
-                ("micro_batch", "micro-batch", "int"),
-                ("network", "network", "str"),
-                ("status", "status", "str"),
-                ("step_s", "median step (s)", "s"),
-                ("step_min_s", "best step (s)", "s"),
-                ("comm_share", "comm (% of step)", "pct"),
-                ("tokens_per_s", "tokens/s", "rate"),
-                ("peak_link_gbit_s", "link peak (Gbit/s)", "gbit"),
-                ("validated", "validate", "str"),
-                ("error", "error / reason", "str"),
-            ],
-        )
-    ]
+    out = [_section("points", "Points", findings.points_table(con), POINT_COLUMNS)]
     speed = findings.link_speedup(con)
     if speed.num_rows:
         out.append(
@@ -105,16 +144,7 @@ def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
                 "link_speedup",
                 "Speedup from the slowest to the fastest link (Study A)",
                 speed,
-                [
-                    ("model", "model", "str"),
-                    ("scheme", "scheme", "str"),
-                    ("layout", "dp×tp×pp", "str"),
-                    ("slowest_link", "slowest link", "str"),
-                    ("slowest_step_s", "step there (s)", "s"),
-                    ("fastest_link", "fastest link", "str"),
-                    ("fastest_step_s", "step there (s)", "s"),
-                    ("speedup", "speedup", "x"),
-                ],
+                SPEEDUP_COLUMNS,
                 _link_note(speed, sweep),
             )
         )
@@ -123,17 +153,7 @@ def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
                 "shares",
                 "Where the step goes per link (Study A)",
                 findings.shares_by_link(con),
-                [
-                    ("model", "model", "str"),
-                    ("scheme", "scheme", "str"),
-                    ("link", "link", "str"),
-                    ("step_s", "step (s)", "s"),
-                    ("comm_share", "comm (% of step)", "pct"),
-                    ("allreduce_share", "dp/tp all-reduce (%)", "pct"),
-                    ("allreduce_transfer_share", "of it in transfer (%)", "pct"),
-                    ("pp_recv_share", "pipeline recv (%)", "pct"),
-                    ("embedding_allreduce_share", "embedding all-reduce (%)", "pct"),
-                ],
+                SHARE_COLUMNS,
                 "Shares are time inside the calls over the mean step, mean over the ranks "
                 "that issue them. A collective's time is waiting for the last rank to arrive "
                 "(compute skew, other work on the machine) plus transfer once all are there; "
@@ -148,13 +168,7 @@ def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
                 "utilization",
                 "Peak link utilization per rate (NIC counters)",
                 util,
-                [
-                    ("link", "link", "str"),
-                    ("points", "points", "int"),
-                    ("peak_gbit_s", "peak (Gbit/s)", "gbit"),
-                    ("mean_peak_gbit_s", "mean of peaks (Gbit/s)", "gbit"),
-                    ("peak_scheme", "peak in scheme", "str"),
-                ],
+                UTILIZATION_COLUMNS,
                 plot=("peak link utilization", figures.utilization),
             )
         )
@@ -165,17 +179,7 @@ def sweep_sections(con: Any, sweep: Path | None = None) -> list[Section]:
                 "scale",
                 "The model at the studies' scale",
                 scale,
-                [
-                    ("point_model", "measured model", "str"),
-                    ("point_scheme", "scheme", "str"),
-                    ("model", "predicted model", "str"),
-                    ("layout", "dp×tp×pp", "str"),
-                    ("network", "network", "str"),
-                    ("step_s", "step (s)", "s"),
-                    ("comm_share", "comm (% of step)", "pct"),
-                    ("speedup", "speedup", "x"),
-                    ("measured_speedup", "measured here", "x"),
-                ],
+                SCALE_COLUMNS,
                 "Predicted with `commlens predict` (bf16, 100 TFLOP/s per GPU) beside the "
                 "speedup measured in this sweep from its slowest to its fastest link.",
                 ("predicted speedup", figures.predicted),

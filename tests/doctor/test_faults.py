@@ -106,6 +106,10 @@ def test_skipped_collective(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert any("skipped one before" in line for line in data["explanation"]), how
     stderr = results[0][3]
     assert "hang: rank 1 at the root" in stderr and "no op finished for 3 s" in stderr
+    # the last line says the watchdog's kill ended the job, not a failure of the job's own
+    last = stderr.strip().splitlines()[-1]
+    assert "killed by the hang watchdog (--kill-on-hang)" in last and "ranks 0-1" in last, last
+    assert "exit code" not in last and "SIGKILL" not in last, last
 
 
 def test_all_reduce_of_another_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ whatever a ping-pong on a loaded host says (its round trips are kept).
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from datetime import timedelta
@@ -75,14 +76,87 @@ def measure_offset(rounds: int = 6) -> tuple[int, int] | None:
         thread.depth = depth
 
 
+_PROCESS_KEY = "commlens/process/{}"
+POLL_S = 0.2
+"""How often :func:`all_ready` looks whether a rank it waits for is still alive."""
+
+
+def _process_id() -> str:
+    """This process as another one on its kernel can look it up: clock (boot) id, pid
+    namespace, pid."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{clock_id()} {namespace} {os.getpid()}"
+
+
+def register_process() -> None:
+    """Put this rank's process where the others' :func:`all_ready` can see it end (via
+    the store; once, at the start). Never raises."""
+    try:
+        store: Any = c10d._get_default_store()
+        store.set(_PROCESS_KEY.format(dist.get_rank()), _process_id())
+    except Exception:
+        pass
+
+
+def _gone(store: Any, ranks: list[int]) -> bool:
+    """Whether one of ``ranks`` registered a process on this kernel and pid namespace that
+    no longer exists (a rank elsewhere, or unregistered, is not known to be gone)."""
+    here = _process_id().rsplit(" ", 1)[0]
+    for r in ranks:
+        key = _PROCESS_KEY.format(r)
+        if not store.check([key]):
+            continue
+        where, _, pid = store.get(key).decode().rpartition(" ")
+        if where != here or not pid.isdigit():
+            continue
+        if not _alive(int(pid)):
+            return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (one that ended and is not yet reaped by its
+    parent, a zombie, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    state = stat.rpartition(")")[2].split()[:1]
+    return state not in (["Z"], ["X"])
+
+
 def all_ready(tag: str, timeout_s: float = 10.0) -> bool:
-    """True when every rank reached this point within ``timeout_s`` (via the store)."""
+    """True when every rank reached this point within ``timeout_s`` (via the store).
+
+    False as soon as a rank still awaited is seen to have died (its process,
+    registered by :func:`register_process`, gone from this host): a rank
+    whose peer was killed does not wait out the timeout.
+    """
     try:
         store: Any = c10d._get_default_store()
         world, rank = dist.get_world_size(), dist.get_rank()
         store.set(f"commlens/{tag}/{rank}", "1")
-        store.wait([f"commlens/{tag}/{r}" for r in range(world)], timedelta(seconds=timeout_s))
-        return True
+        keys = {r: f"commlens/{tag}/{r}" for r in range(world)}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                store.wait(list(keys.values()), timedelta(seconds=max(0.001, min(POLL_S, left))))
+                return True
+            except Exception:
+                if left <= POLL_S:
+                    return False
+            if _gone(store, [r for r, key in keys.items() if not store.check([key])]):
+                return False
     except Exception:
         return False
 

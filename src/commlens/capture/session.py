@@ -23,7 +23,13 @@ from typing import Any
 import torch.distributed as dist
 
 from commlens.capture import ddp, frameworks, functional, mesh, python
-from commlens.capture.clock import all_ready, clock_record, measure_offset, shares_rank0_clock
+from commlens.capture.clock import (
+    all_ready,
+    clock_record,
+    measure_offset,
+    register_process,
+    shares_rank0_clock,
+)
 from commlens.capture.intercept import ACTIVE
 from commlens.capture.patching import change, restore_all
 from commlens.capture.recorder import Recorder
@@ -180,6 +186,7 @@ class Capture:
                 return
             rec.steps.restart()
             if self.align_clocks:
+                register_process()  # the end's rendezvous then sees this rank die
                 self._shared_clock = shares_rank0_clock()
                 self._t_offset = time.time_ns()
                 self._start_offset = measure_offset()

@@ -131,15 +131,16 @@ def _run(args: argparse.Namespace, job: Job, out: Path, emulated: bool) -> int:
         config = Path(tmp) / "workload.json"
         config.write_text(json.dumps(job.to_dict()))
         argv = python_argv(WORKER, str(config), str(out))
-        with watching(out, args, "commlens run"):
+        with watching(out, args, "commlens run") as dog:
             result, topology = _launch(argv, job, args, out, emulated)
     if result.interrupted:  # the ranks are stopped; one line, as for any Ctrl-C
         print(f"commlens run: {result.failure()}", file=sys.stderr)
         return result.exit_code
     if not result.ok:
-        raise CommandError(
-            f"training failed: {result.failure()}; partial run left in {out}", result.exit_code
-        )
+        from commlens.launch.watchdog import kill_status
+
+        why = kill_status(dog) or f"training failed: {result.failure()}"
+        raise CommandError(f"{why}; partial run left in {out}", result.exit_code)
     from commlens.report.output import emit
     from commlens.report.run_summary import run_summary_document
     from commlens.workloads.summary import finalize_run, summarize

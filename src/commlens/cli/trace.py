@@ -131,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
                 f"--nproc starts the ranks of a single node, but this is {job.id} "
                 "(let torchrun or the program take the rank)"
             )
-        with watching(out, args, "commlens trace"):
-            return _run_node(out, cmd, job, args.force, env)
+        with watching(out, args, "commlens trace") as dog:
+            return _run_node(out, cmd, job, args.force, env, dog)
     with prepare_out(out, args.force):  # held until the run is complete
         return _run_here(args, cmd, out, env, emulated)
 
@@ -151,7 +151,7 @@ def _run_here(
     t0 = time.time()
     topology: dict[str, Any] = {"nodes": 1, "link": None, "intra_node": "loopback"}
     launcher: dict[str, Any]
-    with watching(out, args, "commlens trace"):
+    with watching(out, args, "commlens trace") as dog:
         if args.nproc and emulated:
             from commlens.netem import launch_emulated
 
@@ -161,6 +161,9 @@ def _run_here(
         else:
             code, launcher, status = _launch(cmd, args.nproc, env)
     launcher["wall_s"] = time.time() - t0
+    from commlens.launch.watchdog import kill_status
+
+    status = kill_status(dog) or status
     extra = {"launcher": launcher, "topology": topology, "link": topology.get("link")}
     return _finish(out, code, status, extra)
 
@@ -180,7 +183,9 @@ def _launch(
     return code, launcher, status
 
 
-def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dict[str, str]) -> int:
+def _run_node(
+    out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dict[str, str], dog: Any
+) -> int:
     """One node of a multi-node job: join the shared run, run, record this node's end.
 
     This node's facts go only into its own node file; ``run.json`` is re-merged
@@ -197,7 +202,7 @@ def _run_node(out: Path, cmd: list[str], job: JobIdentity, force: bool, env: dic
         "slurm": {k.lower(): v for k, v in os.environ.items() if k in _SLURM_NODE_ENV},
     }
     with LiveLock(out) as live:  # held until this node's part is complete
-        return _node_run(out, cmd, job, force, env, node, live)
+        return _node_run(out, cmd, job, force, env, node, live, dog)
 
 
 def _node_run(
@@ -208,6 +213,7 @@ def _node_run(
     env: dict[str, str],
     node: dict[str, Any],
     live: LiveLock,
+    dog: Any,
 ) -> int:
     """:func:`_run_node` holding ``live``."""
     from commlens.trace.layout import node_path
@@ -236,6 +242,9 @@ def _node_run(
     with heartbeat(path):
         code, launcher, status = _launch(cmd, None, env)
     launcher["wall_s"] = time.time() - t0
+    from commlens.launch.watchdog import kill_status
+
+    status = kill_status(dog) or status
     end = {"status": "ended", "exit_code": code, "result": status, "launcher": launcher}
     try:
         write_node(path, {**node, **end, "ended_unix_s": time.time()})

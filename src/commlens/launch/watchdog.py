@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from commlens.trace.files import format_ranks
 from commlens.trace.inflight import STACK_SIGNAL, read_inflight, read_json_object
 from commlens.trace.layout import INFLIGHT_FILE, rank_meta_path, stacks_path
 
@@ -62,6 +63,8 @@ class HangWatchdog:
         self.poll_s = poll_s
         self.clock = clock
         self.fired = 0
+        self.killed: list[int] = []  # the ranks it killed (kill), and after how long
+        self.killed_after_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="commlens-hang-watchdog", daemon=True
@@ -149,11 +152,22 @@ class HangWatchdog:
             self.on_hang(self.run_dir)
         finally:
             if self.kill:
+                self.killed, self.killed_after_s = sorted(pids), stalled_s
                 for pid in pids.values():
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except OSError:
                         pass
+
+
+def kill_status(dog: HangWatchdog | None) -> str | None:
+    """What ended a job whose ranks ``dog`` killed (for the launcher's last line), or None."""
+    if dog is None or not dog.killed:
+        return None
+    return (
+        f"killed by the hang watchdog (--kill-on-hang): no op finished for "
+        f"{dog.killed_after_s:.0f} s while ops were in flight; ranks {format_ranks(dog.killed)}"
+    )
 
 
 def _size(path: Path) -> int:

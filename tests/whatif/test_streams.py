@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from commlens.cli.main import main
 from commlens.importers.model import ImportedRun, Op, Provenance, RankTrace
 from commlens.importers.write import write_run
-from commlens.trace.kernels import COMM, COMPUTE, SYNC
+from commlens.trace.kernels import COMM, COMPUTE, KERNELS_SCHEMA, SYNC
 from commlens.whatif import streams
 from commlens.whatif.model import Program, build_program
 from commlens.whatif.source import read_trace
@@ -51,6 +52,12 @@ def _k(
     return (kind, stream, T0 + start * US, T0 + end * US, at, 1, op)
 
 
+def _table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Kernel rows as the importer hands them to the writer (``seq``: the op's index)."""
+    names = KERNELS_SCHEMA.names
+    return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], KERNELS_SCHEMA)
+
+
 def hand_built(out: Path) -> Path:
     """Two ranks, one all-reduce on stream 13, compute on stream 7 (times in µs):
 
@@ -64,20 +71,24 @@ def hand_built(out: Path) -> Path:
     """
     run = ImportedRun(Provenance("kineto", device_time=True), world_size=2, backend="nccl")
     r0 = RankTrace(0, host="h", ops=[_op(0, 110, 200, 20)], steps=[(0, T0, T0 + 250 * US)])
-    r0.kernels = [
-        _k(COMPUTE, 7, 10, 110, 0),
-        _k(COMM, 13, 110, 200, 25, 0),
-        _k(COMPUTE, 7, 110, 150, 30),
-        _k(COMPUTE, 7, 202, 252, 40),
-    ]
+    r0.kernels = _table(
+        [
+            _k(COMPUTE, 7, 10, 110, 0),
+            _k(COMM, 13, 110, 200, 25, 0),
+            _k(COMPUTE, 7, 110, 150, 30),
+            _k(COMPUTE, 7, 202, 252, 40),
+        ]
+    )
     r1 = RankTrace(1, host="h", ops=[_op(1, 60, 200, 20)], steps=[(0, T0, T0 + 250 * US)])
-    r1.kernels = [
-        _k(COMPUTE, 7, 10, 60, 0),
-        _k(COMM, 13, 60, 200, 25, 0),
-        _k(COMPUTE, 7, 202, 222, 40),
-        (SYNC, None, T0 + 45 * US, T0 + 205 * US, None, 1, None),
-        _k(COMPUTE, 7, 215, 225, 210),
-    ]
+    r1.kernels = _table(
+        [
+            _k(COMPUTE, 7, 10, 60, 0),
+            _k(COMM, 13, 60, 200, 25, 0),
+            _k(COMPUTE, 7, 202, 222, 40),
+            (SYNC, None, T0 + 45 * US, T0 + 205 * US, None, 1, None),
+            _k(COMPUTE, 7, 215, 225, 210),
+        ]
+    )
     run.ranks = {0: r0, 1: r1}
     write_run(run, out)
     return out

@@ -23,7 +23,7 @@ import numpy as np
 
 from commlens.importers import et as et_reader
 from commlens.importers.commops import canonical_op
-from commlens.importers.kinetokernels import kernel_rows
+from commlens.importers.kinetokernels import kernel_table
 from commlens.importers.kinetoops import (
     numel,
     op_from_c10d,
@@ -310,7 +310,7 @@ def build_rank(
         op.module = _span_label(s.modules, cpu.tid, t_cpu, module_index) or ""
     trace.ops = [op for op, _ in ops]
     if built.device:
-        trace.kernels = kernel_rows(s, kernels_of, to_ns)
+        trace.kernels = kernel_table(s, kernels_of, base_ns(s), to_ns)
     trace.steps = [(n, to_ns(a), to_ns(b)) for n, a, b in steps]
     return built
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 # c10 scalar type names (as the profiler and execution traces write them) ->
 # (commlens dtype name, bytes per element).
 C10_DTYPES: dict[str, tuple[str, int]] = {
@@ -111,9 +113,9 @@ class RankTrace:
     steps: list[tuple[int, int, int]] = field(default_factory=list)
     """(step, start, end) in ns on the rank's clock."""
     meta: dict[str, Any] = field(default_factory=dict)
-    kernels: list[tuple[Any, ...]] = field(default_factory=list)
-    """The rank's device kernels and CPU syncs (:mod:`.kinetokernels`' rows: an op's
-    kernel names the op by its index in :attr:`ops`); empty when not recorded."""
+    kernels: pa.Table | None = None
+    """The rank's device kernels and CPU syncs (:mod:`.kinetokernels`: an op's kernel
+    names the op by its index in :attr:`ops`); None when not recorded."""
 
 
 @dataclass

@@ -14,11 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from commlens.errors import UsageError
 from commlens.importers.model import ImportedRun, Op, RankTrace
-from commlens.trace.kernels import KERNELS_SCHEMA, write_kernels
+from commlens.trace.kernels import write_kernels
 from commlens.trace.layout import rank_meta_path
 from commlens.trace.manifest import (
     DEVICE_TIMES,
@@ -133,16 +135,16 @@ def _write_rank(run: ImportedRun, trace: RankTrace, tmp: Path, roles: dict[str, 
         range(len(trace.ops)), key=lambda i: (trace.ops[i].t_issue_ns, trace.ops[i].t_end_ns)
     )
     ops = [trace.ops[i] for i in order]
-    if trace.kernels:
-        seq_of = {i: seq for seq, i in enumerate(order)}
-        rows = [(*r[:6], None if r[6] is None else seq_of[r[6]]) for r in trace.kernels]
-        write_kernels(
-            tmp,
-            trace.rank,
-            pa.Table.from_pylist(
-                [dict(zip(KERNELS_SCHEMA.names, r, strict=True)) for r in rows], KERNELS_SCHEMA
-            ),
+    if trace.kernels is not None:
+        seq_of = np.full(len(order) + 1, -1, np.int64)  # op index -> seq; -1 (last): none
+        seq_of[np.array(order, np.int64)] = np.arange(len(order))
+        index = pc.fill_null(trace.kernels.column("seq"), -1).to_numpy()
+        seqs = seq_of[np.where(index >= 0, index, len(order))]
+        column = pa.array(seqs, pa.int64(), mask=seqs < 0)
+        kernels = trace.kernels.set_column(
+            trace.kernels.schema.get_field_index("seq"), "seq", column
         )
+        write_kernels(tmp, trace.rank, kernels)
     device = run.provenance.device_time
     writer = EventWriter(tmp, trace.rank, flush_events=65536, flush_seconds=3600.0, device=device)
     try:

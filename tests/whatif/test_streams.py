@@ -207,3 +207,19 @@ def test_a_device_run_without_kernels_gets_the_host_replay(dlrm: Path, tmp_path:
     study = run_study(old, "tcp-10g")
     assert not any("GPU streams" in a for a in study.assumptions)
     assert any("GPU streams" in a for a in run_study(dlrm, "tcp-10g").assumptions)
+
+
+@pytest.mark.parametrize("planted", ["link", "garbage"])
+def test_a_bad_kernels_file_is_one_line(
+    tmp_path: Path, planted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = hand_built(tmp_path / "run")
+    victim = run / "kernels-00001.parquet"
+    victim.unlink()
+    if planted == "link":
+        victim.symlink_to("/dev/zero")
+    else:
+        victim.write_text("not parquet\n")
+    assert main(["whatif", str(run), "--net", "1gbit"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "kernels-00001.parquet" in err[0]

@@ -53,8 +53,10 @@ def write_kernels(run_dir: Path, rank: int, table: pa.Table) -> None:
 
 
 def has_kernels(run_dir: Path, ranks: list[int]) -> bool:
-    """True when every rank of ``ranks`` has its kernels file."""
-    return bool(ranks) and all(kernels_path(run_dir, r).is_file() for r in ranks)
+    """True when every rank of ``ranks`` has an entry named as its kernels file (one that
+    is not a regular file is refused when read, not passed over)."""
+    paths = [kernels_path(run_dir, r) for r in ranks]
+    return bool(ranks) and all(p.is_symlink() or p.exists() for p in paths)
 
 
 def read_kernels(run_dir: Path, rank: int, clock: Clock | None = None) -> pa.Table:
@@ -62,7 +64,7 @@ def read_kernels(run_dir: Path, rank: int, clock: Clock | None = None) -> pa.Tab
     :class:`RunFormatError` for a file that is not one."""
     path = kernels_path(run_dir, rank)
     if path.is_symlink() or not path.is_file():
-        raise RunFormatError(f"{path}: not a regular file")
+        raise RunFormatError(f"{path}: not a regular file (a link, a folder or a device)")
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException, ValueError) as exc:

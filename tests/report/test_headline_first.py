@@ -110,3 +110,18 @@ def test_busbw_lines_never_join_two_groups() -> None:
         "all_reduce [group 1, dp]",
         "all_reduce [group 3, pp]",
     }
+
+
+def test_plots_cover_the_headlines_steps_and_whole_run_tables_say_so(tmp_path: Path) -> None:
+    """The set-up broadcast is in the op table (labelled 'every event, set-up included')
+    but not in the op-share plot drawn beside it, which covers the measured steps."""
+    doc = build_report(open_run(_long_setup_run(tmp_path)))
+    ops_section = doc.section("ops")
+    assert "broadcast" in ops_section.table.column("op").to_pylist()
+    assert ops_section.scope == "every event, set-up included"
+    fig = ops_section.plots[0][1]()
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["all_reduce"]
+    assert "measured steps 1–3" in ax.get_title()
+    html = HtmlRenderer().render(doc)
+    assert '<span class="scope">(every event, set-up included)</span>' in html

@@ -337,6 +337,32 @@ def _timeline(run: RunView, measured: pa.Table) -> list[tuple[str, Any]]:
     return [] if drawn is None else [("Timeline", plot("timeline", drawn))]
 
 
+WHOLE_RUN = "every event, set-up included"
+"""The scope of a table that covers more than the headline's steps."""
+
+
+def _scope_to_headline(sections: list[Section], head: RankPass, steps: StepRange) -> None:
+    """One scope per page: the plots of the op, message-size histogram and skew sections
+    are drawn over the headline's steps (``head``) and say so; the tables that cover every
+    event say that beside their titles (busbw needs the whole run's latency quantiles)."""
+    first, stop = steps
+    span = f"steps {first}–{stop - 1}" if first is not None and stop is not None else "--steps"
+    drawn = f"measured {span}"
+    head_plots = {
+        "ops": ("comm_share_by_op", ops.op_table),
+        "histogram": ("size_histogram", ops.size_histogram),
+        "skew": ("skew_vs_transfer", skew.skew_table),
+    }
+    for section in sections:
+        if section.key in ("ops", "phases", "modules", "sizes", "histogram", "skew", "stragglers"):
+            section.scope = WHOLE_RUN
+        if section.key == "utilization":
+            section.scope = "the whole job"
+        if section.key in head_plots and section.plots:
+            name, table = head_plots[section.key]
+            section.plots = [(section.plots[0][0], plot(name, table(head), drawn))]
+
+
 def _outside_note(step_t: pa.Table) -> str:
     """Which rows of the Steps table are not steps of the job (set-up, the tail)."""
     rows = [r for r in step_t.to_pylist() if r["kind"] != "step"]
@@ -482,12 +508,15 @@ def build_report(run: RunView, *, util_bins: int = 100, csv_table: str = "sizes"
     data["highlights"] = lines = _run_lines(run, lines, t.straggler)
     data["headline_steps"] = list(coverage.steps) if coverage.steps is not None else None
     lead_title = "Time per measured step (mean over ranks)"
+    sections = _report_sections(run, t, exposed, drawn)
+    if rp.head is not None and coverage.steps is not None:
+        _scope_to_headline(sections, rp.head, coverage.steps)
     return Document(
         highlights=lines,
         lead=(lead_title, plot("step_breakdown", drawn, left_out, lead_title)),
         title=run_title(run),
         facts=run_facts(run),
-        sections=_report_sections(run, t, exposed, drawn),
+        sections=sections,
         warnings=list(run.warnings),
         data=data,
         csv_table=_csv_table(data, csv_table),

@@ -81,6 +81,9 @@ class Section:
     """Show at most this many rows in text/md/html (0: all); JSON/CSV get all."""
     group_by: str = ""
     """A column key: the text table draws a rule where its value changes."""
+    scope: str = ""
+    """What the table covers when it is not the headline's steps ('every event, set-up
+    included'): a page shows it beside the title; its plots say their own scope."""
 
     def __post_init__(self) -> None:
         """Every share column of every table any command shows is checked here."""

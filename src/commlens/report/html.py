@@ -27,6 +27,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .scroll { overflow-x: auto; }
 .note { color: #555; font-size: 0.9em; }
 .warning { color: #a40; }
+h2 .scope { font-size: 0.6em; font-weight: normal; color: #a40; }
 .headline { background: #f6f8fa; padding: 0.5em 1.2em; border-left: 5px solid #2c7;
   font-size: 1.05em; margin: 0 0 0.8em; }
 .headline ul { margin: 0.2em 0; padding-left: 1.2em; }
@@ -112,7 +113,10 @@ class HtmlRenderer(Renderer):
         if len(doc.sections) > 1:
             parts.append(f"<nav><ol>{links}</ol></nav>")
         for section in doc.sections:
-            heading = f"<h2>{escape(section.title)}</h2>" if section.title else ""
+            scope = (
+                f' <span class="scope">({escape(section.scope)})</span>' if section.scope else ""
+            )
+            heading = f"<h2>{escape(section.title)}{scope}</h2>" if section.title else ""
             parts.append(f'<section id="{escape(section.key)}">{heading}')
             parts.append(table_html(section))
             if hidden_rows(section):

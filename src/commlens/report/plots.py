@@ -85,10 +85,10 @@ def step_breakdown(steps: pa.Table, left_out: str = "", title: str = "") -> Figu
     return fig
 
 
-def comm_share_by_op(ops: pa.Table) -> Figure:
+def comm_share_by_op(ops: pa.Table, scope: str = "") -> Figure:
     """Share of the time inside communication calls, per op (over all groups)."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "Share of communication time by op"
+    title = "Share of communication time by op" + (f" ({scope})" if scope else "")
     totals: dict[str, float] = defaultdict(float)
     for op, t in zip(ops.column("op").to_pylist(), ops.column("time_s").to_pylist(), strict=True):
         totals[op] += float(t or 0.0)
@@ -102,10 +102,10 @@ def comm_share_by_op(ops: pa.Table) -> Figure:
     return fig
 
 
-def size_histogram(hist: pa.Table) -> Figure:
+def size_histogram(hist: pa.Table, scope: str = "") -> Figure:
     """Message sizes in log2 buckets, by count and by volume, stacked by op."""
     fig = Figure(figsize=(_SIZE[0] + 2, 5.0), layout="constrained")
-    title = "Message sizes (log2 buckets)"
+    title = "Message sizes (log2 buckets)" + (f" ({scope})" if scope else "")
     if not hist.num_rows:
         return _empty(fig, title)
     buckets = log2_buckets(hist.column("size_bucket_bytes").to_pylist())
@@ -144,11 +144,11 @@ def size_histogram(hist: pa.Table) -> Figure:
     return fig
 
 
-def busbw_vs_size(sizes: pa.Table) -> Figure:
+def busbw_vs_size(sizes: pa.Table, scope: str = "") -> Figure:
     """busbw (GB/s) against the message-size bucket, one line per op and group (two
     groups' points are never joined: a line is one group's calls)."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "busbw vs message size (a line per op and group)"
+    title = "busbw vs message size (a line per op and group)" + (f"\n{scope}" if scope else "")
     rows = [r for r in sizes.to_pylist() if r["size_bucket_bytes"] > 0 and r["time_s"] > 0]
     if not rows:
         return _empty(fig, title)
@@ -281,10 +281,10 @@ def _active_times(events: pa.Table, nic: pa.Table | None) -> np.ndarray:
     return busy
 
 
-def skew_vs_transfer(skew: pa.Table) -> Figure:
+def skew_vs_transfer(skew: pa.Table, scope: str = "") -> Figure:
     """Per op and group: time waiting for the last peer vs transfer after it."""
     fig = Figure(figsize=_SIZE, layout="constrained")
-    title = "Waiting for the last peer vs transfer"
+    title = "Waiting for the last peer vs transfer" + (f" ({scope})" if scope else "")
     if not skew.num_rows:
         return _empty(fig, title)
     ax = fig.add_subplot()

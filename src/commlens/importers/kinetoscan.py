@@ -167,7 +167,7 @@ def scan(path: Path) -> FileScan:
     out = FileScan(path)
     stream = TraceStream(path)
     rpc, c10d, kernels = out.rpc, out.c10d, out.kernels
-    compute = out.compute
+    compute, compute_ids = out.compute, out.compute_ids
     lc, lt, lts = out.launch_corr, out.launch_tid, out.launch_ts
     pids = out.pids
     n = 0
@@ -191,12 +191,13 @@ def scan(path: Path) -> FileScan:
                     pair = compute.get(device)
                     if pair is None:
                         pair = compute[device] = (array("d"), array("d"))
-                        out.compute_ids[device] = (array("q"), array("q"))
+                        compute_ids[device] = (array("q"), array("q"))
                     pair[0].append(ts)
                     pair[1].append(ts + dur)
-                    ids = out.compute_ids[device]
-                    ids[0].append(_int(args.get("stream", ev.get("tid", 0)), 0))
-                    ids[1].append(_int(args.get("correlation")))
+                    ids = compute_ids[device]
+                    on, corr = args.get("stream"), args.get("correlation")
+                    ids[0].append(on if type(on) is int else _int(ev.get("tid"), 0))
+                    ids[1].append(corr if type(corr) is int else -1)
             elif cat == "cpu_op":
                 name = ev["name"]
                 if name == "record_param_comms" or name[:6] == "c10d::":

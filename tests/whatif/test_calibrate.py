@@ -10,7 +10,7 @@ import pytest
 from commlens.errors import UsageError
 from commlens.netem.cluster import SHAPED_EFFICIENCY
 from commlens.predict.networks import network_profile, network_profiles
-from commlens.predict.profiles import NetworkProfile, OpOverride
+from commlens.predict.profiles import NetworkProfile, OpOverride, get_profile
 from commlens.predict.topology import Fabric
 from commlens.whatif.backend import GLOO_REPLAY
 from commlens.whatif.calibrate import fit_cpu_terms, fit_steps
@@ -122,9 +122,11 @@ def test_the_host_and_the_wire_of_an_op_overlap_but_for_one_step() -> None:
     assert ring(400, 1e-3) == pytest.approx(6.1e-3)
     # wire-bound: the 600 us of wire, and one step's 50 us on the host
     assert ring(400, 50e-6) == pytest.approx(650e-6)
-    # a tbf bucket of 150 bytes lets the first one and a half steps through at once
-    assert ring(400, 0.0, burst=150) == pytest.approx(450e-6)
-    assert ring(400, 20e-6, burst=150) == pytest.approx(470e-6)  # 450 of wire and a step's 20
+    # a tbf bucket of 150 bytes lets the first one and a half steps through at the rate
+    # of the link under the shaper (the veth pair: loopback's)
+    veth = 150 * get_profile("loopback").beta("all_reduce")
+    assert ring(400, 0.0, burst=150) == pytest.approx(450e-6 + veth)
+    assert ring(400, 20e-6, burst=150) == pytest.approx(470e-6 + veth)  # and a step's 20
     # a profile fitted on a host (its alpha holds the host's latency): the longer one counts
     fitted = replace(WIRE, ops={"all_reduce": OpOverride(alpha_s=30e-6)})
     assert ring(400, 20e-6, link=fitted) == pytest.approx(780e-6)  # 6 x 30 of alpha and the wire

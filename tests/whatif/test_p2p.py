@@ -3,6 +3,8 @@ carrying one message at a time, gloo's two workers per group (µs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from commlens.whatif.backend import GLOO_REPLAY
 from commlens.whatif.costing import Steps, modelled, node_links, wire_pair, wire_times
 from commlens.whatif.durations import link_waits, measured, measured_release, worker_waits
 from commlens.whatif.model import build_program
-from commlens.whatif.optimes import LinkUse, OpTimes
+from commlens.whatif.optimes import Bucket, LinkUse, OpTimes
 from commlens.whatif.replay import replay
 from tests.whatif.synthetic import Ev, both_steps, make_trace, us
 
@@ -257,6 +259,23 @@ def test_an_op_whose_bytes_follow_anothers_gets_no_credit_from_the_links_bucket(
     assert sorted(tl.end[prog.inst == 0].tolist()) == [us(4), us(10)]
 
 
+def test_back_to_back_ops_drain_the_links_bucket_and_an_idle_link_refills_it() -> None:
+    # 3 blocking all-reduces of 2 ranks on 2 nodes: 12 us of wire each, a bucket of 4 us
+    # (its credit 4: 10 us an op with the bucket full, 14 with it empty)
+    events = [Ev(r, "all_reduce", t, t + 10) for r in (0, 1) for t in (0, 10, 50)]
+    prog = build_program(make_trace(events, both_steps(70)))
+    bucket = Bucket(4e-6, np.full(3, 12e-6), np.full(3, 4e-6), [(0, 1)] * len(prog.cost_groups))
+    use = LinkUse(GLOO.workers, wire=np.full(3, 8e-6), queued_wire=np.full(3, 12e-6), bucket=bucket)
+    times = OpTimes(np.full(6, 10e-6), use=use, drained=np.full(6, 14e-6))
+    tl = replay(prog, times)
+    # A takes the full bucket (its bytes leave by 8); B, issued at 10, finds 2 us of it
+    # refilled since: half its credit, 12 us (22); C, after 30 us idle, a full one (62)
+    assert sorted(set(tl.end.tolist())) == [us(10), us(22), us(62)]
+    # as before the level was kept, every op finding the bucket full
+    full = replay(prog, OpTimes(np.full(6, 10e-6), use=replace(use, bucket=None)))
+    assert sorted(set(full.end.tolist())) == [us(10), us(20), us(60)]
+
+
 def test_a_shaped_links_wire_without_its_bucket_is_the_whole_wire_time() -> None:
     prog = build_program(make_trace(concurrent_buckets(), both_steps(40)))
     wire = NetworkProfile("wire", latency_s=0.0, bandwidth_Gbps=8e-3, efficiency=1.0)
@@ -264,7 +283,8 @@ def test_a_shaped_links_wire_without_its_bucket_is_the_whole_wire_time() -> None
     credited, whole = wire_pair(prog, spread, prog.cost_groups, 512.0)
     assert whole is not None
     assert whole.tolist() == [us(1024)] * 3
-    assert credited.tolist() == [us(512)] * 3  # the bucket's 512 B pass at once
+    veth = 512 * get_profile("loopback").beta("all_reduce") * 1e6  # us
+    assert credited.tolist() == [us(512 + veth)] * 3  # the bucket's 512 B at the veth's rate
     assert wire_pair(prog, spread, prog.cost_groups, 0.0)[1] is None
 
 

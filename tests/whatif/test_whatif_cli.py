@@ -10,8 +10,12 @@ import pytest
 
 from commlens.cli.main import main
 from commlens.errors import UsageError
+from commlens.whatif.builders import BUILDERS
+from commlens.whatif.model import build_program
+from commlens.whatif.source import read_trace
 from commlens.whatif.study import run_study
 from tests.runs import SharedRuns
+from tests.whatif.test_monotone import assert_monotone, network_ends
 
 DP_OPS = {("all_reduce", "dp")}
 EXPECTED_OPS = {  # per step after the first; the traced script's set-up broadcast is in step 0
@@ -48,6 +52,20 @@ def test_replay_with_measured_times_gives_back_the_captured_steps(
     assert EXPECTED_OPS[scheme] <= ops  # capture may add set-up ops (DDP's rebuild broadcast)
 
 
+@pytest.mark.parametrize("scheme", ["dp", "pp", "traced"])
+def test_a_slower_link_never_replays_a_captured_run_faster(
+    runs: dict[str, Path], scheme: str
+) -> None:
+    for mode in sorted(BUILDERS):
+        ends = network_ends(lambda: build_program(read_trace(runs[scheme])), mode, "loopback")
+        assert_monotone(ends, "loopback", f"{scheme}, --op-times {mode}")
+    # the own link named as a network gives the own-link row
+    study = run_study(runs[scheme], "loopback")
+    assert study.own_link is not None
+    own, named = study.own_link.figures, study.answers[0].figures
+    assert named.step_s == pytest.approx(own.step_s, rel=1e-6)
+
+
 def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["whatif", str(runs["pp"]), "--net", "tcp-10g,rdma-100g", "--width", "200"]) == 0
     text = capsys.readouterr().out
@@ -60,7 +78,11 @@ def test_text_and_json_answers(runs: dict[str, Path], capsys: pytest.CaptureFixt
     assert data["placement"]["ranks_per_node"] == 1  # no nodes of its own: one rank per node
     (net,) = data["networks"]
     assert net["name"] == "tcp-10g" and net["profile"]["name"] == "tcp-10g"
-    assert net["speedup"] == pytest.approx(data["captured"]["median_step_s"] / net["median_step_s"])
+    # the speedup is the own-link replay's (model against model), not the captured run's
+    assert data["speedup_against"] == "own_link"
+    own = data["own_link"]["median_step_s"]
+    assert net["speedup"] == pytest.approx(own / net["median_step_s"])
+    assert data["own_link"]["speedup"] == pytest.approx(1.0)
 
 
 def test_markdown_and_html_files(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
         "compute between calls as measured, each collective or send/recv from the cost model "
         "for its real size once its last member issued it. Prints, per network, the step "
         "time, communication share, exposed vs overlapped time, per-op and per-role time, the "
-        "slowest rank and the speedup over the captured run, with a self-check: the same "
+        "slowest rank and the speedup over the replay on the run's own link (model against model; "
+        "the measured step beside it), with a self-check: the same "
         "replay fed the measured op times must give back the captured steps. "
         "`--format json -o PRED.json` keeps the answer for `commlens compare PRED.json RUN`: "
         "the prediction against a run measured on that network.",

@@ -21,15 +21,17 @@ from commlens.whatif.calibrate import Calibration, OpTerm, fit_cpu_terms, fit_st
 from commlens.whatif.corrections import CORRECTIONS
 from commlens.whatif.costing import (
     Steps,
+    bucket_draws,
     modelled,
     node_links,
+    sending_nodes,
     unoverlapped,
     wire_pair,
     wire_times,
 )
 from commlens.whatif.durations import link_waits, measured_release, worker_waits
 from commlens.whatif.model import Program
-from commlens.whatif.optimes import LinkUse, OpTimes
+from commlens.whatif.optimes import Bucket, LinkUse, OpTimes
 
 Groups = list[tuple[int, ...]]
 
@@ -77,10 +79,20 @@ class ModelTimes:
         return self.network(fabric, groups, steps)
 
     def network(self, fabric: Fabric, groups: Groups, steps: Steps, own: bool = False) -> OpTimes:
+        """The op times on ``fabric`` with ``steps`` (``own``: the run's own link), and
+        where its link has a bucket, with that bucket empty too."""
+        use = self.link_use(fabric, groups, steps.burst_bytes)
+        drained = None
+        if use is not None and use.bucket is not None:
+            drained = self.times(fabric, groups, replace(steps, burst_bytes=0.0), own)
+        return OpTimes(self.times(fabric, groups, steps, own), None, use, drained)
+
+    def times(self, fabric: Fabric, groups: Groups, steps: Steps, own: bool) -> np.ndarray:
+        """Each event's duration on ``fabric``: the model's, corrected, never below 0."""
         times = modelled(self.setting.prog, fabric, groups, self.setting.backend, steps)
         self.correct(times, fabric, groups, steps, own)
         np.maximum(times, 0.0, out=times)
-        return OpTimes(times, None, self.link_use(fabric, groups, steps.burst_bytes))
+        return times
 
     def correct(
         self, times: np.ndarray, fabric: Fabric, groups: Groups, steps: Steps, own: bool
@@ -92,9 +104,15 @@ class ModelTimes:
         setting = self.setting
         if not setting.backend.flat_ring:
             return None
-        wire, queued = wire_pair(setting.prog, fabric, groups, burst)
-        links = node_links(setting.prog, fabric) if setting.backend.node_links else None
-        return LinkUse(setting.backend.workers, links, wire, queued)
+        prog = setting.prog
+        wire, queued = wire_pair(prog, fabric, groups, burst)
+        links = node_links(prog, fabric) if setting.backend.node_links else None
+        bucket = None
+        if burst > 0:  # the link-bucket correction on: the buckets' levels through the replay
+            drawn, credit = bucket_draws(prog, fabric, groups, burst)
+            capacity = burst * fabric.inter.beta("all_reduce")
+            bucket = Bucket(capacity, drawn, credit, sending_nodes(prog, fabric, groups))
+        return LinkUse(setting.backend.workers, links, wire, queued, bucket)
 
     def applied(self) -> list[str]:
         """The corrections applied, by name."""
@@ -219,11 +237,12 @@ BUILDERS: dict[str, type[ModelTimes]] = {"fit": FitTimes, "model": ModelTimes, "
 def bucket_assumption(own_burst: float) -> str:
     """What the replay assumes of emulated links' buckets."""
     return (
-        f"an emulated link lets its bucket through at once after it was idle: "
-        f"{own_burst:,.0f} bytes on the run's own link (as recorded), "
-        f"{BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an emulated link "
-        "named by its rate; every op across nodes is taken to find the bucket full (the "
-        "link idled before it)"
+        f"an emulated link has a token bucket: {own_burst:,.0f} bytes on the run's own "
+        f"link (as recorded), {BURST_S * 1e3:g} ms of its rate (at least 8 frames) on an "
+        "emulated link named by its rate; the replay keeps each node's bucket: full at "
+        "the start, drained by the bytes that leave the node (those it covers cross at "
+        "the rate of the link under the shaper, loopback's), refilled at the link's rate "
+        "while it idles (--op-times delta: each op finds it full)"
     )
 
 

@@ -88,7 +88,11 @@ CORRECTIONS: tuple[Correction, ...] = (
         "link-bucket",
         ("fit", "model", "delta"),
         False,
-        "an emulated link lets its bucket through at once after it was idle",
+        "an emulated link's token bucket is kept through the replay: each node's bucket is "
+        "full at the start, an op's bytes leaving the node take what it holds (those bytes "
+        "cross at the rate of the link under the shaper, the rest at the link's rate) and "
+        "it refills at the link's rate while the link is idle, so back-to-back transfers "
+        "drain it",
     ),
 )
 """The corrections, in the order a builder applies them."""

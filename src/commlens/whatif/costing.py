@@ -23,7 +23,7 @@ from commlens.errors import UsageError
 from commlens.optable import TENSOR_TWIN
 from commlens.predict.cost import flat_time
 from commlens.predict.limits import check_scale
-from commlens.predict.profiles import NetworkProfile
+from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric, link_flows
 from commlens.whatif.backend import GLOO_REPLAY, NCCL_REPLAY, ReplayBackend
 from commlens.whatif.model import Program
@@ -53,11 +53,48 @@ def wire_times(
     """Seconds each instance's bytes keep its link busy on ``fabric`` (as :func:`modelled`
     with flat rings, without any step latency: its wire time and the link's alphas; a
     pair's, its receive's)."""
+    steps = Steps(burst_bytes=burst)
+    return modelled(prog, fabric, groups, GLOO_REPLAY, steps, events=_instance_events(prog))
+
+
+def _instance_events(prog: Program) -> np.ndarray:
+    """One event per instance that carries its wire time: a collective's first member, a
+    pair's receive."""
     first = prog.members[prog.offsets[:-1]]
     pairs = prog.send_of >= 0
     first[pairs] = prog.recv_of[pairs]
-    steps = Steps(burst_bytes=burst)
-    return modelled(prog, fabric, groups, GLOO_REPLAY, steps, events=first)
+    return first
+
+
+def bucket_draws(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], burst: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, in seconds of its inter-node link's wire (flat rings): what its bytes
+    take from the link's bucket (its wire time without the bucket), and what a full
+    bucket of ``burst`` bytes saves it (the lesser of the two); 0 inside a node."""
+    first = _instance_events(prog)
+    drawn = _costed(prog, fabric, groups, GLOO_REPLAY, NO_STEPS, first, _wire)
+    after = _costed(prog, fabric, groups, GLOO_REPLAY, Steps(burst_bytes=burst), first, _wire)
+    return drawn, drawn - after
+
+
+def sending_nodes(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    """Per cost group, the nodes whose inter-node link its ops' bytes leave by: every node
+    a collective's group spans (a flat ring has an edge out of each), a pair's source
+    node; none for a group inside one node."""
+    channels = set(np.unique(prog.inst_group[prog.send_of >= 0]).tolist())
+    out: list[tuple[int, ...]] = []
+    for g, members in enumerate(groups):
+        nodes = tuple(sorted({fabric.node(r) for r in members}))
+        if len(nodes) < 2:
+            out.append(())
+        elif g in channels:
+            out.append((fabric.node(members[0]),))
+        else:
+            out.append(nodes)
+    return out
 
 
 def wire_pair(
@@ -120,7 +157,17 @@ class Steps:
     """Bucket of the inter-node link (an emulated one), bytes; 0 for an unshaped link."""
 
     def latency(self, op: str, role: str, nodes: int) -> float:
-        return self.latency_s.get((op, role, nodes), self.default_latency_s)
+        """The step latency of ``op`` of ``role`` over ``nodes`` nodes: its kind's, else
+        that of the same op and role over another number of nodes (the latency is the
+        host's, whatever link the steps cross: the nearest span, the fewer nodes first),
+        else :attr:`default_latency_s`."""
+        exact = self.latency_s.get((op, role, nodes))
+        if exact is not None:
+            return exact
+        spans = [n for (o, r, n) in self.latency_s if o == op and r == role]
+        if not spans:
+            return self.default_latency_s
+        return self.latency_s[op, role, min(spans, key=lambda n: (abs(n - nodes), n))]
 
 
 NO_STEPS = Steps()
@@ -145,7 +192,19 @@ def _step_terms(
     if k <= 0:
         return k, alpha, wire, 0.0
     host = k * (max(latency_s - alpha, 0.0) if host_in_alpha(profile) else latency_s)
-    return k, alpha, max(wire - burst_bytes * beta, 0.0), host
+    return k, alpha, after_bucket(op, wire, beta, burst_bytes), host
+
+
+def after_bucket(op: str, wire: float, beta: float, burst_bytes: float) -> float:
+    """Seconds ``op``'s ``wire`` time (at ``beta`` s/byte) takes on a shaped link whose
+    bucket holds ``burst_bytes``: the bytes the bucket covers cross at the rate of the
+    link under the shaper (the veth pair: the loopback profile's), never faster than
+    the link's own, the rest at the link's rate."""
+    if burst_bytes <= 0.0 or wire <= 0.0:
+        return wire
+    covered = min(burst_bytes * beta, wire)
+    line = min(get_profile("loopback").beta(op), beta)
+    return wire - covered + covered * line / beta
 
 
 def stepped_time(
@@ -173,6 +232,11 @@ StepQuantity = Callable[[int, float, float, float], float]
 def _op_time(k: int, alpha: float, wire: float, host: float) -> float:
     """The op's time (:func:`stepped_time`)."""
     return k * alpha + max(wire, host) + min(wire, host) / k if k > 0 else wire
+
+
+def _wire(k: int, alpha: float, wire: float, host: float) -> float:
+    """The op's wire time after its link's bucket."""
+    return wire
 
 
 def _overlap(k: int, alpha: float, wire: float, host: float) -> float:

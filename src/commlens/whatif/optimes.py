@@ -36,6 +36,31 @@ class LinkUse:
     queued_wire: np.ndarray | None = None
     """Per instance, seconds its bytes take when they follow another op's on the busy
     link, which did not refill its bucket (None: :attr:`wire`)."""
+    bucket: Bucket | None = None
+    """The token bucket of each node's inter-node link (an emulated link's), whose level
+    the replay keeps; None: every op finds it as :attr:`wire` says."""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The token bucket of every node's inter-node link (a shaped link: tbf).
+
+    Levels are in seconds of the link's wire: a bucket holds up to :attr:`capacity_s`,
+    fills at one second a second while its link is idle, and an op's bytes take
+    :attr:`drawn` seconds from every bucket of :attr:`nodes`; the share of its credit
+    the fullest-drained of them still holds decides its times between
+    :attr:`OpTimes.duration` (a full bucket) and :attr:`OpTimes.drained` (an empty one).
+    """
+
+    capacity_s: float
+    drawn: np.ndarray
+    """Per instance, seconds of wire its bytes take from the bucket (its wire time
+    without the bucket's credit)."""
+    credit: np.ndarray
+    """Per instance, seconds a full bucket saves it (the lesser of the bucket and
+    :attr:`drawn`); 0 for one that does not leave its node."""
+    nodes: list[tuple[int, ...]]
+    """Per cost group, the nodes whose links its ops' bytes leave by."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +74,18 @@ class OpTimes:
     (None: when its last member ends)."""
     use: LinkUse | None = None
     """How the ops hold the links (None: they queue on their group only)."""
+    drained: np.ndarray | None = None
+    """Per event, its duration when its link's bucket is empty (with a
+    :attr:`LinkUse.bucket`)."""
 
-    def releases(self, prog: Program) -> np.ndarray:
-        """:attr:`release`, or each instance's last member's duration."""
+    def releases(self, prog: Program, drained: bool = False) -> np.ndarray:
+        """:attr:`release`, or each instance's last member's duration (``drained``: of
+        :attr:`drained`)."""
         if self.release is not None:
             return self.release
+        durations = self.drained if drained and self.drained is not None else self.duration
         out = np.zeros(prog.instances)
-        np.maximum.at(out, prog.inst, self.duration)
+        np.maximum.at(out, prog.inst, durations)
         return out
 
 

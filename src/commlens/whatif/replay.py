@@ -41,7 +41,7 @@ import numpy as np
 
 from commlens.errors import RunFormatError
 from commlens.whatif.model import BLOCK, ISSUE, STEP, Program, seconds
-from commlens.whatif.optimes import OpTimes
+from commlens.whatif.optimes import Bucket, OpTimes
 
 NOT_YET = math.inf
 """The time of what has not happened yet in the replay (an issue, an end, an arrival)."""
@@ -107,7 +107,11 @@ class LinkQueue:
                 break
         starts.insert(at, t)
         ends.insert(at, t + busy)
+        self.last = at
         return t
+
+    last: int = 0
+    """Where the message put on the link last stands in :attr:`starts`."""
 
 
 def replay(prog: Program, times: OpTimes) -> Timeline:
@@ -163,6 +167,9 @@ class _Replay:
         self.queued_wire = self.wire if queued is None else seconds(queued)
         # per instance, on its group's workers: the latest and second latest release so
         # far on its queue (it included), and when its queue's bytes leave the link
+        self.bucket = use.bucket if use is not None else None
+        if self.bucket is not None:
+            self.setup_bucket(prog, times, self.bucket)
         self.latest = array("d", [0.0]) * pool
         self.second = array("d", [0.0]) * pool
         self.on_wire = array("d", [0.0]) * pool
@@ -188,6 +195,41 @@ class _Replay:
         self.blocked_on = [NO_EVENT] * n_ranks
         self.ready = list(range(n_ranks - 1, -1, -1))
         self.n_inst = n_inst
+        self.lost = 0.0  # the share of its bucket credit the collective started last went without
+
+    def setup_bucket(self, prog: Program, times: OpTimes, bucket: Bucket) -> None:
+        """The state of the links' buckets: each full at time 0."""
+        self.drawn, self.credit = seconds(bucket.drawn), seconds(bucket.credit)
+        self.nodes, self.capacity = bucket.nodes, bucket.capacity_s
+        self.group_of = array("i", prog.inst_group.astype(np.int32).tobytes())
+        n_nodes = 1 + max((n for g in bucket.nodes for n in g), default=0)
+        self.level = [bucket.capacity_s] * n_nodes
+        self.since = [0.0] * n_nodes  # since when each bucket fills (its link idle)
+        drained = times.duration if times.drained is None else times.drained
+        self.drained = seconds(drained)
+        self.free_drained = seconds(times.releases(prog, drained=True))
+
+    def draw(self, i: int, t: float) -> float:
+        """Instance ``i``'s bytes leave from ``t``: take them from its nodes' buckets. What
+        share of a full bucket's credit it goes without (0: full, 1: empty)."""
+        credit = self.credit[i]
+        if credit <= 0.0:
+            return 0.0
+        nodes, level, since, cap = (
+            self.nodes[self.group_of[i]],
+            self.level,
+            self.since,
+            self.capacity,
+        )
+        now = [min(cap, level[n] + max(t - since[n], 0.0)) for n in nodes]
+        got = min(min(now), credit)
+        drawn = self.drawn[i]
+        out = t + drawn - got  # when its bytes have left, the buckets empty or what is left
+        for n, held in zip(nodes, now, strict=True):
+            level[n] = max(held - drawn, 0.0)
+            if out > since[n]:
+                since[n] = out
+        return 1.0 - got / credit
 
     def ended(self, e: int, t: float) -> None:
         """Event ``e``'s op ended at ``t``: the ranks held for it may go on."""
@@ -261,7 +303,8 @@ class _Replay:
 
     def worker_start(self, i: int) -> tuple[float, float]:
         """Start collective ``i`` once one of its group's workers is free: (when, the
-        earliest its members may end: once its bytes crossed the link)."""
+        earliest its members may end: once its bytes crossed the link); :attr:`lost`, the
+        share of its bucket credit it went without."""
         t, how = self.start[i], STARTED
         head = self.head[i]
         ahead, low = (0.0, 0.0) if head else (self.latest[i - 1], self.second[i - 1])
@@ -269,9 +312,20 @@ class _Replay:
             t, how = low, QUEUED
         self.start[i], self.state[i] = t, how
         sent = 0.0 if head else self.on_wire[i - 1]  # when the bytes ahead of its own leave
-        wire, release = self.wire[i], self.free_after[i]
-        # its bytes after the other's (the bucket not refilled), or its own from an idle link
-        floor = sent + self.queued_wire[i] if sent > t else t + wire
+        wire: float = self.wire[i]
+        release: float = self.free_after[i]
+        lost = 0.0
+        if self.bucket is None:
+            # its bytes after the other's (the bucket not refilled), or its own from an idle link
+            floor = sent + self.queued_wire[i] if sent > t else t + wire
+        else:  # its bytes after the other's, with what the buckets hold then
+            leave = sent if sent > t else t
+            lost = self.draw(i, leave)
+            if lost:
+                wire += lost * self.credit[i]
+                release += lost * (self.free_drained[i] - release)
+            floor = leave + wire
+        self.lost = lost
         self.on_wire[i] = max(sent, floor, t + max(wire, release))
         free = max(t + release, floor)
         self.latest[i], self.second[i] = (ahead, max(low, free)) if ahead > free else (free, ahead)
@@ -282,9 +336,11 @@ class _Replay:
         members, offsets, d, end = self.members, self.offsets, self.duration, self.end
         head, missing, state, parked = self.head, self.missing, self.state, self.parked
         while True:
+            self.lost = 0.0
             t, floor = self.worker_start(i) if self.workers > 1 else (self.queue_start(i), 0.0)
+            lost = self.lost
             for e in members[offsets[i] : offsets[i + 1]]:
-                t_end = t + d[e]
+                t_end = t + d[e] + lost * (self.drained[e] - d[e]) if lost else t + d[e]
                 end[e] = t_end if t_end >= floor else floor
                 if parked:
                     waiting = parked.pop(e, None)
@@ -332,9 +388,18 @@ class _Replay:
         s, r = self.send_of[i], self.recv_of[i]
         self.ended(s, t + self.duration[s])  # once its bytes are in the socket
         k = self.link[i]
+        took: float = self.duration[r]
         if k != NO_EVENT:  # it crosses the node's link when no other message is on it
             t = self.start[i] = self.on_link[k].cross(t, self.free_after[i])
-        arrives[i] = t + self.duration[r]
+        if self.bucket is not None:
+            lost = self.draw(i, t)
+            if lost:
+                took += lost * (self.drained[r] - took)
+                if k != NO_EVENT:
+                    busy = self.free_after[i] + lost * (self.free_drained[i] - self.free_after[i])
+                    queue = self.on_link[k]
+                    queue.ends[queue.last] = t + busy
+        arrives[i] = t + took
         if self.issue[r] != NOT_YET:
             self.ended(r, max(self.issue[r], arrives[i]))
         else:

@@ -106,9 +106,17 @@ class Study:
         ours = self.own_link.figures.median_step_s
         return ours / self.captured.figures.median_step_s - 1.0
 
+    @property
+    def reference(self) -> Answer:
+        """What the networks' speedups are against: the own-link replay (the model on the
+        run's own link: model against model), else the captured run where the own link
+        is unknown."""
+        return self.own_link if self.own_link is not None else self.captured
+
     def speedup(self, answer: Answer) -> float:
+        """The reference's median step over ``answer``'s (see :attr:`reference`)."""
         ours = answer.figures.median_step_s
-        return self.captured.figures.median_step_s / ours if ours > 0 else float("inf")
+        return self.reference.figures.median_step_s / ours if ours > 0 else float("inf")
 
 
 def kept_steps(trace: Trace, steps: StepRange | None) -> list[int]:

@@ -127,7 +127,7 @@ def utilization(table: pa.Table) -> Figure:
     )
     for i, r in enumerate(rows):
         rate = r.get("link_gbit_s")
-        if rate:
+        if rate and math.isfinite(rate):  # an unshaped link has no rate to draw
             ax.hlines(
                 rate,
                 i - 0.45,

@@ -223,3 +223,13 @@ def test_a_bad_kernels_file_is_one_line(
     assert main(["whatif", str(run), "--net", "1gbit"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "kernels-00001.parquet" in err[0]
+
+
+def test_dlrm_slower_links_never_replay_faster(dlrm: Path) -> None:
+    """The stream replay is a max-plus system: longer ops never end anything sooner."""
+    rates = ["400gbit", "100gbit", "25gbit", "10gbit", "1gbit", "100mbit"]
+    study = run_study(dlrm, ",".join(rates))
+    steps = [a.figures.median_step_s for a in study.answers]
+    comm = [a.figures.comm_s for a in study.answers]
+    assert steps == sorted(steps) and comm == sorted(comm)
+    assert steps[-1] > steps[0]

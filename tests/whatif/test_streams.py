@@ -147,6 +147,10 @@ def test_hand_built_program_with_a_longer_op(tmp_path: Path) -> None:
     assert row.service_s == pytest.approx(190e-6)
     # waiting: rank 0 none, rank 1 from 60 to 110; per rank and step
     assert row.wait_s == pytest.approx(50e-6 / 2)
+    # the step ends with C (352): C 50, its 2 us behind the op, the transfer 190, the
+    # issue's wait for A 0, A 100, A's launch latency 10
+    path = {p.op: p.seconds for p in figs.critical}
+    assert path == {"compute": pytest.approx(162e-6), "all_reduce": pytest.approx(190e-6)}
 
 
 def test_shorter_op_never_makes_a_step_longer(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from commlens.trace.kernels import COMM, COMPUTE, SYNC, as_numpy, has_kernels, r
 from commlens.trace.manifest import DEVICE_TIMES, time_semantics
 from commlens.whatif.backend import NCCL_REPLAY
 from commlens.whatif.costing import modelled
+from commlens.whatif.critical import PathShare
 from commlens.whatif.model import Program
 from commlens.whatif.results import Figures, OpRow
 from commlens.whatif.source import Trace
@@ -358,6 +359,7 @@ def figures(sp: StreamProgram, prog: Program, value: list[int], keep: list[int])
     held = np.zeros(n_ranks)
     op_keys: dict[tuple[str, str], list[float]] = {}
     seen_ranks: set[int] = set()
+    ends: dict[int, tuple[int, int, int]] = {}  # step -> its slowest rank's start, end, end's q
     for w in range(tr.step_rank.size):
         r, s = int(tr.step_rank[w]), int(tr.step_index[w])
         if s not in step_s:
@@ -376,7 +378,10 @@ def figures(sp: StreamProgram, prog: Program, value: list[int], keep: list[int])
         ks = kern[(kern[:, 0] == r) & (kern[:, 4] >= a) & (kern[:, 4] <= b)]
         start = moved(a)
         stop = max(moved(b), int(val[ks[:, 2]].max()) if ks.size else b)
-        step_s[s] = max(step_s[s], (stop - start) / 1e9)
+        if (stop - start) / 1e9 >= step_s[s]:
+            step_s[s] = (stop - start) / 1e9
+            last_q = int(ks[np.argmax(val[ks[:, 2]]), 2]) if ks.size else -1
+            ends[s] = (start, stop, last_q if ks.size and val[last_q] == stop else -1)
         rank_k = kern[kern[:, 0] == r]
         compute = _union(val[rank_k[rank_k[:, 3] == 0, 1]], val[rank_k[rank_k[:, 3] == 0, 2]])
         cks = ks[ks[:, 3] == 1]
@@ -427,7 +432,51 @@ def figures(sp: StreamProgram, prog: Program, value: list[int], keep: list[int])
         slowest_rank=slowest,
         slowest_held_s=float(held[slowest]) * len(ranks) * scale if ranks else 0.0,
         median_held_s=float(np.median(held[ranks])) * len(ranks) * scale if ranks else 0.0,
+        critical=critical_path(sp, prog, value, ends[steps[-1]]) if steps and ends else [],
     )
+
+
+def critical_path(
+    sp: StreamProgram, prog: Program, value: list[int], span: tuple[int, int, int]
+) -> list[PathShare]:
+    """What the step's end waited for, walking back from it over each time's latest
+    cause to the step's start: an op's transfer counts for the op, the rest (kernels,
+    launches, gaps) as compute. ``span``: the step's start, end and the time that ends
+    it (-1: the CPU's own step end, all compute)."""
+    begin, stop, q = span
+    total = stop - begin
+    if total <= 0:
+        return []
+    tr = prog.trace
+    label = {
+        sp.op_end[e]: (tr.op_names[tr.op[e]], tr.role_names[tr.role[e]] if tr.role_names else "")
+        for e in sp.transfer
+    }
+    spent: dict[tuple[str, str], int] = defaultdict(int)
+    covered = 0
+    if q >= 0:
+        covered = stop - value[q]  # after the last kernel: the CPU's
+        while q >= 0 and value[q] > begin:
+            src = NO_SOURCE
+            best: int | None = None
+            for s, add in sp.terms[q]:
+                t = add if s == NO_SOURCE else value[s] + add
+                if best is None or t > best:
+                    best, src = t, s
+            low = begin if best is None else max(best, begin)
+            if q in label:  # the transfer (from its last member's start)
+                spent[label[q]] += value[q] - low
+            else:
+                spent[("compute", "")] += value[q] - low
+            covered += value[q] - low
+            q = src
+    spent[("compute", "")] += total - covered
+    rows = [
+        PathShare(op, role, t / 1e9, t / total)
+        for (op, role), t in sorted(spent.items(), key=lambda kv: (kv[0][0] != "compute", -kv[1]))
+        if t > 0 or op == "compute"
+    ]
+    return rows
 
 
 def op_gaps(sp: StreamProgram, seconds: np.ndarray) -> dict[int, int]:

@@ -15,6 +15,7 @@ from commlens.analysis.matched.match import agreement, numbering, positions
 from commlens.analysis.matched.ops import read_ops
 from commlens.analysis.matched.queues import (
     instance_starts,
+    latency_split,
     queue_service,
     running_max,
     service_starts,
@@ -174,3 +175,23 @@ def test_the_clock_check_moves_report_and_whatif_times_alike(tmp_path: Path) -> 
     )
     with open_run(consistent) as view:
         assert check_clocks(view) == {} and view.shifts == {}
+
+
+def test_an_ops_wait_and_service_add_up_to_its_time_in_report_and_whatif(tmp_path: Path) -> None:
+    queued, wait, transfer, clamped = latency_split(
+        np.array([100, 100, 100]), np.array([80, 80, 80]), np.array([-5, 30, 95])
+    )
+    assert queued.tolist() == [20] * 3 and wait.tolist() == [0, 30, 80]
+    assert transfer.tolist() == [80, 50, 0] and clamped.tolist() == [False, False, True]
+    # an eager send: its pair starts at the send's issue, before the receive was issued
+    events = []
+    for step, t0 in ((0, 0), (1, 1000)):
+        events += [
+            ev(0, "send", t0 + 100, t0 + 150, peer=1, step=step),
+            ev(1, "recv", t0 + 200, t0 + 260, peer=0, step=step),
+        ]
+    _, answer = self_check(build_program(read_trace(_run(tmp_path, events))), [0, 1])
+    for row in answer.figures.ops:
+        assert row.wait_s + row.service_s == pytest.approx(row.time_s), row
+    recv = next(r for r in answer.figures.ops if r.op == "recv")
+    assert recv.wait_s == 0 and recv.service_s == pytest.approx(60e-6 / 2)  # per rank

@@ -26,6 +26,7 @@ import numpy as np
 
 from commlens.analysis.codes import dense_codes
 from commlens.analysis.matched.match import Numbering, agreement, kth, numbering
+from commlens.analysis.matched.queues import latency_split
 
 if TYPE_CHECKING:
     from commlens.trace.reader import StepRange
@@ -143,10 +144,8 @@ def split(part: MatchPart, inst: Instances) -> Split:
     ids, issue = ids[ok], part.t_issue[ok]
     queued, latency = part.queued[ok].astype(np.int64), part.latency[ok].astype(np.int64)
     own = latency - queued if part.service is None else part.service[ok].astype(np.int64)
-    service = np.maximum(own, 0)
-    raw = inst.ready[ids] - (issue + queued)
-    wait = np.clip(raw, 0, service)
-    return Split(ids, ok, latency - service, wait, service - wait, raw > service)
+    queue, wait, transfer, clamped = latency_split(latency, own, inst.ready[ids] - (issue + queued))
+    return Split(ids, ok, queue, wait, transfer, clamped)
 
 
 @dataclass(frozen=True)

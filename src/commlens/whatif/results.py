@@ -10,7 +10,9 @@ Definitions follow ``commlens report`` (:mod:`commlens.analysis.steps`):
   the rest *overlapped* with compute;
 - per op: *time* is issue → end on the rank, of which *waiting* is issue →
   start (peers not yet there, or the group busy with the op before it) and
-  *service* start → end (the op's own transfer).
+  *service* start → end (the op's own transfer), split as ``report`` splits
+  a call (:func:`commlens.analysis.matched.queues.latency_split`: each within
+  the op's time, so they add up to it).
 
 Figures per step are means over ranks, then medians over the steps kept.
 """
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from commlens.analysis.matched.intervals import Windows, exposure
+from commlens.analysis.matched.queues import latency_split
 from commlens.whatif.critical import PathShare, critical_path
 from commlens.whatif.model import Program
 from commlens.whatif.replay import Timeline
@@ -184,12 +187,14 @@ def _op_totals(prog: Program, tl: Timeline, part: slice, kept: np.ndarray) -> np
     start = tl.start[prog.inst[part][kept]]
     issue, end = tl.issue[part][kept], tl.end[part][kept]
     n = len(tr.op_names) * n_roles
+    # the replay's members are served from their instance's start: none queues on its own
+    _, wait, service, _ = latency_split(end - issue, end - issue, start - issue)
     weights = (
         None,
         tr.size_bytes[part][kept].astype(np.float64),
         end - issue,
-        np.maximum(end - start, 0.0),
-        np.maximum(start - issue, 0.0),
+        service,
+        wait,
         tl.held[part][kept],
     )
     return np.array([np.bincount(key, weights=w, minlength=n) for w in weights])

@@ -6,7 +6,10 @@ is done. On one server that is ``start[i] = max(ready[i], release[i − 1])``
 with ``release`` the running maximum of the items' done times, as on a CUDA
 stream; gloo's two worker threads free at the second latest.
 
-Two levels use it. Per rank (:func:`queue_service`): a rank's ops on one
+An op's latency then splits by one rule (:func:`latency_split`): queued on
+its own queue, waiting for the last member, transfer.
+
+Two levels use the queue rule. Per rank (:func:`queue_service`): a rank's ops on one
 group are items ready at their issue and done at their end; the service
 times of ops served at once are their equal shares of the time, so a
 group's service times add up to the union of its intervals. Across ranks
@@ -123,6 +126,21 @@ def service_starts(
     has = recorded >= s
     start = np.where(has, np.minimum(recorded, np.maximum(e, s)), start)
     return start, np.where(has, e - start, service)
+
+
+def latency_split(
+    latency: np.ndarray, service: np.ndarray, ready_after: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(queued, waiting, transfer, clamped) of each member of a matched instance: its
+    ``latency`` (issue to end) split into the time before its service began (on its
+    own queue), the time from then until the last member was ready (``ready_after``
+    that long after its own service start), and the rest of its ``service`` time,
+    the transfer; each cut to ``[0, its service time]``, so the three add up to the
+    latency. ``clamped``: where the last member was ready only after this one's end
+    (clock skew beyond the measurement, or a root whose data was buffered)."""
+    service = np.maximum(service, 0)
+    wait = np.clip(ready_after, 0, service)
+    return latency - service, wait, service - wait, ready_after > service
 
 
 def _server_free(ends: np.ndarray, workers: int) -> np.ndarray:

@@ -47,9 +47,11 @@ def leftovers(before: set[str]) -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
+def _no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not is_patched(), "torch.distributed was patched before the test"
-    before = _netns() if os.geteuid() == 0 else set()
+    # a unit-layer test starts no process (:func:`_guarded`), so it makes no namespace
+    netns = os.geteuid() == 0 and not _unit_layer(request.node)
+    before = _netns() if netns else set()
     yield
     patched = is_patched()
     alive = dist.is_available() and dist.is_initialized()
@@ -61,7 +63,7 @@ def _no_leftovers() -> Iterator[None]:
         dist.destroy_process_group()
     assert not patched, "the test left torch.distributed patched"
     assert not alive, "the test left a process group alive"
-    if os.geteuid() == 0:
+    if netns:
         left = leftovers(before)
         assert not left, f"the test left emulated networks behind: {sorted(left)}"
 
@@ -94,7 +96,8 @@ def readonly_dir() -> Iterator[Callable[[Path], Path]]:
 _SPAWNS = re.compile(
     r"\bsubprocess\b|multiprocessing|\bmp\.spawn\b|\bPopen\b|os\.fork\b|torchrun|"
     r"tests\.distributed|\bspawn_ranks\b|\brun_ranks\b|EmulatedCluster|launch_job|"
-    r"""main\(\s*\[\s*["'](?:run|trace|bench|sweep|launch)["']"""
+    r"""main\(\s*\[\s*["'](?:run|trace|bench|sweep|launch|demo)["']|"""
+    r"""\[\s*["'](?:run|trace|bench|sweep|launch|demo)["']\s*,\s*["']--(?:out|nproc)"""
 )
 """What in a test module, a fixture or a tests/ helper it imports starts a process:
 ranks, a command that launches them, a CLI in a subprocess, torchrun, namespaces."""
@@ -156,11 +159,17 @@ def _refuse(*_args: object, **_kwargs: object) -> None:
     )
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Under ``-m "not e2e"`` a test that starts a process fails, naming the layer it
-    belongs to: the marking above is checked by every run of the unit layer."""
-    if "not e2e" not in (item.config.option.markexpr or "") or item.get_closest_marker("e2e"):
+def _unit_layer(item: pytest.Item) -> bool:
+    """Whether ``item`` runs in the unit layer (``-m "not e2e"``, not marked e2e)."""
+    markexpr = item.config.option.markexpr or ""
+    return "not e2e" in markexpr and not item.get_closest_marker("e2e")
+
+
+def _guarded(item: pytest.Item) -> Iterator[None]:
+    """Under ``-m "not e2e"`` a test that starts a process, in its body or in a fixture
+    it sets up, fails naming the layer it belongs to: the marking above is checked by
+    every run of the unit layer."""
+    if not _unit_layer(item):
         return (yield)
     import multiprocessing.util
 
@@ -169,3 +178,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         mp.setattr(os, "fork", _refuse)
         mp.setattr(multiprocessing.util, "spawnv_passfds", _refuse)
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))

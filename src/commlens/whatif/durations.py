@@ -80,11 +80,7 @@ def link_waits(prog: Program, links: np.ndarray) -> np.ndarray:
     queue adds again. Its time on the wire is what is left. Each message's share of the
     spell, not its time after the one ahead of it arrived: messages of two ranks
     (sockets) cross the shaper side by side and both arrive about two wire times after
-    their start. Counted after the one ahead, a 3d job's two receives on one link came
-    out at 16 ms and 1.4 ms on the wire at 50 Mbit/s (one rank's always first); the
-    replay, which may take them in the other order, then carried the pair in 17 ms
-    where the capture took 19, and its self-replay came out 6.2% short (4.0% with the
-    shares)."""
+    their start (docs/whatif.md, "The model of a run")."""
     out = np.zeros(prog.inst.size)
     crossing = np.flatnonzero(links >= 0)
     if not crossing.size:
@@ -131,12 +127,9 @@ def worker_waits(prog: Program, wire: np.ndarray) -> np.ndarray:
     own link).
 
     Two calls that run beside each other share the link, and the first takes about
-    both wire times: a DDP job's first gradient bucket at 200 Mbit/s took 110 ms
-    from its start (65 ms of wire), the second ended 20 ms after it. Kept in seconds,
-    the first one's 45 ms beyond its wire time stayed on every link: from 200 Mbit/s
-    to 1 Gbit/s its all-reduce came out at 58 ms where it took 18. The replay's queue
-    puts the second call's bytes after the first's (:func:`~commlens.whatif.replay.replay`),
-    so the first keeps only its own share, and what is left is its wait."""
+    both wire times (docs/whatif.md, "The model of a run"). The replay's queue puts the
+    second call's bytes after the first's (:func:`~commlens.whatif.replay.replay`), so
+    the first keeps only its own share, and what is left is its wait."""
     out = np.zeros(prog.inst.size)
     coll = np.flatnonzero(prog.send_of < 0)
     if coll.size < 2:

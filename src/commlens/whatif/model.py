@@ -225,9 +225,7 @@ def _reverse_pairs(
     issued (a batch of ops shares one issue time: its send goes first; ``j``'s own
     receive posted before, else ``j``'s data waited for a notice sent at the same
     time) and had not arrived yet: then ``k`` starts no earlier than ``j``'s arrival
-    (measured on a 1F1B pipeline at 50 Mbit/s: a stage's activation send, issued 25
-    ms before its receive was posted, moved only after the gradient its receiver
-    sent back at once had arrived, 19 ms later). The replay applies the same test to
+    (1F1B's steady state, measured: docs/whatif.md). The replay applies the same test to
     its own times (:func:`~commlens.whatif.replay.replay`). ``chan`` is each pair's
     channel key, ``(group·w + src)·w + dst``, in instance order (a channel's pairs in
     a row, channels in key order)."""

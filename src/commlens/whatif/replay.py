@@ -117,8 +117,7 @@ class LinkQueue:
 def replay(prog: Program, times: OpTimes) -> Timeline:
     """Replay ``prog`` with ``times`` (see the module docstring)."""
     run = _Replay(prog, times)
-    while run.ready:
-        run.advance(run.ready.pop())
+    run.run_ranks()
     stuck = [r for r, e in enumerate(run.blocked_on) if e != NO_EVENT]
     if stuck:
         raise RunFormatError(
@@ -238,47 +237,56 @@ class _Replay:
         if waiting:
             self.ready.extend(waiting)
 
-    def advance(self, r: int) -> None:
-        """Run rank ``r`` through its marks until it must wait for an op not ended yet."""
-        t, e = self.clock[r], self.blocked_on[r]
-        end, held, issued = self.end, self.held, self.issued
-        if e != NO_EVENT:  # the op it was held for has ended
-            if end[e] > t:
-                held[e] = end[e] - t
-                t = end[e]
-            self.blocked_on[r] = NO_EVENT
-        for mark, a, gap in self.marks[r]:
-            t += gap
-            if mark == ISSUE or mark == BLOCK:  # an issue: ISSUE goes on, BLOCK waits
-                issued(a, t)
-                if mark == ISSUE:
+    def run_ranks(self) -> None:
+        """Run each rank ready to go on through its marks until it must wait for an op not
+        ended yet, until none is ready."""
+        end, held, issue, inst_of = self.end, self.held, self.issue, self.inst_of
+        send_of, start, by, missing = self.send_of, self.start, self.by, self.missing
+        head, state, steps, marks = self.head, self.state, self.steps, self.marks
+        clock, blocked_on, parked, ready = self.clock, self.blocked_on, self.parked, self.ready
+        issues, step, none, not_yet = (ISSUE, BLOCK), STEP, NO_EVENT, NOT_YET  # as locals
+        while ready:
+            r = ready.pop()
+            t, e = clock[r], blocked_on[r]
+            if e != none:  # the op it was held for has ended
+                if end[e] > t:
+                    held[e] = end[e] - t
+                    t = end[e]
+                blocked_on[r] = none
+            for mark, a, gap in marks[r]:
+                t += gap
+                if mark in issues:  # an issue: ISSUE goes on, BLOCK waits
+                    issue[a] = t
+                    j = inst_of[a]
+                    if send_of[j] == none:  # a collective: started by its last member
+                        if t >= start[j]:
+                            start[j] = t
+                            by[j] = a
+                        missing[j] -= 1
+                        if not missing[j] and (head[j] or state[j - 1]):
+                            self.begin_collectives(j)
+                    else:
+                        self.issued_pair(a, j, t)
+                    if mark == issues[0]:
+                        continue
+                elif mark == step:
+                    steps[a] = t
                     continue
-            elif mark == STEP:
-                self.steps[a] = t
-                continue
-            t_end = end[a]  # a BLOCK or HOLD: wait for the op to end
-            if t_end == NOT_YET:
-                self.parked.setdefault(a, []).append(r)
-                self.blocked_on[r] = a
-                break
-            if t_end > t:
-                held[a] = t_end - t
-                t = t_end
-        self.clock[r] = t
+                t_end = end[a]  # a BLOCK or HOLD: wait for the op to end
+                if t_end == not_yet:
+                    parked.setdefault(a, []).append(r)
+                    blocked_on[r] = a
+                    break
+                if t_end > t:
+                    held[a] = t_end - t
+                    t = t_end
+            clock[r] = t
 
-    def issued(self, a: int, t: float) -> None:
-        """Event ``a`` is issued at ``t``: start its instance if it can."""
-        self.issue[a] = t
-        j = self.inst_of[a]
-        start, state = self.start, self.state
-        send = self.send_of[j]
-        if send == NO_EVENT:  # a collective: started by its last member
-            if t >= start[j]:
-                start[j], self.by[j] = t, a
-            self.missing[j] -= 1
-            if not self.missing[j] and (self.head[j] or state[j - 1]):
-                self.begin_collectives(j)
-        elif self.meets[j]:  # a rendezvous: the later of its send and receive starts it
+    def issued_pair(self, a: int, j: int, t: float) -> None:
+        """Event ``a``, a send or receive of pair ``j``, was issued at ``t``: start the
+        pair if it can."""
+        start, state, send = self.start, self.state, self.send_of[j]
+        if self.meets[j]:  # a rendezvous: the later of its send and receive starts it
             if t >= start[j]:
                 start[j], self.by[j] = t, a
             other = self.recv_of[j] if a == send else send
@@ -335,10 +343,19 @@ class _Replay:
         """Start collective ``i`` and any that waited behind it on its group."""
         members, offsets, d, end = self.members, self.offsets, self.duration, self.end
         head, missing, state, parked = self.head, self.missing, self.state, self.parked
+        on_workers, n_inst = self.workers > 1, self.n_inst
+        start, free_after = self.start, self.free_after
         while True:
-            self.lost = 0.0
-            t, floor = self.worker_start(i) if self.workers > 1 else (self.queue_start(i), 0.0)
-            lost = self.lost
+            if on_workers:
+                t, floor = self.worker_start(i)
+                lost = self.lost
+            else:  # once its queue is free (queue_start, inline: the replay's hot path)
+                t, how, floor, lost = start[i], STARTED, 0.0, 0.0
+                if not head[i]:
+                    free = start[i - 1] + free_after[i - 1]
+                    if free > t:
+                        t, how = free, QUEUED
+                start[i], state[i] = t, how
             for e in members[offsets[i] : offsets[i + 1]]:
                 t_end = t + d[e] + lost * (self.drained[e] - d[e]) if lost else t + d[e]
                 end[e] = t_end if t_end >= floor else floor
@@ -347,7 +364,7 @@ class _Replay:
                     if waiting:
                         self.ready.extend(waiting)
             i += 1
-            if i >= self.n_inst or head[i] or missing[i] or state[i]:
+            if i >= n_inst or head[i] or missing[i] or state[i]:
                 return
 
     def begin_pairs(self, i: int) -> None:

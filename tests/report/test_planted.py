@@ -86,8 +86,8 @@ def test_text_ranks_as_distribution(run: tuple[Path, Planted]) -> None:
     ]
     listed = [
         int(line.split()[0])
-        for line in _report(run_dir).split("Ranks: the 10")[1].split("\n")
-        if line.strip()[:1].isdigit()
+        for line in _report(run_dir).split("Ranks: the 10")[1].split("\n\n")[0].split("\n")
+        if line.strip()[:1].isdigit() and len(line.split()) == 9
     ][:10]
     assert listed == [r for _, r in shares[:10]] and table
 
@@ -144,3 +144,13 @@ def test_markdown_and_html_summarise_too(run: tuple[Path, Planted], tmp_path: Pa
     _report(run_dir, "--format", "html", "-o", str(html))
     page = html.read_text()
     assert "dp × 4 groups of 16" in page and "exposed (%) over 64 ranks" in page
+
+
+def test_utilization_lists_the_busiest(run: tuple[Path, Planted]) -> None:
+    run_dir, _ = run
+    text = " ".join(_report(run_dir, "--width", "200").split())
+    util = text.split("Link utilization (per source, the 10 busiest of more than 32")[1]
+    assert "events: mean Gbit/s over 64 ranks: min " in util
+    assert util.count(" rank ") >= 10 and "rank 63 " not in util.split("highest:")[0][-2000:-1]
+    data = json.loads(_report(run_dir, "--format", "json"))
+    assert sum(row["source"] == "events" for row in data["utilization"]) == 64

@@ -25,6 +25,7 @@ from commlens.report.provenance import (
 from commlens.report.spread import (
     MANY_RANKS,
     WORST,
+    busiest_per_source,
     by_role,
     many_groups,
     rank_spread_note,
@@ -622,12 +623,21 @@ def _utilization_section(
     inter_t: pa.Table | None,
 ) -> Section:
     link = utilization.link_gbit(run.manifest)
+    top, spread = busiest_per_source(util_sum)  # past MANY_RANKS ranks or nodes
+    more = top.num_rows < util_sum.num_rows
+    note = util_note(nic_t is not None and nic_t.num_rows > 0, inter_t is not None, link)
     return Section(
         "utilization",
-        "Link utilization",
-        util_sum,
+        "Link utilization"
+        + (
+            f" (per source, the {2 * WORST} busiest of more than {MANY_RANKS}; --format json "
+            "lists each)"
+            if more
+            else ""
+        ),
+        top,
         UTIL_COLUMNS,
-        note=util_note(nic_t is not None and nic_t.num_rows > 0, inter_t is not None, link),
+        note="\n".join(filter(None, [note, spread])),
         plots=[
             (
                 "Utilization over time",

@@ -120,3 +120,34 @@ def by_role(
         out.append(row)
     out.sort(key=lambda r: -r[worst])
     return pa.Table.from_pylist(out)
+
+
+def busiest_per_source(util: pa.Table) -> tuple[pa.Table, str]:
+    """The utilization summary (``source``, ``unit``, ``mean_gbit_s``, ...) with, for a
+    source of more than :data:`MANY_RANKS` rows (ranks or nodes), only its ``2 x WORST``
+    busiest by mean, and a line per such source with the means' distribution."""
+    if not util.num_rows:
+        return util, ""
+    source = util.column("source").to_pylist()
+    unit = util.column("unit").to_pylist()
+    mean = np.asarray(util.column("mean_gbit_s").to_numpy(zero_copy_only=False), dtype=float)
+    keep: list[int] = []
+    lines: list[str] = []
+    for name in dict.fromkeys(source):
+        rows = [i for i, s in enumerate(source) if s == name]
+        if len(rows) <= MANY_RANKS:
+            keep += rows
+            continue
+        v = mean[rows]
+        order = [rows[i] for i in np.argsort(-v, kind="stable")[: 2 * WORST]]
+        keep += sorted(order)
+        q = np.quantile(v, [0, 0.25, 0.5, 0.75, 1.0])
+        named = ", ".join(f"{unit[i]} ({mean[i]:.1f})" for i in order[:WORST])
+        lines.append(
+            f"{name}: mean Gbit/s over {len(rows):,} {str(unit[rows[0]]).split()[0]}s: "
+            f"min {q[0]:.1f}, quartiles {q[1]:.1f} / {q[2]:.1f} / {q[3]:.1f}, max {q[4]:.1f}; "
+            f"highest: {named}"
+        )
+    if len(keep) == util.num_rows:
+        return util, ""
+    return util.take(pa.array(keep)), "\n".join(lines)

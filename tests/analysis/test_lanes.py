@@ -53,3 +53,14 @@ def test_a_lane_per_rank_up_to_eight_then_per_node(tmp_path: Path) -> None:
     blocks = lanes(open_run(_run(tmp_path / "c", 40, None)), [1])
     assert blocks is not None and blocks.by == "ranks" and len(blocks.labels) <= 16
     assert sum(blocks.ranks_per_lane) == 40
+
+
+def test_a_lane_of_many_ranks_is_drawn_as_the_share_of_them_in_a_call() -> None:
+    """Two of a lane's four ranks in a call over the first half: the share is 0.5 there,
+    0 after."""
+    import numpy as np
+
+    from commlens.report.plots import _occupancy
+
+    _, share = _occupancy(np.array([0.0, 0.0]), np.array([5.0, 5.0]), 0.0, 10.0, 4, bins=10)
+    assert list(share[:5]) == [0.5] * 5 and not share[6:].any()

@@ -22,6 +22,8 @@ RANK_LANES = 8
 """Up to this many ranks, a lane per rank."""
 MAX_LANES = 16
 """Beyond it, at most this many lanes (nodes or blocks of ranks)."""
+MANY = 64
+"""Past this many ranks a report draws one representative step, not three."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,7 @@ def lanes(view: RunView, steps: list[int]) -> Lanes | None:
     if not windows.num_rows:
         return None
     ops = view.sql(
-        "SELECT rank, op, role, t_issue_ns, t_end_ns FROM events "
-        f"WHERE step IN ({chosen}) ORDER BY rank, t_issue_ns"
+        f"SELECT rank, op, role, t_issue_ns, t_end_ns FROM events WHERE step IN ({chosen})"
     )
     t0 = int(np.min(windows.column("t_start_ns").to_numpy()))
     lane, labels, sizes, by = _lane_of(view)

@@ -334,7 +334,8 @@ def measured_steps(step_t: pa.Table, steps: StepRange | None) -> tuple[pa.Table,
 def _timeline(run: RunView, measured: pa.Table) -> list[tuple[str, Any]]:
     """The timeline of a few representative measured steps (none without steps): a plot
     of the Steps section, drawn in HTML and Markdown."""
-    drawn = lanes.lanes(run, lanes.representative_steps(measured))
+    count = 3 if run.world_size <= lanes.MANY else 1  # one step at scale: cost
+    drawn = lanes.lanes(run, lanes.representative_steps(measured, count))
     return [] if drawn is None else [("Timeline", plot("timeline", drawn))]
 
 

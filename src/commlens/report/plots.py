@@ -354,49 +354,65 @@ def bench_busbw(rows: list[dict[str, Any]], link_gbit: float | None = None) -> F
 ROLE_COLORS = {"dp": "#1f77b4", "tp": "#d62728", "pp": "#2ca02c", "ep": "#9467bd", "cp": "#8c564b"}
 
 
+_LANE_NAMES = {"rank": "rank", "node": "node", "ranks": "block of ranks"}
+
+
 def timeline(lanes: Any) -> Figure:
     """Per lane (a rank, or a node or block of ranks), the comm ops of a few steps as bars
     coloured by their group's role over the steps' windows in grey: the white and grey
-    between bars is computation. A lane of several ranks draws each rank's ops faintly,
-    so the darker a stretch, the more of its ranks are communicating."""
+    between bars is computation. A lane of several ranks shows, per role, the share of
+    its ranks inside a call over time (a band as tall as the lane: all of them)."""
     n = len(lanes.labels)
     fig = Figure(figsize=(_SIZE[0] + 2, max(2.2, 0.45 * n + 1.4)), layout="constrained")
     steps = lanes.steps
     span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}–{steps[-1]}"
     title = (
         f"Timeline of {span} (around the measured step of median length): communication "
-        f"per {lanes.by.rstrip('s')}, coloured by role"
+        f"per {_LANE_NAMES.get(lanes.by, lanes.by)}, coloured by role"
     )
     if lanes.by != "rank":
-        title += "\na lane of several ranks: the darker, the more of them communicate at once"
+        title += "\nheight in a lane: the share of its ranks inside a call of that role"
     if not lanes.ops.num_rows and not lanes.windows.num_rows:
         return _empty(fig, title)
     ax = fig.add_subplot()
-    w = lanes.windows.to_pydict()
     scale = 1e3
-    for lane, a, b in zip(w["lane"], w["start_s"], w["end_s"], strict=True):
-        alpha = 0.25 / lanes.ranks_per_lane[lane]
-        ax.broken_barh([(a * scale, (b - a) * scale)], (lane - 0.4, 0.8), color="grey", alpha=alpha)
-    o = lanes.ops.to_pydict()
-    roles = sorted({r or "" for r in o["role"]})
+    w_lane = lanes.windows.column("lane").to_numpy()
+    w_a = lanes.windows.column("start_s").to_numpy() * scale
+    w_b = lanes.windows.column("end_s").to_numpy() * scale
+    for lane in range(n):
+        mine = w_lane == lane
+        if mine.any():  # the lane's steps, from its earliest start to its latest end
+            spans = _merged(w_a[mine], w_b[mine])
+            ax.broken_barh(spans, (lane - 0.4, 0.8), color="grey", alpha=0.25, lw=0)
+    o_lane = lanes.ops.column("lane").to_numpy()
+    o_role = np.asarray([r or "" for r in lanes.ops.column("role").to_pylist()])
+    o_a = lanes.ops.column("start_s").to_numpy() * scale
+    o_b = np.maximum(lanes.ops.column("end_s").to_numpy() * scale, o_a)
+    lo = float(min(o_a.min(initial=np.inf), w_a.min(initial=np.inf)))
+    hi = float(max(o_b.max(initial=-np.inf), w_b.max(initial=-np.inf)))
     colors = colormaps["tab10"]
     handles = [Patch(color="grey", alpha=0.25, label="step (no bar: computing)")]
-    for i, role in enumerate(roles):
+    for i, role in enumerate(sorted(set(o_role.tolist()))):
         color = ROLE_COLORS.get(role, colors((i + 4) % 10))
         for lane in range(n):
-            bars = [
-                (a * scale, max(b - a, 0) * scale)
-                for ln, r, a, b in zip(o["lane"], o["role"], o["start_s"], o["end_s"], strict=True)
-                if ln == lane and (r or "") == role
-            ]
-            if bars:
-                alpha = (
-                    0.85
-                    if lanes.ranks_per_lane[lane] == 1
-                    else max(0.03, 1.5 / lanes.ranks_per_lane[lane])
-                )
+            mine = (o_lane == lane) & (o_role == role)
+            if not mine.any():
+                continue
+            if lanes.ranks_per_lane[lane] == 1:
+                bars = list(zip(o_a[mine], o_b[mine] - o_a[mine], strict=True))
                 ax.broken_barh(
-                    bars, (lane - 0.35, 0.7), color=color, alpha=alpha, edgecolor="white", lw=0.4
+                    bars, (lane - 0.35, 0.7), color=color, alpha=0.85, edgecolor="white", lw=0.4
+                )
+            else:
+                x, share = _occupancy(o_a[mine], o_b[mine], lo, hi, lanes.ranks_per_lane[lane])
+                ax.fill_between(
+                    x,
+                    lane + 0.35,
+                    lane + 0.35 - 0.7 * share,
+                    color=color,
+                    alpha=0.6,
+                    lw=0,
+                    step="post",
                 )
         handles.append(Patch(color=color, label=role or "(no role)"))
     ax.set_yticks(range(n), lanes.labels, fontsize="small")
@@ -411,3 +427,31 @@ def timeline(lanes: Any) -> Figure:
         bbox_to_anchor=(1.01, 1),
     )
     return fig
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """Intervals as (start, length), overlapping ones merged."""
+    order = np.argsort(starts)
+    out: list[list[float]] = []
+    for a, b in zip(starts[order], ends[order], strict=True):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], float(b))
+        else:
+            out.append([float(a), float(b)])
+    return [(a, b - a) for a, b in out]
+
+
+def _occupancy(
+    starts: np.ndarray, ends: np.ndarray, lo: float, hi: float, ranks: int, bins: int = 600
+) -> tuple[np.ndarray, np.ndarray]:
+    """The share of ``ranks`` inside a call over ``bins`` bins of [lo, hi] (each call
+    counted over the bins its interval covers, at the bins' resolution)."""
+    width = (hi - lo) / bins or 1.0
+    first = np.clip(((starts - lo) / width).astype(int), 0, bins - 1)
+    last = np.clip(((ends - lo) / width).astype(int), 0, bins - 1)
+    edges = np.zeros(bins + 1)
+    np.add.at(edges, first, 1)
+    np.add.at(edges, last + 1, -1)
+    share = np.minimum(np.cumsum(edges)[:bins] / ranks, 1.0)
+    x = lo + np.arange(bins) * width
+    return x, share

@@ -169,7 +169,8 @@ def test_compare_a_prediction_with_the_measured_run(
     answer = json.loads(pred.read_text())
     assert main(["compare", str(pred), str(runs["dp"]), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["reference"] == "dp" and [i["kind"] for i in data["inputs"]] == [
+    # the reference is named as the run's folder
+    assert data["reference"] == runs["dp"].name and [i["kind"] for i in data["inputs"]] == [
         "predicted",
         "measured",
     ]

@@ -214,7 +214,9 @@ CHECKS: dict[str, Check] = {
     # command's own arguments
     RUN_TP: Check(printed("pp"), skip=(r"^commlens run: ",), same={"gpt-tp": "gpt-pp"}, runs=True),
     "commlens compare runs/gpt-dp runs/gpt-tp": Check(
-        cli("compare", "@dp", "@pp", "--width", "1000"), same={"gpt-tp": "gpt-pp"}, runs=True
+        cli("compare", "@dp", "@pp", "--width", "1000"),
+        same={"gpt-tp": "gpt-pp", "gpt-tiny tp,": "gpt-tiny pp,"},
+        runs=True,
     ),
     "commlens validate runs/gpt-tp": Check(  # its first line names the run's own job
         cli("validate", "@pp", "--width", "1000"), skip=(r"^validate: gpt-tiny ",), runs=True

@@ -140,11 +140,13 @@ def build_compare(runs: Sequence[RunView]) -> Document:
         "warnings": warnings,
     }
     return Document(
-        title="commlens compare: "
-        + " vs ".join(
-            f"{label} ({run_brief(run)})" for label, run in zip(labels, runs, strict=True)
-        ),
-        headline=compare_headline(summary),
+        title="commlens compare: " + " vs ".join(labels),
+        headline=[
+            *compare_headline(summary),
+            "; ".join(
+                f"{label}: {run_brief(run)}" for label, run in zip(labels, runs, strict=True)
+            ),
+        ],
         lead=("Typical step per run", lambda: _step_plot(summary)),
         facts=facts,
         sections=sections,

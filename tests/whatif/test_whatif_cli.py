@@ -184,7 +184,8 @@ def test_compare_a_prediction_with_the_measured_run(
     assert measured["step_error"] is None
     assert ours["share_error"] == pytest.approx((ours["comm_share"] - measured["comm_share"]) * 100)
     ops = {(o["input"], o["op"], o["role"]) for o in data["ops"]}
-    assert ("dp", "all_reduce", "dp") in ops and ("tcp-10g (predicted)", "all_reduce", "dp") in ops
+    assert (runs["dp"].name, "all_reduce", "dp") in ops
+    assert ("tcp-10g (predicted)", "all_reduce", "dp") in ops
     argv = ["compare", str(pred), str(runs["dp"]), "--width", "200"]
     assert main(argv) == 0
     text = capsys.readouterr().out

@@ -4,7 +4,9 @@ Faults: skip (rank 1 skips the 4th all_reduce, then idles), size (rank 2 of 3 ca
 the 3rd all_reduce with another size), order (ranks 0 and 1 issue all_reduces on two
 groups in opposite order), p2p (both ranks receive first), straggler (rank 1 sleeps 3x
 the step's compute every step), kill (rank 1 SIGKILLs itself at step 3), gil (rank 1
-spins in a Python loop from step 3), none (a healthy job). Every rank ends by idling
+spins in a Python loop from step 3), dtype (rank 1 calls the 3rd all_reduce on int32
+where rank 0 calls it on float32, as many bytes: both complete; the job ends), none (a
+healthy job). Every rank ends by idling
 until killed, except in the healthy, straggler and kill jobs.
 """
 
@@ -57,10 +59,12 @@ def main() -> None:
                 spin()
             time.sleep(STEP_S * (3 if FAULT == "straggler" and rank == 1 else 1))
             x = torch.ones(5 if FAULT == "size" and rank == 2 and step == 2 else 4)
-            if not (FAULT == "skip" and rank == 1 and step == 3):
-                dist.all_reduce(x)
+            if FAULT == "dtype" and rank == 1 and step == 2:
+                dist.all_reduce(torch.ones(4, dtype=torch.int32))  # the odd call
+            elif not (FAULT == "skip" and rank == 1 and step == 3):
+                dist.all_reduce(x)  # the usual call
             commlens.step()
-    if FAULT in ("none", "straggler"):
+    if FAULT in ("none", "straggler", "dtype"):
         dist.destroy_process_group()
         return
     time.sleep(120)  # a rank that finished waits here, as if in its next computation

@@ -171,3 +171,35 @@ def test_rank_spinning_with_the_gil(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "in spin" in data["stacks"]["1"]  # the watchdog's dump of the spinning rank
     assert any("in spin" in line for line in data["explanation"] if line.startswith("rank 1"))
     assert "in spin" in stderr
+
+
+def _line_of(marker: str) -> str:
+    """``faultprog.py:N`` of the line that holds ``marker``."""
+    lines = PROG.read_text().splitlines()
+    return f"{PROG}:{next(i for i, line in enumerate(lines, 1) if marker in line)}"
+
+
+def test_desync_among_completed_ops_names_each_call_site(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both all_reduces complete (as many bytes), so neither is in flight: each rank's call
+    site comes from its call-site files."""
+    run = tmp_path / "run"
+    done = subprocess.run(
+        _trace(run, "dtype", 2), capture_output=True, text=True, timeout=LIMIT_S, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert not any(run.glob("inflight-*.json")) or all(
+        not json.loads(p.read_text())["ops"] for p in run.glob("inflight-*.json")
+    )  # nothing was in flight at the end: the sites below are completed ops'
+    code, data = _doctor(run, capsys)
+    assert code == 1 and data["kind"] == "desync" and data["root_ranks"] == [1]
+    usual, odd = _line_of("# the usual call"), _line_of("# the odd call")
+    sites = {m["rank"]: m["site"] for m in data["mismatch"]}
+    assert sites == {0: f"{usual} main", 1: f"{odd} main"}, sites
+    assert {m["dtype"] for m in data["mismatch"]} == {"float32", "int32"}
+    capsys.readouterr()
+    assert main(["doctor", str(run)]) == 1
+    text = capsys.readouterr().out
+    assert f"rank 0: all_reduce 4 elements float32 (16 B) at {usual} main" in text, text
+    assert f"rank 1: all_reduce 4 elements int32 (16 B) at {odd} main" in text, text

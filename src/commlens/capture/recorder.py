@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commlens.capture.callsites import CallSiteTable
 from commlens.capture.context import StepTracker, current_phase_and_module
 from commlens.capture.groups import GroupRegistry
 from commlens.capture.inflight import StackDumps, write_inflight
@@ -115,6 +116,9 @@ class Recorder:
         """What a forked child starts again: counters, ops in flight, locks, files."""
         self.pid = os.getpid()
         self._seq = itertools.count()  # next() is atomic: threads never share a seq
+        self.callsites = CallSiteTable()  # where each op was called (the per-op path's)
+        self._site_ids = self.callsites.ids
+        self._site_log = self.callsites.log
         self.ops = PendingOps(self.clock, self._write_claimed)
         self._done = self.ops.done  # the per-op path tests its length
         # Held by the writer thread's drain and by resolve_deferred: ops read
@@ -195,6 +199,7 @@ class Recorder:
             self.note_roles()
             self.write_meta("ok" if not self.error else "recording-failed")
             self._inflight_key = write_inflight(self, self._inflight_key)
+            self._write_sites(blocking=True)
             self.stack_dumps.unregister()
             merge_manifest(self.run_dir)
         except Exception as exc:
@@ -242,9 +247,15 @@ class Recorder:
             writer.close(timeout=5.0)
             self.write_meta(status)
             self._inflight_key = write_inflight(self, self._inflight_key)
+            self._write_sites(blocking=False)  # the interrupted thread may hold the table
             merge_manifest(self.run_dir)
         except Exception:
             pass
+
+    def _write_sites(self, *, blocking: bool) -> None:
+        """Append the call sites and (seq, site) records not yet on disk."""
+        if self.rank is not None:
+            self.callsites.write(self.run_dir, self.rank, blocking=blocking)
 
     def write_meta(self, status: str) -> None:
         """Write this rank's ``rank-NNNNN.json`` whole (:class:`RankFile`)."""
@@ -279,6 +290,7 @@ class Recorder:
             return
         try:
             self._inflight_key = write_inflight(self, self._inflight_key)
+            self._write_sites(blocking=True)
         except Exception as exc:
             self.fail(exc)
         try:
@@ -324,6 +336,12 @@ class Recorder:
         if kind is None:
             kind = self.kinds.new(raw, writer)
         seq = next(self._seq)
+        if frame is not None:  # its call site, interned (capture.callsites)
+            site_key = (frame.f_code, frame.f_lineno)
+            site = self._site_ids.get(site_key)
+            if site is None:
+                site = self.callsites.new(site_key)
+            self._site_log.append((seq, site))
         if self._first_undecided is None and self.steps.undecided:
             self._first_undecided = seq
             self.steps.t_undecided = t_issue
@@ -388,6 +406,8 @@ class Recorder:
             return
         phase, module = current_phase_and_module(self.steps, frame, phase_hint)
         later = (make_call, api, phase, module, next(self._seq))
+        if frame is not None:
+            self.callsites.note(later[4], frame)
         self.ops.track(work, Pending(None, self.steps.step, t_issue, later=later))
         if len(self._done) >= COLLECT_AT:
             self.ops.collect()

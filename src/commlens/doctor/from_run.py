@@ -2,7 +2,9 @@
 
 Every rank's events are its completed ops; ``inflight-NNNNN.json`` adds the
 ops it had in flight at its last checkpoint (or as it closed), dropped where
-the same op (group, op, issue time) was written as an event since. Each op's
+the same op (group, op, issue time) was written as an event since; a
+completed op's call site comes from the rank's call-site files
+(:mod:`commlens.trace.callsites`; none in a run without them). Each op's
 seq is its index among the rank's collectives on its group (from 1), the
 index by which c10d itself pairs them across ranks; a send or receive is
 the k-th of its direction between the two ranks on its group. A member
@@ -29,12 +31,13 @@ from commlens.doctor.model import Evidence, Group, Op, RankFacts
 from commlens.errors import RunFormatError
 from commlens.optable import EQUAL_SIZES, P2P_OPS, ROOTED
 from commlens.safefile import read_bytes
+from commlens.trace.callsites import CallSites, read_callsites
 from commlens.trace.inflight import MAX_SIDE_FILE, read_inflight
 from commlens.trace.layout import stacks_path
 from commlens.trace.manifest import read_manifest
 
 COLUMNS = ["op", "pg_name", "pg_ranks", "role", "dtype", "count", "bytes_in", "peer",
-           "t_issue_ns", "t_end_ns", "t_wait_ns", "step"]  # fmt: skip
+           "t_issue_ns", "t_end_ns", "t_wait_ns", "step", "seq"]  # fmt: skip
 
 
 def _inflight_ops(run_dir: Path, rank: int) -> list[dict[str, Any]]:
@@ -101,6 +104,9 @@ class _RankCols:
     p2p: np.ndarray
     seq: np.ndarray
     """per group (collectives) or per (group, op, peer) (sends and receives), from 1"""
+    event_seq: np.ndarray
+    """the event's own ``seq`` (the rank's sequence number)"""
+    sites: CallSites
 
 
 def _codes(table: Any, name: str) -> tuple[np.ndarray, list[str]]:
@@ -124,7 +130,7 @@ def _running(keys: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rank_cols(table: Any) -> _RankCols:
+def _rank_cols(table: Any, sites: CallSites) -> _RankCols:
     g, groups = _codes(table, "pg_name")
     o, names = _codes(table, "op")
     d, dtypes = _codes(table, "dtype")
@@ -141,7 +147,8 @@ def _rank_cols(table: Any) -> _RankCols:
     key = np.where(p2p, -1 - key, key)  # collectives and point-to-point keys apart
     return _RankCols(groups, names, dtypes, g, o, d, peer, ints("bytes_in")[order],
                      ints("count")[order], t_issue[order], ints("t_end_ns")[order],
-                     ints("step", -1)[order], p2p, _running(key))  # fmt: skip
+                     ints("step", -1)[order], p2p, _running(key), ints("seq", -1)[order],
+                     sites)  # fmt: skip
 
 
 def _row(c: _RankCols, i: int) -> dict[str, Any]:
@@ -150,6 +157,7 @@ def _row(c: _RankCols, i: int) -> dict[str, Any]:
         "bytes_in": int(c.nbytes[i]), "count": int(c.count[i]),
         "peer": None if c.peer[i] < 0 else int(c.peer[i]), "t_issue_ns": int(c.t_issue[i]),
         "t_end_ns": int(c.t_end[i]), "step": int(c.step[i]), "done": True, "seq": int(c.seq[i]),
+        "site": c.sites.of(c.event_seq[i : i + 1])[0],
     }  # fmt: skip
 
 
@@ -268,7 +276,7 @@ class _Read:
     def rank(self, view: Any, rank: int, run_dir: Path) -> None:
         """Read ``rank``'s events once: groups, largest wait, kept rows, arrivals."""
         table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
-        c = self.cols[rank] = _rank_cols(table)
+        c = self.cols[rank] = _rank_cols(table, read_callsites(run_dir, rank))
         names = table.column("pg_name").to_pylist()
         for name, members, role in zip(
             names, table.column("pg_ranks").to_pylist(), table.column("role").to_pylist(),

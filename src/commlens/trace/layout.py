@@ -13,6 +13,9 @@ A run directory holds
   checkpoint (rewritten by the writer thread when they change), and
   ``stacks-NNNNN.txt``: its threads' Python stacks, written when the hang
   watchdog asked for them;
+- per rank ``callsites-NNNNN.jsonl`` and ``callsites-NNNNN.bin``: where each of its
+  ops was called, an interned table of call sites and one site id per op
+  (:mod:`commlens.trace.callsites`), in a run commlens captured;
 - per rank ``kernels-NNNNN.parquet`` in a run imported from GPU profiler traces:
   its device's kernels and its CPU syncs (:mod:`commlens.trace.kernels`);
 - ``nic.parquet``: NIC byte counters, when ``commlens.netem`` sampled them;
@@ -55,7 +58,7 @@ PARTS_DIR = re.compile(r"^\.rank-(\d{5,})\.parts$")
 
 _OWN = (
     r"run\.json|rank-\d{5,}\.(parquet|json)|inflight-\d{5,}\.json|stacks-\d{5,}\.txt"
-    r"|nic\.parquet|job\.json|node-\d{5,}\.json|kernels-\d{5,}\.parquet"
+    r"|callsites-\d{5,}\.(jsonl|bin)|nic\.parquet|job\.json|node-\d{5,}\.json|kernels-\d{5,}\.parquet"
 )
 OWN_FILES = re.compile(
     rf"^({_OWN}|\.run\.lock|\.run\.live)$"
@@ -99,6 +102,11 @@ def inflight_path(run_dir: Path, rank: int) -> Path:
 def stacks_path(run_dir: Path, rank: int) -> Path:
     """``rank``'s Python stacks, dumped when the hang watchdog signalled it."""
     return run_dir / f"stacks-{rank:05d}.txt"
+
+
+def callsites_paths(run_dir: Path, rank: int) -> tuple[Path, Path]:
+    """``rank``'s table of call sites and its (seq, site id) records."""
+    return run_dir / f"callsites-{rank:05d}.jsonl", run_dir / f"callsites-{rank:05d}.bin"
 
 
 INFLIGHT_FILE = re.compile(r"^inflight-(\d{5,})\.json$")

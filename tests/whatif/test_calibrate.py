@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -349,3 +350,28 @@ def test_a_collective_the_own_link_over_explains_keeps_a_share_never_more_than_i
         assert times[small].tolist() == pytest.approx(
             [(expected - 0.5) * 1e-6, (expected + 0.5) * 1e-6]
         )
+
+
+def test_a_collectives_wire_share_never_makes_it_longer_on_a_faster_link() -> None:
+    # a host-bound 4-step op (its time grows by a quarter of its wire) the own link's
+    # model over-explained by 8 of its 10 us of wire: a share of 0.8, 8 us off there
+    from commlens.whatif.calibrate import Calibration
+
+    cal = Calibration(np.zeros(1), [], np.array([0.8]), (np.array([0]), np.array([8e-6])))
+
+    def on(wire_us: float) -> float:
+        model = 100e-6 + wire_us * 1e-6 / 4  # host 100 us, a quarter of the wire on top
+        times = np.array([model])
+        cal.add_to(times, np.array([wire_us * 1e-6]), None, np.array([0.25]))
+        return float(times[0])
+
+    assert on(10) == pytest.approx(100e-6 + 2.5e-6 - 8e-6)  # the own link: as fitted
+    # faster: off shrinks by no more than the op's own quarter of the wire saved
+    times = [on(w) for w in (0, 2, 5, 10, 20, 40)]
+    assert all(b >= a - 1e-15 for a, b in itertools.pairwise(times))
+    # as a bare share (0.8 of the wire) the op came out longer on the faster link
+    bare = Calibration(np.zeros(1), [], np.array([0.8]), (np.array([0]), np.array([8e-6])))
+    t = np.array([100e-6 + 0.5e-6]), np.array([100e-6 + 2.5e-6])
+    bare.add_to(t[0], np.array([2e-6]))
+    bare.add_to(t[1], np.array([10e-6]))
+    assert t[0][0] > t[1][0]

@@ -27,6 +27,7 @@ from commlens.whatif.costing import (
     sending_nodes,
     unoverlapped,
     wire_pair,
+    wire_slopes,
     wire_times,
 )
 from commlens.whatif.durations import link_waits, measured_release, worker_waits
@@ -190,10 +191,12 @@ class FitTimes(ModelTimes):
         wire = None
         if cal.wire_share is not None:
             wire = wire_times(prog, fabric, groups, steps.burst_bytes)[prog.inst]
-        shorter = None
+        shorter = slope = None
         if cal.unhidden is not None and not own:  # on its own link: as fitted
             shorter = unoverlapped(prog, fabric, groups, backend, steps, cal.unhidden[0])
-        cal.add_to(times, wire, shorter)
+        if cal.capped is not None and not own:
+            slope = wire_slopes(prog, fabric, groups, backend, steps, cal.capped[0])
+        cal.add_to(times, wire, shorter, slope)
 
 
 class DeltaTimes(ModelTimes):

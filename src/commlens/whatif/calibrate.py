@@ -83,18 +83,30 @@ class Calibration:
     network and never grows (see :func:`_unhidden`); None where none has one."""
 
     def add_to(
-        self, times: np.ndarray, wire_s: np.ndarray | None, shorter_s: np.ndarray | None = None
+        self,
+        times: np.ndarray,
+        wire_s: np.ndarray | None,
+        shorter_s: np.ndarray | None = None,
+        slope: np.ndarray | None = None,
     ) -> None:
         """Add the terms to ``times``, each event's op time on a network whose wire time
         per event is ``wire_s`` (needed only where :attr:`wire_share` is not None) and
         whose shorter of wire and host time is ``shorter_s`` for the events of
-        :attr:`unhidden` (None: as on the own link)."""
+        :attr:`unhidden` (None: as on the own link). ``slope``, per event of
+        :attr:`capped`, is how much its op's time grows with its wire time there (1 for a
+        wire-bound op, ``1/k`` for a host-bound one of ``k`` steps): on a faster link
+        the share takes off no less than its own link's seconds less that slope times
+        the wire saved, so that the op is never longer on a faster link."""
         times += self.extra_s
         if self.wire_share is not None and wire_s is not None:
             off = self.wire_share * wire_s
             if self.capped is not None:
                 events, cap = self.capped
-                off[events] = np.minimum(off[events], cap)
+                mine = off[events]
+                if slope is not None:  # cap / share: the events' wire on the own link
+                    own_wire = cap / self.wire_share[events]
+                    np.maximum(mine, cap - slope * (own_wire - wire_s[events]), out=mine)
+                off[events] = np.minimum(mine, cap)
             times -= off
         if self.unhidden is not None and shorter_s is not None:
             events, seconds, own = self.unhidden

@@ -239,6 +239,12 @@ def _wire(k: int, alpha: float, wire: float, host: float) -> float:
     return wire
 
 
+def _slope(k: int, alpha: float, wire: float, host: float) -> float:
+    """How much the op's time grows with its wire time: 1 where the wire is the longer
+    (or the op has one step), ``1/k`` where the host is."""
+    return 1.0 if k <= 1 or wire >= host else 1.0 / k
+
+
 def _overlap(k: int, alpha: float, wire: float, host: float) -> float:
     """The shorter of the op's wire and host time, ``min(W, H)``: what of the two can fail
     to overlap (0 for an op of one step, which pays both)."""
@@ -358,6 +364,21 @@ def unoverlapped(
     (``min(W, H)`` of :func:`stepped_time`: what of the two can fail to overlap, 0 for
     an op of one step, which pays both; 0 where the rings are not flat)."""
     return _costed(prog, fabric, groups, backend, steps, events, _overlap)
+
+
+def wire_slopes(
+    prog: Program,
+    fabric: Fabric,
+    groups: list[tuple[int, ...]] | None,
+    backend: ReplayBackend,
+    steps: Steps,
+    events: np.ndarray,
+) -> np.ndarray:
+    """How much the time of each of ``events``' ops on ``fabric`` grows with its wire
+    time (:func:`stepped_time`'s slope in ``W``; 1 where the rings are not flat)."""
+    if not backend.flat_ring:
+        return np.ones(events.size)
+    return _costed(prog, fabric, groups, backend, steps, events, _slope)
 
 
 def _costed(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _refuse, _spawns, pytest_runtest_call, pytest_runtest_setup
+from tests.conftest import _guarded, _refuse, _spawns
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,9 +33,8 @@ def test_the_unit_layer_refuses_a_process_in_set_up_too(
 ) -> None:
     real = getattr(os, "fork")  # noqa: B009  (the word as written would put this module in e2e)
     monkeypatch.setattr(request.config.option, "markexpr", "not e2e")
-    for hook in (pytest_runtest_setup, pytest_runtest_call):  # a fixture's set-up, the body
-        guard = hook(request.node)
-        next(guard)
-        assert getattr(os, "fork") is _refuse  # noqa: B009
-        guard.close()
-        assert getattr(os, "fork") is real  # noqa: B009
+    guard = _guarded(request.node)  # around the test's body and its own fixtures' set-up
+    next(guard)
+    assert getattr(os, "fork") is _refuse  # noqa: B009
+    guard.close()
+    assert getattr(os, "fork") is real  # noqa: B009

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from commlens.cli.report import CheckedOption, add_steps_option
 from commlens.errors import UsageError
 from commlens.safefile import open_text, resolve_target
-from commlens.trace.files import format_ranks
-from commlens.trace.reader import RunView
+
+if TYPE_CHECKING:
+    from commlens.trace.reader import RunView
 
 TRACK_LIMIT = 64
 """Most ranks exported without a selection (each is a process with its own tracks)."""
@@ -76,6 +78,8 @@ def parse_rank_list(text: str) -> list[int]:
 def selected_ranks(view: RunView, args: argparse.Namespace) -> list[int] | None:
     """The ranks to export (None: all of them); a run too wide to export whole without
     a selection, a rank not in the run or an unknown group is a :class:`UsageError`."""
+    from commlens.trace.files import format_ranks  # numpy and pyarrow: not for --help
+
     known = view.ranks
     if args.ranks is not None:
         absent = sorted(set(args.ranks) - set(known))
@@ -110,6 +114,7 @@ def selected_ranks(view: RunView, args: argparse.Namespace) -> list[int] | None:
 
 def run_export(args: argparse.Namespace) -> int:
     from commlens.report.chrome import write_chrome_trace
+    from commlens.trace.files import format_ranks
     from commlens.trace.reader import open_run
 
     if args.output != "-":

@@ -9,9 +9,10 @@ about where the data came from (:class:`Provenance`). :mod:`.write` turns an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # c10 scalar type names (as the profiler and execution traces write them) ->
 # (commlens dtype name, bytes per element).

@@ -191,6 +191,52 @@ def _members(prog: Program) -> list[np.ndarray]:
     return [prog.members[offsets[i] : offsets[i + 1]] for i in range(prog.instances)]
 
 
+@dataclass
+class _RankKernels:
+    """One rank's kernels and CPU syncs as columns (on the run's clock), with the
+    program terms made for them so far."""
+
+    kind: list[str]
+    stream: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    launch_known: np.ndarray
+    launch: np.ndarray
+    tid: np.ndarray
+    seq: np.ndarray
+    sync_q: dict[int, int] = field(default_factory=dict)
+    syncs_by_tid: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    q_start: dict[int, int] = field(default_factory=dict)
+    q_end: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, table: object, shift: int) -> _RankKernels:
+        import pyarrow as pa
+
+        assert isinstance(table, pa.Table)
+        known = table.column("t_launch_ns").is_null().to_numpy(zero_copy_only=False)
+        return cls(
+            kind=table.column("kind").to_pylist(),
+            stream=as_numpy(table, "stream"),
+            start=as_numpy(table, "t_start_ns") + shift,
+            end=as_numpy(table, "t_end_ns") + shift,
+            launch_known=~np.asarray(known),
+            launch=as_numpy(table, "t_launch_ns", 0) + shift,
+            tid=as_numpy(table, "tid"),
+            seq=as_numpy(table, "seq"),
+        )
+
+    def cpu_term(self, t_cpu: int, thread: int, returns: dict[int, list[int]]) -> tuple[int, int]:
+        """A CPU time as a term: after the thread's last sync that returned by then."""
+        rows = self.syncs_by_tid.get(thread)
+        if rows:
+            k = bisect.bisect_right(returns[thread], t_cpu) - 1
+            if k >= 0:
+                i = rows[k]
+                return self.sync_q[i], t_cpu - int(self.end[i])
+        return NO_SOURCE, t_cpu
+
+
 def _build_rank(
     sp: StreamProgram,
     rank: int,
@@ -200,115 +246,114 @@ def _build_rank(
     first_event: int,
     comm_start: dict[int, int],
 ) -> None:
-    import pyarrow as pa
-
-    assert isinstance(table, pa.Table)
-    kind = table.column("kind").to_pylist()
-    stream = as_numpy(table, "stream")
-    start = as_numpy(table, "t_start_ns") + shift
-    end = as_numpy(table, "t_end_ns") + shift
-    launch_known = ~np.asarray(table.column("t_launch_ns").is_null().to_numpy(zero_copy_only=False))
-    launch = as_numpy(table, "t_launch_ns", 0) + shift
-    tid = as_numpy(table, "tid")
-    seq = as_numpy(table, "seq")
-    event_of = {int(s): first_event + i for i, s in enumerate(seqs.tolist())}
+    rk = _RankKernels.read(table, shift)
     # CPU syncs per thread, in call order: their return times govern later launches
-    sync_rows = sorted((i for i, k in enumerate(kind) if k == SYNC), key=lambda i: start[i])
-    sync_q: dict[int, int] = {}
-    by_tid: dict[int, list[int]] = defaultdict(list)
+    sync_rows = sorted((i for i, k in enumerate(rk.kind) if k == SYNC), key=lambda i: rk.start[i])
     for i in sync_rows:
-        sync_q[i] = sp.add(int(end[i]))
-        by_tid[int(tid[i])].append(i)
-    returns = {t: [int(end[i]) for i in rows] for t, rows in by_tid.items()}
+        rk.sync_q[i] = sp.add(int(rk.end[i]))
+        rk.syncs_by_tid[int(rk.tid[i])].append(i)
+    event_of = {int(s): first_event + i for i, s in enumerate(seqs.tolist())}
+    kernels = _add_kernels(sp, rank, rk, event_of, comm_start)
+    for i in sync_rows:
+        sp.syncs.append((rank, int(rk.start[i]), rk.sync_q[i]))
+    ended = sorted(kernels, key=lambda i: rk.end[i])
+    _settle_streams(sp, rk, kernels, ended)
+    _settle_syncs(sp, rk, ended)
 
-    def cpu_term(t_cpu: int, thread: int) -> tuple[int, int]:
-        """A CPU time as a term: after the thread's last sync that returned by then."""
-        rows = by_tid.get(thread)
-        if rows:
-            k = bisect.bisect_right(returns[thread], t_cpu) - 1
-            if k >= 0:
-                i = rows[k]
-                return sync_q[i], t_cpu - int(end[i])
-        return NO_SOURCE, t_cpu
 
-    # kernels: a start and an end time each
-    kernels = [i for i, k in enumerate(kind) if k in (COMPUTE, COMM)]
-    q_start: dict[int, int] = {}
-    q_end: dict[int, int] = {}
+def _add_kernels(
+    sp: StreamProgram,
+    rank: int,
+    rk: _RankKernels,
+    event_of: dict[int, int],
+    comm_start: dict[int, int],
+) -> list[int]:
+    """A start and an end time for each kernel; a communication kernel's are its op's."""
+    kernels = [i for i, k in enumerate(rk.kind) if k in (COMPUTE, COMM)]
     for i in kernels:
-        q_start[i] = sp.add(int(start[i]))
-        if kind[i] == COMM and int(seq[i]) in event_of:
-            e = event_of[int(seq[i])]
-            q_end[i] = sp.add(int(end[i]))
-            sp.op_end[e] = q_end[i]
-            sp.op_start[e] = q_start[i]
-            comm_start[e] = q_start[i]
+        rk.q_start[i] = sp.add(int(rk.start[i]))
+        rk.q_end[i] = sp.add(int(rk.end[i]))
+        if rk.kind[i] == COMM and int(rk.seq[i]) in event_of:
+            e = event_of[int(rk.seq[i])]
+            sp.op_end[e] = rk.q_end[i]
+            sp.op_start[e] = rk.q_start[i]
+            comm_start[e] = rk.q_start[i]
         else:
-            q_end[i] = sp.add(int(end[i]))
-            sp.settle(q_end[i], [(q_start[i], int(end[i] - start[i]))], 0)
-        cpu = int(launch[i]) if launch_known[i] else int(start[i])
-        sp.kernels.append((rank, q_start[i], q_end[i], int(kind[i] == COMM), cpu))
-    for i in sync_rows:
-        sp.syncs.append((rank, int(start[i]), sync_q[i]))
-    # the issuing stream's work: the last compute kernel each thread launched, by launch
+            sp.settle(rk.q_end[i], [(rk.q_start[i], int(rk.end[i] - rk.start[i]))], 0)
+        cpu = int(rk.launch[i]) if rk.launch_known[i] else int(rk.start[i])
+        sp.kernels.append((rank, rk.q_start[i], rk.q_end[i], int(rk.kind[i] == COMM), cpu))
+    return kernels
+
+
+def _settle_streams(
+    sp: StreamProgram, rk: _RankKernels, kernels: list[int], ended: list[int]
+) -> None:
+    """Each kernel's start: after its stream's previous kernel, its launch, the issuing
+    stream's last launched kernel (for a collective), and a kernel of another stream
+    that ended just before it (a wait read from the timing)."""
+    returns = {t: [int(rk.end[i]) for i in rows] for t, rows in rk.syncs_by_tid.items()}
     launched = sorted(
-        (i for i in kernels if kind[i] == COMPUTE and launch_known[i]), key=lambda i: launch[i]
+        (i for i in kernels if rk.kind[i] == COMPUTE and rk.launch_known[i]),
+        key=lambda i: rk.launch[i],
     )
-    launch_times = [int(launch[i]) for i in launched]
-    # ends on each stream, for the dependencies read from the timing
+    launch_times = [int(rk.launch[i]) for i in launched]
     by_stream: dict[int, list[int]] = defaultdict(list)
-    for i in sorted(kernels, key=lambda i: (start[i], end[i])):
-        by_stream[int(stream[i])].append(i)
-    ended = sorted(kernels, key=lambda i: end[i])
-    end_times = [int(end[i]) for i in ended]
+    for i in sorted(kernels, key=lambda i: (rk.start[i], rk.end[i])):
+        by_stream[int(rk.stream[i])].append(i)
+    end_times = [int(rk.end[i]) for i in ended]
     for s, rows in by_stream.items():
         for k, i in enumerate(rows):
             terms: list[tuple[int, int]] = []
             if k > 0:
-                terms.append((q_end[rows[k - 1]], 0))
-            if launch_known[i]:
-                terms.append(cpu_term(int(launch[i]), int(tid[i])))
-            if kind[i] == COMM and launch_known[i]:
-                j = bisect.bisect_left(launch_times, int(launch[i])) - 1
-                while j >= 0 and int(tid[launched[j]]) != int(tid[i]):
+                terms.append((rk.q_end[rows[k - 1]], 0))
+            if rk.launch_known[i]:
+                terms.append(rk.cpu_term(int(rk.launch[i]), int(rk.tid[i]), returns))
+            if rk.kind[i] == COMM and rk.launch_known[i]:
+                j = bisect.bisect_left(launch_times, int(rk.launch[i])) - 1
+                while j >= 0 and int(rk.tid[launched[j]]) != int(rk.tid[i]):
                     j -= 1
-                if j >= 0 and int(stream[launched[j]]) != s:
-                    terms.append((q_end[launched[j]], 0))
+                if j >= 0 and int(rk.stream[launched[j]]) != s:
+                    terms.append((rk.q_end[launched[j]], 0))
                     sp.issue_edges += 1
             base = max((_value(sp, a, b) for a, b in terms), default=None)
-            t0 = int(start[i])
+            t0 = int(rk.start[i])
             # another stream's kernel that ended last before this start, within the window,
             # later than every cause above: this kernel waited for it
             hi = bisect.bisect_right(end_times, t0) - 1
             if hi >= 0:
                 m = ended[hi]
-                later = base is None or int(end[m]) > base
+                later = base is None or int(rk.end[m]) > base
                 if (
                     m != i
-                    and int(stream[m]) != s
+                    and int(rk.stream[m]) != s
                     and later
-                    and t0 - int(end[m]) <= DEPENDENCY_WINDOW_NS
+                    and t0 - int(rk.end[m]) <= DEPENDENCY_WINDOW_NS
                 ):
-                    terms.append((q_end[m], 0))
+                    terms.append((rk.q_end[m], 0))
                     sp.edges += 1
-                    base = int(end[m]) if base is None else max(base, int(end[m]))
+                    base = int(rk.end[m]) if base is None else max(base, int(rk.end[m]))
             if base is not None and t0 - base > DEPENDENCY_WINDOW_NS:
                 sp.unexplained += 1
-            sp.settle(q_start[i], terms)
-    # syncs: after the thread's previous sync, and until the kernel that ended last in them
-    for rows in by_tid.values():
+            sp.settle(rk.q_start[i], terms)
+
+
+def _settle_syncs(sp: StreamProgram, rk: _RankKernels, ended: list[int]) -> None:
+    """Each sync returns after the thread's previous sync and the kernel that ended last
+    in it."""
+    end_times = [int(rk.end[i]) for i in ended]
+    for rows in rk.syncs_by_tid.values():
         for k, i in enumerate(rows):
-            call, ret = int(start[i]), int(end[i])
+            call, ret = int(rk.start[i]), int(rk.end[i])
             terms = []
             if k > 0:
                 prev = rows[k - 1]
-                terms.append((sync_q[prev], call - int(end[prev])))
+                terms.append((rk.sync_q[prev], call - int(rk.end[prev])))
             else:
                 terms.append((NO_SOURCE, call))
             j = bisect.bisect_right(end_times, ret) - 1
-            if j >= 0 and int(end[ended[j]]) >= call:
-                terms.append((q_end[ended[j]], 0))
-            sp.settle(sync_q[i], terms)
+            if j >= 0 and int(rk.end[ended[j]]) >= call:
+                terms.append((rk.q_end[ended[j]], 0))
+            sp.settle(rk.sync_q[i], terms)
 
 
 def _value(sp: StreamProgram, src: int, add: int) -> int:

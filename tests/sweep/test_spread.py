@@ -9,6 +9,7 @@ from typing import Any
 from commlens.sweep.spread import (
     Spread,
     comparison_sentence,
+    gain_sentence,
     link_findings,
     link_gain,
     run_spread,
@@ -114,3 +115,15 @@ def test_without_spreads_the_sentence_claims_nothing_about_noise() -> None:
         "(best step 0.2000 s → 0.1000 s)."
     )
     assert compared == "dp measured the largest speedup (2.00x); the others: tp (1.00x)."
+
+
+def test_a_band_and_a_best_step_that_disagree_decide_nothing() -> None:
+    # the gallery's tp: best step 0.88x, yet the middle half of its steps faster on the
+    # faster link: neither a gain nor a loss is claimed
+    row = _row("tp", 0.088, 0.100)
+    mixed = link_gain(row, _band(0.120, 0.130), _band(0.100, 0.110))
+    assert mixed.speedup < 1 < mixed.low  # type: ignore[operator]
+    assert mixed.verdict == "mixed"
+    line = gain_sentence(row, _band(0.120, 0.130), _band(0.100, 0.110))
+    assert "beyond the noise" not in line and line.endswith("so these runs do not decide it.")
+    assert link_gain(row, _band(0.08, 0.09), _band(0.10, 0.11)).verdict == "loss"

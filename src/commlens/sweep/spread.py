@@ -77,13 +77,15 @@ class LinkGain:
 
     @property
     def verdict(self) -> str:
-        """'gain', 'loss' or 'noise' ('' when the band is unknown)."""
+        """'gain', 'loss' or 'noise' ('' when the band is unknown); 'mixed' when the
+        middle half of the steps and the best steps point opposite ways (the band says
+        faster while the best step says slower, or the reverse): no verdict either way."""
         if self.low is None or self.high is None:
             return ""
         if self.low > 1:
-            return "gain"
+            return "gain" if self.speedup >= 1 else "mixed"
         if self.high < 1:
-            return "loss"
+            return "loss" if self.speedup <= 1 else "mixed"
         return "noise"
 
 
@@ -114,6 +116,8 @@ def gain_sentence(
         "loss": "slower on the faster link, beyond the noise: not explained by the link's "
         "rate, and not measured here",
         "noise": "the two overlap, so the difference is within the noise",
+        "mixed": "the middle half of the steps and the best steps disagree on which link is "
+        "faster, so these runs do not decide it",
     }[gain.verdict]
     return f"{head}{band}): {verdict}."
 

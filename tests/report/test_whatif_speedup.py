@@ -11,8 +11,17 @@ from commlens.whatif.study import Answer, Placement, SelfCheck, Study
 from tests.whatif.synthetic import Ev, both_steps, make_trace
 
 
-def answer(name: str, step_s: float) -> Answer:
-    figures = Figures(steps=[1], step_s=[step_s], comm_s=0.0, exposed_s=0.0, overlapped_s=0.0)
+def answer(name: str, step_s: float, *spread: float) -> Answer:
+    """``name``'s answer: one step of ``step_s``, or, with ``spread``, the steps
+    ``step_s, *spread``."""
+    times = [step_s, *spread]
+    figures = Figures(
+        steps=list(range(1, len(times) + 1)),
+        step_s=times,
+        comm_s=0.0,
+        exposed_s=0.0,
+        overlapped_s=0.0,
+    )
     return Answer(name, None if name == "captured" else network_profile(name), figures)
 
 
@@ -52,3 +61,24 @@ def test_without_the_own_link_a_network_is_compared_with_the_captured_run() -> N
     assert doc.sections[0].columns[-1].title == "speedup vs captured"
     assert "0.96x the captured 1.000000 s." in doc.highlights[-1]
     assert doc.data["speedup_against"] == "captured"
+
+
+def test_the_page_leads_with_a_bar_per_network_against_the_measured_step() -> None:
+    s = study(answer("unshaped", 1.07, 1.07, 1.07, 1.07))
+    s.answers[:] = [answer("1gbit", 1.04, 1.04, 1.04, 1.04), answer("10gbit", 0.5, 0.5, 0.5, 0.5)]
+    s.captured = answer("captured", 0.9, 1.0, 1.0, 1.2)  # the measured steps' spread
+    doc = build_whatif_document(s)
+    assert doc.headline == [doc.highlights[-1]]  # the fastest network first
+    assert doc.headline[0].startswith("Fastest network: 10gbit")
+    assert doc.lead is not None
+    fig = doc.lead[1]()
+    ax = fig.axes[0]
+    bars = ax.containers[0]
+    assert [b.get_height() for b in bars] == pytest.approx([1.04, 0.5])  # one per network
+    assert [t.get_text() for t in ax.texts] == [f"{1.07 / 1.04:.2f}x", f"{1.07 / 0.5:.2f}x"]
+    lines = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()}
+    assert lines["measured 1 s"] == pytest.approx(1.0)
+    assert lines["own-link replay 1.07 s"] == pytest.approx(1.07)
+    bands = [p for p in ax.patches if p.get_label().startswith("measured")]
+    spans = sorted((p.get_label(), round(p.get_y(), 6), round(p.get_height(), 6)) for p in bands)
+    assert spans == [("measured min-max", 0.9, 0.3), ("measured quartiles", 0.975, 0.075)]

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from commlens.report.document import Column, Document, Section
 from commlens.report.provenance import provenance_facts
 from commlens.whatif.study import Answer, Study
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _table(rows: Sequence[Mapping[str, object]], columns: list[Column]) -> pa.Table:
@@ -289,6 +294,58 @@ def _fastest(study: Study, best: Answer) -> str:
     return f"{line}'s {own:.6f} s (the run measured {measured:.6f} s a step)."
 
 
+LEAD_TITLE = "Step time per network"
+
+
+def step_chart(study: Study) -> Figure:
+    """The predicted median step of each network as a bar labelled with its speedup, the
+    measured step as a line, and the measured steps' spread (quartiles, min to max) as
+    bands around it; the own-link replay as a dashed line where known."""
+    from matplotlib.figure import Figure
+
+    from commlens.report.plots import LEGEND
+
+    fig = Figure(figsize=(9.0, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    names = [a.name for a in study.answers]
+    x = np.arange(len(names))
+    bars = ax.bar(
+        x, [a.figures.median_step_s for a in study.answers], 0.6, color="#1f77b4", label="replay"
+    )
+    ax.bar_label(
+        bars,
+        [f"{study.speedup(a):.2f}x" for a in study.answers],
+        padding=3,
+        fontsize="small",
+        bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
+    )
+    measured = study.captured.figures
+    if measured.step_s:
+        lo, q1, q3, hi = np.percentile(measured.step_s, [0, 25, 75, 100])
+        ax.axhspan(lo, hi, color="#ff7f0e", alpha=0.12, lw=0, label="measured min-max")
+        ax.axhspan(q1, q3, color="#ff7f0e", alpha=0.3, lw=0, label="measured quartiles")
+        ax.axhline(
+            measured.median_step_s,
+            color="#d62728",
+            lw=1.5,
+            label=f"measured {measured.median_step_s:.4g} s",
+        )
+    if study.own_link is not None:
+        own = study.own_link.figures.median_step_s
+        ax.axhline(own, color="black", ls="--", lw=1.2, label=f"own-link replay {own:.4g} s")
+    ax.set_xticks(x, names, rotation=30 if len(names) > 4 else 0, fontsize="small")
+    pad = max(0.0, (3 - len(names)) / 2)  # a lone bar no wider than one of three
+    ax.set_xlim(-0.5 - pad, len(names) - 0.5 + pad)
+    ax.set(
+        title=f"{LEAD_TITLE}: median step, speedup vs {_reference(study)}",
+        ylabel="step, median (s)",
+    )
+    ax.set_ylim(bottom=0)
+    ax.margins(y=0.12)
+    ax.legend(fontsize=LEGEND, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
 def build_whatif_document(study: Study) -> Document:
     """The report of ``study``."""
     tr, place, check = study.trace, study.placement, study.check
@@ -365,6 +422,8 @@ def build_whatif_document(study: Study) -> Document:
     }
     return Document(
         title=f"what-if replay of {tr.name}",
+        headline=[_fastest(study, best)] if best is not None else [],
+        lead=(LEAD_TITLE, lambda: step_chart(study)),
         facts=facts,
         sections=[
             _networks(study),

@@ -74,3 +74,20 @@ def test_the_checks_see_a_blank_plot_a_broken_one_and_a_buried_headline(
     assert not found["broken"]["loaded"]
     assert probe["errors"]  # the broken image's load error
     assert probe["headline"]["bottom"] > probe["viewport"]
+
+
+def test_the_doctor_page_opens_with_its_diagnosis(tmp_path: Path) -> None:
+    """doctor's page has no chart: its answer is its title, on the first screen."""
+    import json
+
+    from commlens.cli.main import main
+
+    run = Path(__file__).resolve().parent.parent / "data" / "tiny_run"
+    page, answer = tmp_path / "doctor.html", tmp_path / "doctor.json"
+    assert main(["doctor", str(run), "-o", str(page)]) == 0
+    assert main(["doctor", str(run), "-o", str(answer)]) == 0
+    seen = chromium.render(page)
+    probe = seen.probe
+    assert seen.console == [] and probe["errors"] == []
+    assert probe["h1"] == probe["title"] == json.loads(answer.read_text())["headline"]
+    assert probe["h1"].startswith("healthy")

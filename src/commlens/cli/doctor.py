@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
         "Python stacks the hang watchdog dumped.",
     )
     p.add_argument("run", help="run directory, or a directory of Flight Recorder dumps")
-    add_page_options(p)
+    add_page_options(p, output=True)
     p.set_defaults(func=run)
 
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     evidence = load_evidence(args.run)
     diagnosis = diagnose(evidence)
-    emit(doctor_document(evidence, diagnosis), None, args.format, width=args.width)
+    emit(doctor_document(evidence, diagnosis), args.output, args.format, width=args.width)
     return 0 if diagnosis.kind == "healthy" else 1
 
 

@@ -35,14 +35,18 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=lambda args: _help(p))
 
 
-def add_page_options(parser: argparse.ArgumentParser) -> None:
-    """--format (of a page: no CSV) and --width, for a command that prints to stdout."""
+def add_page_options(parser: argparse.ArgumentParser, output: bool = False) -> None:
+    """--format (of a page: no CSV) and --width, for a command that prints to stdout;
+    with ``output``, -o too (the format then defaults to -o's suffix)."""
     parser.add_argument(
         "--format",
-        default="text",
+        default=None if output else "text",
         choices=PAGE_FORMATS,
-        help=f"output format: {', '.join(PAGE_FORMATS)} (default text)",
+        help=f"output format: {', '.join(PAGE_FORMATS)} "
+        + ("(default: from -o's suffix, else text)" if output else "(default text)"),
     )
+    if output:
+        parser.add_argument("-o", "--output", default=None, help="write to FILE instead of stdout")
     add_width_option(parser)
 
 

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not hold step 0 (DDP's start-up broadcast and one-bucket backward are modelled)",
     )
-    add_page_options(p)
+    add_page_options(p, output=True)
     p.set_defaults(func=run)
 
 
@@ -66,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
             run.close()
     doc = validation_document(result)
     doc.facts += provenance_facts(run.manifest)  # an imported run says where it came from
-    emit(doc, None, args.format, width=args.width)
+    emit(doc, args.output, args.format, width=args.width)
     return 0 if result.ok else 1

@@ -341,3 +341,39 @@ def test_an_instances_wire_time_leaves_the_step_latency_out() -> None:
     assert wire_times(prog, spread, prog.cost_groups, 0.0).tolist() == [us(1024)] * 3
     slow_host = Steps(default_latency_s=1e-3)  # its 2 steps of 1 ms and one step's wire
     assert modelled(prog, spread, None, GLOO_REPLAY, slow_host).tolist() == [us(2000 + 512)] * 6
+
+
+def test_a_links_bucket_is_drained_only_by_the_bytes_that_left_before_an_ops_own() -> None:
+    # a pipeline's two pairs of stages on 2 nodes (ranks 0, 1 on node 0; 2, 3 on node 1):
+    # 0 sends to 2 at 100 us, 1 to 3 at 0, both leaving by node 0's link (a bucket of
+    # 4 us: 12 us of wire each, 8 with the bucket full). The replay reaches rank 0's
+    # send first; 1's, which left 100 us before it, still finds the bucket full: its
+    # receive ends at 8, not 12 (before, it found the bucket drained by 0's send)
+    events = [
+        Ev(0, "send", 100, 101, peer=2, role="pp"),
+        Ev(2, "recv", 0, 108, peer=0, role="pp"),
+        Ev(1, "send", 0, 1, peer=3, role="pp"),
+        Ev(3, "recv", 0, 8, peer=1, role="pp"),
+    ]
+    windows = [(r, 0, 0.0, 110.0) for r in range(4)]
+    prog = build_program(make_trace(events, windows))
+    # each pair leaves by node 0's link
+    nodes = [(0,) if len(g) == 2 and g[0] < 2 <= g[1] else () for g in prog.cost_groups]
+    assert nodes.count((0,)) == 2, prog.cost_groups
+    bucket = Bucket(4e-6, np.full(2, 12e-6), np.full(2, 4e-6), nodes)
+    use = LinkUse(1, wire=np.full(2, 8e-6), bucket=bucket)
+    recv = np.isin(np.arange(4), prog.recv_of)
+    times = OpTimes(np.where(recv, 8e-6, 1e-6), use=use, drained=np.where(recv, 12e-6, 1e-6))
+    tl = replay(prog, times)
+    ends = dict(zip(prog.trace.rank.tolist(), tl.end.tolist(), strict=True))
+    assert ends[3] == us(8)  # the bucket full at 0
+    assert ends[2] == us(108)  # 0's send, 100 us later: refilled since
+    # 0 sends again at 9 before 1's bytes left: rank 0 reached first, its bytes find the
+    # full bucket; 1's, leaving at 10 behind them, find it drained (its receive at 22)
+    events[0] = Ev(0, "send", 9, 10, peer=2, role="pp")
+    events[1] = Ev(2, "recv", 0, 17, peer=0, role="pp")
+    events[2] = Ev(1, "send", 10, 11, peer=3, role="pp")
+    prog = build_program(make_trace(events, windows))
+    tl = replay(prog, replace(times, duration=np.where(recv, 8e-6, 1e-6)))
+    ends = dict(zip(prog.trace.rank.tolist(), tl.end.tolist(), strict=True))
+    assert ends[2] == us(17) and ends[3] == us(22)

@@ -114,6 +114,49 @@ class LinkQueue:
     """Where the message put on the link last stands in :attr:`starts`."""
 
 
+LOOK_BACK = 64
+"""Draws a bucket's level is found from at most (before them, it is taken as full)."""
+
+
+@dataclass
+class BucketLog:
+    """A node's token bucket: the draws on it, in the order of their bytes' leaving.
+
+    The replay reaches the ranks' ops out of time order, so a draw can come after
+    one that leaves later; the level an op finds is that of the draws that left
+    before it only (one kept as levels in the order reached took a later op's
+    draw as made before: an op found the bucket empty that was full then)."""
+
+    leaves: list[float] = field(default_factory=list)
+    drawn: list[float] = field(default_factory=list)
+    """Per draw, seconds of wire it took."""
+    outs: list[float] = field(default_factory=list)
+    """Per draw, when its bytes had left (the bucket refills from then)."""
+
+    def level(self, t: float, capacity: float) -> float:
+        """Seconds of wire the bucket holds at ``t``: full at first, drained by each draw
+        that left before ``t``, refilled at one second a second once its bytes left."""
+        leaves, drawn, outs = self.leaves, self.drawn, self.outs
+        at = bisect_right(leaves, t)
+        k, low = at, max(at - LOOK_BACK, 0)
+        while k > low:  # back to a draw that found the bucket full (idle long enough)
+            k -= 1
+            if k == 0 or leaves[k] - outs[k - 1] >= capacity:
+                break
+        level, since = capacity, -math.inf
+        for j in range(k, at):
+            level = max(min(capacity, level + max(leaves[j] - since, 0.0)) - drawn[j], 0.0)
+            since = max(since, outs[j])
+        return min(capacity, level + max(t - since, 0.0))
+
+    def add(self, t: float, drawn: float, out: float) -> None:
+        """A draw of ``drawn`` seconds of wire leaving at ``t``, its bytes gone at ``out``."""
+        at = bisect_right(self.leaves, t)
+        self.leaves.insert(at, t)
+        self.drawn.insert(at, drawn)
+        self.outs.insert(at, out)
+
+
 def replay(prog: Program, times: OpTimes) -> Timeline:
     """Replay ``prog`` with ``times`` (see the module docstring)."""
     run = _Replay(prog, times)
@@ -202,8 +245,7 @@ class _Replay:
         self.nodes, self.capacity = bucket.nodes, bucket.capacity_s
         self.group_of = array("i", prog.inst_group.astype(np.int32).tobytes())
         n_nodes = 1 + max((n for g in bucket.nodes for n in g), default=0)
-        self.level = [bucket.capacity_s] * n_nodes
-        self.since = [0.0] * n_nodes  # since when each bucket fills (its link idle)
+        self.buckets = [BucketLog() for _ in range(n_nodes)]
         drained = times.duration if times.drained is None else times.drained
         self.drained = seconds(drained)
         self.free_drained = seconds(times.releases(prog, drained=True))
@@ -214,20 +256,12 @@ class _Replay:
         credit = self.credit[i]
         if credit <= 0.0:
             return 0.0
-        nodes, level, since, cap = (
-            self.nodes[self.group_of[i]],
-            self.level,
-            self.since,
-            self.capacity,
-        )
-        now = [min(cap, level[n] + max(t - since[n], 0.0)) for n in nodes]
-        got = min(min(now), credit)
+        logs = [self.buckets[n] for n in self.nodes[self.group_of[i]]]
+        got = min(min(log.level(t, self.capacity) for log in logs), credit)
         drawn = self.drawn[i]
         out = t + drawn - got  # when its bytes have left, the buckets empty or what is left
-        for n, held in zip(nodes, now, strict=True):
-            level[n] = max(held - drawn, 0.0)
-            if out > since[n]:
-                since[n] = out
+        for log in logs:
+            log.add(t, drawn, out)
         return 1.0 - got / credit
 
     def ended(self, e: int, t: float) -> None:

@@ -50,6 +50,8 @@ def test_the_page_loads_clean_draws_every_plot_and_opens_with_its_answer(
         assert probe["lead"]["top"] >= probe["headline"]["bottom"]
     assert probe["h1"] and probe["h1"] == probe["title"]
     assert not probe["h1"].endswith(": run")  # says what was run, not a folder's name
+    if kind in ("report", "whatif"):
+        assert "gpt-tiny" in probe["h1"], probe["h1"]  # the workload, from the manifest
 
 
 def test_the_checks_see_a_blank_plot_a_broken_one_and_a_buried_headline(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -265,7 +265,17 @@ def run_title(run: RunView) -> str:
     return f"commlens report: {run_brief(run)} ({run.manifest.get('backend', '?')}; {run.name})"
 
 
-def run_brief(run: RunView) -> str:
+class _Described(Protocol):
+    """What :func:`run_brief` reads of a run (a view, or whatif's ops of it)."""
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+
+def run_brief(run: _Described) -> str:
     """The workload (model, scheme, layout) or the traced script, on how many ranks and
     nodes, over which link: 'gpt-tiny dp, dp×tp×pp 4×1×1, 4 ranks on 2 nodes, 100mbit link'."""
     m = run.manifest

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from commlens.report.build import run_brief
 from commlens.report.document import Column, Document, Section
 from commlens.report.provenance import provenance_facts
 from commlens.whatif.study import Answer, Study
@@ -421,7 +422,7 @@ def build_whatif_document(study: Study) -> Document:
         "corrections": study.corrections,
     }
     return Document(
-        title=f"what-if replay of {tr.name}",
+        title=f"what-if replay: {run_brief(tr)} ({tr.name})",
         headline=[_fastest(study, best)] if best is not None else [],
         lead=(LEAD_TITLE, lambda: step_chart(study)),
         facts=facts,

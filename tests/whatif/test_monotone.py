@@ -4,7 +4,12 @@ Each program is a made-up capture of 2 or 4 ranks on as many nodes over an emula
 1 Gbit/s link (its bucket recorded): steps of blocking all-reduces and bursts of
 async ones of random sizes (84 B to 1 MB), sends from each even rank to the next, random compute
 gaps and member lags. Replayed with each ``--op-times`` builder on emulated links from
-10 Mbit/s to 2 Gbit/s, no step may end sooner on a slower link.
+10 Mbit/s to 2 Gbit/s, no step may end sooner on a slower link, but for one thing gloo
+does too: a rendezvous message moves once its receiver's ready notice arrived, and that
+notice goes behind the data of a message back already on their connection; a faster
+link can have that data leave first (its receive posted sooner) and a step end later, by
+no more than that message's receive (made-up pipelines with 1F1B exchanges; a captured
+2-rank pipeline failed the strict property once, depending on its timing).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pytest
@@ -128,6 +134,59 @@ def random_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, flo
     return events, windows
 
 
+def pipeline_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
+    """Events and step windows (µs) of a made-up 2-stage pipeline at 1 Gbit/s: 1F1B
+    exchanges (each rank sends and posts its receive at once, the second stage later),
+    blocking sends either way and blocking all-reduces."""
+    rnd = random.Random(seed)
+    members = (0, 1)
+    events: list[Ev] = []
+    windows = []
+    t = 0.0
+    for step in range(4):
+        start = t
+        for _ in range(rnd.randint(2, 6)):
+            t += rnd.uniform(0, 300)
+            size = rnd.choice(SIZES)
+            wire = size * 8 / 1e3
+            kind = rnd.random()
+            p2p = {"group": "0", "members": members, "size": size, "step": step}
+            if kind < 0.4:  # an exchange, waited
+                lag = rnd.uniform(0, 50)
+                end = t + lag + wire + 10
+                for r in members:
+                    at = t + lag * r
+                    done = end + rnd.uniform(0, 5)
+                    events.append(Ev(r, "send", at, done, peer=1 - r, is_async=True, **p2p))
+                    events.append(Ev(r, "recv", at, done + 1, peer=1 - r, is_async=True, **p2p))
+                t = end + 10
+            elif kind < 0.7:  # a blocking send one way
+                r = rnd.choice(members)
+                events.append(Ev(r, "send", t, t + 5, peer=1 - r, **p2p))
+                events.append(
+                    Ev(1 - r, "recv", t + rnd.uniform(0, 20), t + 25 + wire, peer=r, **p2p)
+                )
+                t += 30 + wire
+            else:
+                issue = [t + rnd.uniform(0, 20) for _ in members]
+                end = max(issue) + 2 * wire + 30
+                for r in members:
+                    done = end + rnd.uniform(0, 5)
+                    events.append(
+                        Ev(r, "all_reduce", issue[r], done, members=members, size=size, step=step)
+                    )
+                t = end + 10
+        t += rnd.uniform(0, 100)
+        windows += [(r, step, start, t) for r in members]
+        t += 1
+    return events, windows
+
+
+def pipeline_program(seed: int) -> Program:
+    """The program of :func:`pipeline_capture` ``seed``."""
+    return build_program(make_trace(*pipeline_capture(seed)))
+
+
 def step_ends(seed: int, mode: str, captured: str) -> dict[str, np.ndarray]:
     """Per network, when each step of program ``seed`` ends under ``mode``."""
     return network_ends(lambda: build_program(make_trace(*random_capture(seed))), mode, captured)
@@ -150,11 +209,22 @@ def network_ends(make: Callable[[], Program], mode: str, captured: str) -> dict[
         np.maximum.at(out, prog.trace.step_index, replay(prog, times).step_marks[1::2])
         return out
 
+    def allowance(times: OpTimes) -> np.ndarray:
+        # per step, the most the ready notices of the steps so far can have waited behind
+        # a message back's data (each at most that message's receive)
+        out = np.zeros(int(prog.trace.step_index.max()) + 1)
+        pairs = np.flatnonzero(prog.reverse >= 0)
+        back = prog.recv_of[prog.reverse[pairs]]
+        steps = np.clip(prog.trace.step[prog.recv_of[pairs]], 0, out.size - 1)
+        np.add.at(out, steps, np.maximum(times.duration[back], 0.0))
+        return np.cumsum(out)
+
     per = {"own": ends(builder.own_link())}
     for rate in RATES:
         profile = network_profile(rate)
-        fabric = Fabric(profile, loopback, 1)
-        per[rate] = ends(builder.on(fabric, prog.cost_groups, link_burst(profile)))
+        times = builder.on(Fabric(profile, loopback, 1), prog.cost_groups, link_burst(profile))
+        per[rate] = ends(times)
+        per[f"{rate} notices"] = allowance(times)
     return per
 
 
@@ -164,7 +234,9 @@ def assert_monotone(ends: dict[str, np.ndarray], captured: str, what: str) -> No
     if captured == "loopback":  # equal but for the float32 the fit keeps its overlaps in
         assert ends["unshaped"] == pytest.approx(ends["own"], rel=1e-6), what
     for slow, fast in itertools.pairwise(RATES):
-        sooner = np.flatnonzero(ends[slow] < ends[fast] - 1e-12)
+        # but for a ready notice that waited on the faster link behind the data of the
+        # message back (see test_a_ready_notice_can_make_a_faster_link_end_a_step_later)
+        sooner = np.flatnonzero(ends[slow] < ends[fast] - ends[f"{fast} notices"] - 1e-12)
         assert not sooner.size, (
             f"{what}: step {sooner[0]} ends at {ends[slow][sooner[0]]:.6f} s at "
             f"{slow}, {ends[fast][sooner[0]]:.6f} s at {fast}"
@@ -178,3 +250,26 @@ def test_a_slower_link_never_ends_a_step_sooner(mode: str, captured: str) -> Non
     # leave a rank's wait for its peer in the next, which then lasts longer
     for seed in range(SEEDS):
         assert_monotone(step_ends(seed, mode, captured), captured, f"seed {seed}")
+
+
+@pytest.mark.parametrize("captured", CAPTURED)
+@pytest.mark.parametrize("mode", sorted(BUILDERS))
+def test_a_slower_link_never_ends_a_pipelines_step_sooner_but_for_a_ready_notice(
+    mode: str, captured: str
+) -> None:
+    for seed in range(SEEDS):
+        make = partial(pipeline_program, seed)
+        assert_monotone(network_ends(make, mode, captured), captured, f"pipeline {seed}")
+
+
+def test_a_ready_notice_can_make_a_faster_link_end_a_step_later() -> None:
+    # gloo sends a rendezvous message once its receiver's ready notice arrived, and the
+    # notice goes on the ranks' connection behind the data the receiver is sending back,
+    # if that data already moves: when the sender posted its receive of it first. On
+    # 10 Gbit/s rank 0 posts that receive sooner than on the veth (7.6 Gbit/s), the
+    # message back leaves first, and the notice waits behind it: step 0 ends later on
+    # the faster link (gloo would too), by less than that message's receive
+    ends = network_ends(partial(pipeline_program, 47), "fit", "loopback")
+    late = ends["10gbit"][0] - ends["unshaped"][0]
+    assert 0 < late <= ends["10gbit notices"][0]
+    assert_monotone(ends, "loopback", "pipeline 47")

@@ -52,6 +52,17 @@ class CallSiteTable:
             sid = self.new(key)
         self.log.append((seq, sid))
 
+    def describe(self, frame: FrameType | None) -> str:
+        """``file:line function`` of ``frame``'s site, interned in this table ('' for none)."""
+        if frame is None:
+            return ""
+        key = (frame.f_code, frame.f_lineno)
+        sid = self.ids.get(key)
+        if sid is None:
+            sid = self.new(key)
+        file, line, name = self.sites[sid]
+        return f"{file}:{line} {name}"
+
     def write(self, run_dir: Path, rank: int, *, blocking: bool = True) -> None:
         """Append the sites and records not written yet to ``rank``'s files.
 

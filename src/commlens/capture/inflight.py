@@ -6,10 +6,10 @@ cleared, the only cost on the per-op path); async ops wait in the recorder's
 pending table. The writer thread's checkpoint (every ``flush_seconds``) reads
 both and, when they changed, rewrites ``inflight-NNNNN.json``
 (:func:`write_inflight`): each op's group, op, sizes, dtype, peer, issue time
-and call site (``file:line function`` of the calling frame, interned per code
-object); a call that raised stays there with its error until the thread's
-next call. So a rank killed or hung keeps its ops in flight as of its last
-checkpoint.
+and call site (``file:line function`` of the calling frame, interned in the
+rank's call-site table, :mod:`commlens.capture.callsites`); a call that raised
+stays there with its error until the thread's next call. So a rank killed or
+hung keeps its ops in flight as of its last checkpoint.
 
 :class:`StackDumps` registers :mod:`faulthandler` on the run format's
 :data:`commlens.trace.inflight.STACK_SIGNAL`: the
@@ -25,7 +25,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from types import CodeType, FrameType
 from typing import IO, TYPE_CHECKING, Any
 
 from commlens.capture.context import STATES
@@ -37,20 +36,6 @@ from commlens.trace.manifest import write_json_atomic
 
 if TYPE_CHECKING:
     from commlens.capture.recorder import Recorder
-
-_SITES: dict[CodeType, tuple[str, str]] = {}
-
-
-def call_site(frame: FrameType | None) -> str:
-    """``file:line function`` of ``frame`` (file and name interned per code object)."""
-    if frame is None:
-        return ""
-    code = frame.f_code
-    site = _SITES.get(code)
-    if site is None:
-        site = _SITES[code] = (code.co_filename, code.co_name)
-    return f"{site[0]}:{frame.f_lineno} {site[1]}"
-
 
 def _op_fields(rec: Recorder, call: Any) -> dict[str, Any]:
     op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
@@ -83,8 +68,9 @@ def snapshot(rec: Recorder) -> list[dict[str, Any]]:
         error = held[3] if len(held) > 3 else ""
         try:
             ops.append(
-                {**_op_fields(rec, call), "t_issue_ns": t_issue, "site": call_site(frame),
-                 "thread": ident, "blocking": True, "error": error}
+                {**_op_fields(rec, call), "t_issue_ns": t_issue,
+                 "site": rec.callsites.describe(frame), "thread": ident, "blocking": True,
+                 "error": error}
             )  # fmt: skip
         except Exception:
             continue  # a group destroyed meanwhile: its op is gone too

@@ -37,6 +37,7 @@ from commlens.trace.manifest import write_json_atomic
 if TYPE_CHECKING:
     from commlens.capture.recorder import Recorder
 
+
 def _op_fields(rec: Recorder, call: Any) -> dict[str, Any]:
     op, group, count, dtype, bytes_in, bytes_out, size, peer, is_async, _ = call
     info = rec.groups.info(group)

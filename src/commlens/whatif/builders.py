@@ -31,7 +31,7 @@ from commlens.whatif.costing import (
     wire_times,
 )
 from commlens.whatif.durations import link_waits, measured_release, worker_waits
-from commlens.whatif.model import Program
+from commlens.whatif.model import Program, release_captured_times
 from commlens.whatif.optimes import Bucket, LinkUse, OpTimes
 
 Groups = list[tuple[int, ...]]
@@ -165,6 +165,7 @@ class FitTimes(ModelTimes):
             links = node_links(prog, own)
             if (links >= 0).any():
                 took -= link_waits(prog, links)
+        release_captured_times(prog.trace)  # read for the last time: freed before the fit
 
         def shorter(events: np.ndarray) -> np.ndarray:
             return unoverlapped(prog, own, None, backend, steps, events)
@@ -216,6 +217,9 @@ class DeltaTimes(ModelTimes):
         self.steps = _step_model(setting, self.mode, self.measured)
         own_times = modelled(setting.prog, setting.own, None, setting.backend, self.steps)
         self.base = self.measured + self.floor - own_times
+        # when each instance freed its queue in the capture: made once (the trace's
+        # times are not kept past the builder: model.release_captured_times)
+        self.captured_release = measured_release(setting.prog)
 
     def network(self, fabric: Fabric, groups: Groups, steps: Steps, own: bool = False) -> OpTimes:
         prog = self.setting.prog
@@ -230,7 +234,7 @@ class DeltaTimes(ModelTimes):
         prog = self.setting.prog
         change = np.full(prog.instances, -np.inf)
         np.maximum.at(change, prog.inst, times - self.measured)
-        return np.maximum(measured_release(prog) + change, 0.0)
+        return np.maximum(self.captured_release + change, 0.0)
 
 
 BUILDERS: dict[str, type[ModelTimes]] = {"fit": FitTimes, "model": ModelTimes, "delta": DeltaTimes}

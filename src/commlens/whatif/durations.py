@@ -130,10 +130,9 @@ def worker_waits(prog: Program, wire: np.ndarray) -> np.ndarray:
     both wire times (docs/whatif.md, "The model of a run"). The replay's queue puts the
     second call's bytes after the first's (:func:`~commlens.whatif.replay.replay`), so
     the first keeps only its own share, and what is left is its wait."""
-    out = np.zeros(prog.inst.size)
     coll = np.flatnonzero(prog.send_of < 0)
     if coll.size < 2:
-        return out
+        return np.zeros(prog.inst.size)
     tr = prog.trace
     start, _ = _captured_starts(prog)
     n = prog.instances
@@ -151,5 +150,15 @@ def worker_waits(prog: Program, wire: np.ndarray) -> np.ndarray:
     wait = np.maximum(ended - began - own, 0.0) / 1e9
     per_inst = np.zeros(n)
     per_inst[coll] = wait
-    took = (tr.t_end - start[prog.inst]) / 1e9  # as elapsed(), its starts at hand
-    return np.minimum(per_inst[prog.inst], np.maximum(took, 0.0))
+    del wait, own, began, ended, first, last_issue, last_end
+    took = _seconds_since(tr.t_end, start[prog.inst])
+    return np.minimum(per_inst[prog.inst], took, out=took)
+
+
+def _seconds_since(t_end: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``max((t_end - start) / 1e9, 0)``, seconds from ``start`` (int ns, taken over)
+    until ``t_end``, never below 0: as :func:`elapsed` finds it, in ``start``'s memory."""
+    np.subtract(t_end, start, out=start)
+    took = start.view(np.float64)
+    np.true_divide(start, 1e9, out=took)
+    return np.maximum(took, 0.0, out=took)

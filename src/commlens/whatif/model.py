@@ -148,6 +148,20 @@ class Program:
 BUILD_ONLY = ("group", "peer", "is_async", "t_wait")
 """The trace's columns that only :func:`build_program` reads (matching, clock check,
 wait points): the program holds what they say."""
+CAPTURED_TIMES = ("t_issue", "t_end")
+"""The trace's captured op times: read by the build, the self-check and the builders of op
+times (measured durations, fits, the capture's queue releases), not by a network's
+replay or its figures."""
+
+
+def release_captured_times(trace: Trace) -> None:
+    """Empty the trace's :data:`CAPTURED_TIMES` (16 bytes an event) once the self-check and
+    the builder of op times have read them: a network's replay needs only the program
+    and its op times."""
+    for name in CAPTURED_TIMES:
+        setattr(trace, name, getattr(trace, name)[:0].copy())
+
+
 INDEX_TYPES = {"b": np.bool_, "i": np.int32}
 """Numpy types of the ``array`` type codes of :attr:`Program.as_lists`."""
 INDEX_FIELDS = {

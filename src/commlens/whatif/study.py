@@ -30,7 +30,7 @@ from commlens.whatif.calibrate import OpTerm
 from commlens.whatif.corrections import CORRECTIONS, corrections
 from commlens.whatif.costing import scaled_groups
 from commlens.whatif.durations import elapsed
-from commlens.whatif.model import Program, build_program
+from commlens.whatif.model import Program, build_program, release_captured_times
 from commlens.whatif.optimes import OpTimes, measured_times
 from commlens.whatif.replay import replay
 from commlens.whatif.results import Figures, figures
@@ -342,6 +342,7 @@ def run_study(
     setting = Setting(prog, backend, keep, own_fabric, recorded_burst(trace), switched_on)
     builder = BUILDERS[op_times if own is not None else "model"](setting, took)
     del took  # the builder holds what it needs of the measured times
+    release_captured_times(trace)
     own_answer = None if own is None else _answer(prog, keep, own[0], builder.own_link())
     groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     answers = []

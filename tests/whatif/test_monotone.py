@@ -182,6 +182,42 @@ def pipeline_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, f
     return events, windows
 
 
+def two_pipelines_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
+    """Events and step windows (µs) of two made-up 2-stage pipelines on 2 nodes at
+    1 Gbit/s: ranks 0 and 1 (node 0) are the first stages, 2 and 3 (node 1) the second,
+    each pair sending its micro-batches forward and back with blocking sends (GPipe),
+    so both pairs' messages cross one node's link at once; a blocking all-reduce of the
+    four ends each step."""
+    rnd = random.Random(seed)
+    world = (0, 1, 2, 3)
+    events: list[Ev] = []
+    windows = []
+    t = 0.0
+    for step in range(4):
+        size = rnd.choice(SIZES)
+        wire = size * 8 / 1e3
+        p2p = {"members": world, "size": size, "step": step, "role": "pp"}
+        clocks = {}
+        for first in (0, 1):
+            second = first + 2
+            at = {first: t + rnd.uniform(0, 20), second: t}
+            for src, dst in [(first, second)] * 3 + [(second, first)] * 3:
+                at[src] += rnd.uniform(5, 60)  # compute before the send
+                came = max(at[src], at[dst]) + wire * rnd.uniform(1, 2) + 5
+                events.append(Ev(src, "send", at[src], at[src] + 2, peer=dst, **p2p))
+                events.append(Ev(dst, "recv", at[dst], came, peer=src, **p2p))
+                at[src] += 2
+                at[dst] = came
+            clocks.update(at)
+        end = max(clocks.values()) + 2 * wire + 30
+        for r in world:
+            done = end + rnd.uniform(0, 5)
+            events.append(Ev(r, "all_reduce", clocks[r], done, members=world, size=size, step=step))
+        windows += [(r, step, t, end + 10) for r in world]
+        t = end + 11
+    return events, windows
+
+
 def pipeline_program(seed: int) -> Program:
     """The program of :func:`pipeline_capture` ``seed``."""
     return build_program(make_trace(*pipeline_capture(seed)))
@@ -192,14 +228,17 @@ def step_ends(seed: int, mode: str, captured: str) -> dict[str, np.ndarray]:
     return network_ends(lambda: build_program(make_trace(*random_capture(seed))), mode, captured)
 
 
-def network_ends(make: Callable[[], Program], mode: str, captured: str) -> dict[str, np.ndarray]:
+def network_ends(
+    make: Callable[[], Program], mode: str, captured: str, per_node: int = 1
+) -> dict[str, np.ndarray]:
     """Per network of :data:`RATES`, when each step of the program ``make`` builds ends
-    under ``mode`` (its last rank), the program captured on ``captured``; "own" the run's
-    own link, as whatif's own-link row."""
+    under ``mode`` (its last rank), the program captured on ``captured`` with
+    ``per_node`` ranks on a node; "own" the run's own link, as whatif's own-link row."""
     prog = make()
     loopback = get_profile("loopback")
     one_host = captured == "loopback"
-    own = Fabric(network_profile(captured), loopback, prog.trace.world_size if one_host else 1)
+    per = prog.trace.world_size if one_host else per_node
+    own = Fabric(network_profile(captured), loopback, per)
     keep = kept_steps(prog.trace, None)
     setting = Setting(prog, GLOO_REPLAY, keep, own, link_burst(own.inter), corrections(()))
     builder = BUILDERS[mode](setting, elapsed(prog))
@@ -222,7 +261,8 @@ def network_ends(make: Callable[[], Program], mode: str, captured: str) -> dict[
     per = {"own": ends(builder.own_link())}
     for rate in RATES:
         profile = network_profile(rate)
-        times = builder.on(Fabric(profile, loopback, 1), prog.cost_groups, link_burst(profile))
+        fabric = Fabric(profile, loopback, per_node)
+        times = builder.on(fabric, prog.cost_groups, link_burst(profile))
         per[rate] = ends(times)
         per[f"{rate} notices"] = allowance(times)
     return per
@@ -260,6 +300,15 @@ def test_a_slower_link_never_ends_a_pipelines_step_sooner_but_for_a_ready_notice
     for seed in range(SEEDS):
         make = partial(pipeline_program, seed)
         assert_monotone(network_ends(make, mode, captured), captured, f"pipeline {seed}")
+
+
+@pytest.mark.parametrize("mode", sorted(BUILDERS))
+def test_a_slower_link_never_ends_a_step_sooner_where_two_pipelines_share_a_link(
+    mode: str,
+) -> None:
+    for seed in range(SEEDS):
+        make = partial(lambda s: build_program(make_trace(*two_pipelines_capture(s))), seed)
+        assert_monotone(network_ends(make, mode, "1gbit", per_node=2), "1gbit", f"pair {seed}")
 
 
 def test_a_ready_notice_can_make_a_faster_link_end_a_step_later() -> None:

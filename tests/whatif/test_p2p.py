@@ -110,32 +110,90 @@ def fabric() -> Fabric:
     return Fabric(inter=get_profile("loopback"), intra=get_profile("loopback"), gpus_per_node=2)
 
 
-def test_messages_out_of_one_node_cross_its_link_one_at_a_time() -> None:
+def test_messages_of_two_channels_that_come_together_share_a_links_rate() -> None:
+    # ranks 0 and 1 (node 0) send 10 us of wire each to 2 and 3 (node 1), both at 0: the
+    # shaper's queue interleaves the two sockets' packets, so both arrive at 20 (one
+    # after the other, as the replay had them before, they arrived at 10 and 20)
     prog = build_program(make_trace(*two_stage_sends()))
     links = node_links(prog, fabric())
     assert links.tolist() == [0, 0]
     tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=links)))
-    recvs = prog.recv_of.tolist()
-    assert sorted(tl.end[recvs].tolist()) == [us(10), us(20)]  # one after the other
+    assert tl.end[prog.recv_of].tolist() == pytest.approx([us(20), us(20)], abs=1e-12)
     # a send ends once its bytes are in the socket, without waiting for the link
     assert tl.end[prog.send_of].tolist() == [us(10), us(10)]
     assert sorted(replay(prog, OpTimes(np.full(4, 10e-6))).end.tolist()) == [us(10)] * 4
+    # the wire is what the link shares, not the receive's host time: 4 us of wire each
+    # (8 together) and 6 us of host after it, 14 us
+    use = LinkUse(GLOO.workers, links=links, wire=np.full(2, 4e-6))
+    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=use))
+    assert tl.end[prog.recv_of].tolist() == pytest.approx([us(14), us(14)], abs=1e-12)
 
 
-def test_two_messages_never_share_a_link_whatever_order_the_replay_reaches_them_in() -> None:
+def test_messages_cross_a_link_in_the_order_they_came_not_as_the_replay_reached_them() -> None:
     # rank 1 sends at 3 and rank 0 at 5, each to a receive posted at 0 on the other
-    # node; the replay reaches rank 0's send first (ranks are taken in order), so rank
-    # 1's message, which started earlier, finds a later one on the link already
+    # node (10 us of wire each); the replay reaches rank 0's send first. The shaper's
+    # queue has rank 1's bytes first: it arrives at 13, rank 0's at 23 (before, the
+    # message reached first went first: 5..15, then 15..25)
+    def ends(first: int) -> list[float]:
+        sender = {0: 5.0, 1: 3.0} if first == 0 else {0: 3.0, 1: 5.0}
+        events = [
+            Ev(0, "send", sender[0], sender[0] + 1, peer=2, role="pp"),
+            Ev(1, "send", sender[1], sender[1] + 1, peer=3, role="pp"),
+            Ev(2, "recv", 0, 30, peer=0, role="pp"),
+            Ev(3, "recv", 0, 30, peer=1, role="pp"),
+        ]
+        prog = build_program(make_trace(events, [(r, 0, 0, 30) for r in range(4)]))
+        use = LinkUse(1, links=node_links(prog, fabric()))
+        tl = replay(prog, OpTimes(np.full(4, 10e-6), use=use))
+        by_rank = dict(zip(prog.trace.rank.tolist(), tl.end.tolist(), strict=True))
+        return [by_rank[2], by_rank[3]]
+
+    assert ends(0) == pytest.approx([us(23), us(13)], abs=1e-12)
+    assert ends(1) == pytest.approx([us(13), us(23)], abs=1e-12)
+
+
+def test_a_channels_messages_follow_each_other_on_a_shared_link() -> None:
+    # rank 0 sends A1 and A2 to rank 2 at once (one socket), rank 1 sends B to rank 3:
+    # 10 us of wire each. A1 and B share the link and arrive at 20; A2, put on its
+    # channel at 10 (after A1's 10 us), crosses after them, 20..30
     events = [
-        Ev(0, "send", 5, 15, peer=2, role="pp"),
-        Ev(1, "send", 3, 25, peer=3, role="pp"),
-        Ev(2, "recv", 0, 15, peer=0, role="pp"),
-        Ev(3, "recv", 0, 25, peer=1, role="pp"),
+        Ev(0, "send", 0, 1, peer=2, role="pp", is_async=True, wait=1),
+        Ev(0, "send", 0, 1, peer=2, role="pp", is_async=True, wait=1),
+        Ev(1, "send", 0, 1, peer=3, role="pp"),
+        Ev(2, "recv", 0, 20, peer=0, role="pp"),
+        Ev(2, "recv", 0, 30, peer=0, role="pp"),
+        Ev(3, "recv", 0, 20, peer=1, role="pp"),
     ]
-    prog = build_program(make_trace(events, [(r, 0, 0, 25) for r in range(4)]))
-    tl = replay(prog, OpTimes(np.full(4, 10e-6), use=LinkUse(1, links=node_links(prog, fabric()))))
-    # one after the other: 5..15, then 15..25 (side by side they would end at 13 and 15)
-    assert sorted(tl.end[prog.recv_of].tolist()) == [us(15), us(25)]
+    prog = build_program(make_trace(events, [(r, 0, 0, 30) for r in range(4)]))
+    tl = replay(prog, OpTimes(np.full(6, 10e-6), use=LinkUse(1, links=node_links(prog, fabric()))))
+    recvs = {
+        (int(prog.trace.rank[r]), round(float(prog.trace.t_end[r]) / 1e3)): float(tl.end[r])
+        for r in prog.recv_of.tolist()
+    }
+    assert recvs == pytest.approx({(2, 20): us(20), (2, 30): us(30), (3, 20): us(20)}, abs=1e-12)
+
+
+def test_messages_that_open_a_busy_spell_together_split_the_buckets_credit() -> None:
+    # the two sends of two_stage_sends with 12 us of wire each and a bucket of 4 us on
+    # node 0's link (a message that finds it full: 8 us): each takes half the credit,
+    # and the link carries the 20 us left side by side, both arriving at 20 (one
+    # after the other: 8, then 8 + 12 = 20)
+    prog = build_program(make_trace(*two_stage_sends()))
+    links = node_links(prog, fabric())
+    nodes = [(0,) if len(g) == 2 and g[0] < 2 <= g[1] else () for g in prog.cost_groups]
+    bucket = Bucket(4e-6, np.full(2, 12e-6), np.full(2, 4e-6), nodes)
+    use = LinkUse(1, links=links, wire=np.full(2, 8e-6), bucket=bucket)
+    recv = np.isin(np.arange(4), prog.recv_of)
+    times = OpTimes(np.where(recv, 8e-6, 1e-6), use=use, drained=np.where(recv, 12e-6, 1e-6))
+    tl = replay(prog, times)
+    assert tl.end[prog.recv_of].tolist() == pytest.approx([us(20), us(20)], abs=1e-12)
+    # each on a link of its own, each finds a full bucket (8)
+    apart = list(nodes)
+    for k, g in enumerate(prog.inst_group.tolist()):
+        apart[g] = (k,)
+    own = replace(use, links=np.array([0, 1], np.int32), bucket=replace(bucket, nodes=apart))
+    alone = replay(prog, replace(times, use=own))
+    assert alone.end[prog.recv_of].tolist() == pytest.approx([us(8), us(8)], abs=1e-12)
 
 
 def test_the_fit_takes_a_messages_wait_for_its_link_out_of_its_time() -> None:

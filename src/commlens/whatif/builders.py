@@ -22,6 +22,7 @@ from commlens.whatif.corrections import CORRECTIONS
 from commlens.whatif.costing import (
     Steps,
     bucket_draws,
+    link_wires,
     modelled,
     node_links,
     sending_nodes,
@@ -108,12 +109,14 @@ class ModelTimes:
         prog = setting.prog
         wire, queued = wire_pair(prog, fabric, groups, burst)
         links = node_links(prog, fabric) if setting.backend.node_links else None
-        bucket = None
+        bucket, link_wire = None, None
         if burst > 0:  # the link-bucket correction on: the buckets' levels through the replay
             drawn, credit = bucket_draws(prog, fabric, groups, burst)
             capacity = burst * fabric.inter.beta("all_reduce")
             bucket = Bucket(capacity, drawn, credit, sending_nodes(prog, fabric, groups))
-        return LinkUse(setting.backend.workers, links, wire, queued, bucket)
+        elif links is not None:
+            link_wire = link_wires(prog, fabric, groups, links)
+        return LinkUse(setting.backend.workers, links, wire, queued, bucket, link_wire)
 
     def applied(self) -> list[str]:
         """The corrections applied, by name."""

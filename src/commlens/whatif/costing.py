@@ -78,6 +78,20 @@ def bucket_draws(
     return drawn, drawn - after
 
 
+def link_wires(
+    prog: Program, fabric: Fabric, groups: list[tuple[int, ...]], links: np.ndarray
+) -> np.ndarray:
+    """Per instance, seconds of wire a message that crosses a node's link (``links``:
+    :func:`node_links`) takes at the link's rate, without the link's alpha or bucket:
+    what the messages on one link share; 0 for others."""
+    out = np.zeros(prog.instances)
+    crossing = np.flatnonzero(links >= 0)
+    if crossing.size:
+        recvs = prog.recv_of[crossing]
+        out[crossing] = _costed(prog, fabric, groups, GLOO_REPLAY, NO_STEPS, recvs, _wire)
+    return out
+
+
 def sending_nodes(
     prog: Program, fabric: Fabric, groups: list[tuple[int, ...]]
 ) -> list[tuple[int, ...]]:

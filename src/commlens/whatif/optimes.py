@@ -39,6 +39,11 @@ class LinkUse:
     bucket: Bucket | None = None
     """The token bucket of each node's inter-node link (an emulated link's), whose level
     the replay keeps; None: every op finds it as :attr:`wire` says."""
+    link_wire: np.ndarray | None = None
+    """Per instance, seconds of wire a message that crosses a node's link (:attr:`links`)
+    takes at the link's rate, without the link's alpha or bucket: what the messages on
+    one link share (with a :attr:`bucket`, its :attr:`Bucket.drawn`); None: its
+    :attr:`wire`, else its time."""
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,18 @@ Where the op times say how the ops hold the links
   queue are on the link sends its own after theirs, without the bucket's
   credit (``queued_wire``), and its members end no earlier than that; from
   an idle link, no earlier than its start plus its wire time;
-- a message that crosses a node's link (``links``) crosses when no other is
-  on it (:class:`LinkQueue`); its send, whose bytes went into the socket,
-  ends without that wait.
+- a message that crosses a node's link (``links``) shares it with the messages
+  of the other channels on it while they overlap, its rate and its bucket's
+  credit (:class:`SharedLink`), and follows the messages of its own channel; its
+  send, whose bytes went into the socket, ends without that wait.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
-from bisect import bisect_right
-from collections import defaultdict
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -83,35 +84,160 @@ class Timeline:
     """Times of the step marks: slot 2·row is the start of step row ``row``, 2·row + 1 its end."""
 
 
-@dataclass
-class LinkQueue:
-    """A node's link, which carries one message at a time: the messages put on it, in
-    time order."""
+DONE_S = 1e-12
+"""Seconds of wire a message may have left on a link and be done (float rounding)."""
 
-    starts: list[float] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
 
-    def cross(self, t: float, busy: float) -> float:
-        """Put a message ready at ``t`` that holds the link ``busy`` seconds on it: when it
-        crosses. One on the link at ``t`` goes first; so does one that starts while this
-        one would be on it, put on the link already (the replay reaches the ranks' sends
-        out of time order: of two that would overlap, the first reached goes first)."""
-        starts, ends = self.starts, self.ends
+Join = tuple[float, int, int, int, float, float]
+"""A message put on a shared link: (when, order, channel, pair, wire, credit)."""
+
+
+class SharedLink:
+    """A node's link out that messages of several channels (sockets) cross: served as
+    its shaper serves them.
+
+    The shaper's queue is one FIFO of packets, and a message's bytes enter it at
+    once (the veth's rate is many times the link's): the link carries the messages
+    in the order they came, each at its full rate, and those that came at the same
+    time side by side (their packets interleaved, sharing the rate); a channel's
+    messages one after the other (one socket). A message is its wire time at the
+    link's rate; the bucket's credit, what the node's bucket holds when the link
+    goes busy (it refills only while the link idles), goes to the messages that
+    cross first, split equally between those side by side, and crosses at once.
+
+    The replay reaches the ranks out of time order, so a message's end is found only
+    once no message can come on the link before it: :meth:`next_end` is when the
+    first message on it would be done with the messages known so far, :meth:`finish`
+    serves the link until then. The replay finishes the earliest of all links' next
+    ends once no rank can go on (a rank goes on only from an end, so a message it
+    puts on a link afterwards comes no earlier; one that comes earlier all the same,
+    its pair started by a later end, comes at the link's time).
+    """
+
+    def __init__(self, log: BucketLog | None, capacity: float) -> None:
+        self.log, self.capacity = log, capacity
+        self.now = -math.inf
+        self.tokens = 0.0
+        """The bucket's credit left in the link's busy spell."""
+        self.joins: list[Join] = []
+        """Messages put on the link, in time order; those before :attr:`taken` are on it."""
+        self.taken = 0
+        self.line: list[Join] = []
+        """Messages on the link behind those crossing, in order."""
+        self.crossing: dict[int, float] = {}
+        """Pairs crossing side by side, and seconds of their wire still to cross."""
+        self.came = -math.inf
+        """When the pairs crossing came on the link."""
+        self.got: dict[int, tuple[float, float]] = {}
+        """Per pair crossing, when it came on the link and the bucket's credit it took."""
+        self.channels: dict[int, int] = {}
+        """Per pair crossing, its channel."""
+        self.count = 0
+        self.version = 0
+        """Counts the link's changes (an entry of the replay's queue of links is current
+        only with the link's latest)."""
+
+    def join(self, t: float, channel: int, i: int, wire: float, credit: float) -> None:
+        """Pair ``i`` of ``channel`` comes on the link at ``t`` with ``wire`` seconds to
+        cross, of which the bucket may save it ``credit``."""
+        self.count += 1
+        insort(self.joins, (max(t, self.now), self.count, channel, i, wire, credit), lo=self.taken)
+
+    def next_end(self) -> float:
+        """When the first message on the link is done, with the messages known so far."""
+        return self._serve(False)[0]
+
+    def finish(self) -> tuple[float, list[int]]:
+        """Serve the link until its first message is done: when, and the pairs done."""
+        return self._serve(True)
+
+    def _serve(self, commit: bool) -> tuple[float, list[int]]:
+        joins, crossing = self.joins, dict(self.crossing)
+        now, tokens, k, came = self.now, self.tokens, self.taken, self.came
+        behind: list[Join] = []
         while True:
-            at = bisect_right(starts, t)
-            if at and t < ends[at - 1]:
-                t = ends[at - 1]
-            elif at < len(starts) and starts[at] < t + busy:
-                t = ends[at]
-            else:
+            n = len(crossing)
+            done = now + min(crossing.values()) * n if n else math.inf
+            if k == len(joins):
                 break
-        starts.insert(at, t)
-        ends.insert(at, t + busy)
-        self.last = at
-        return t
+            t = max(joins[k][0], now)
+            if t >= done:
+                break
+            if n and t > came:  # behind the messages crossing
+                if not commit:
+                    break
+                behind.append(joins[k])
+                k += 1
+                continue
+            if not n:  # an idle link (nothing behind): its bucket refilled meanwhile
+                if self.log is not None:
+                    tokens = self.log.level(t, self.capacity)
+                now = came = t
+            batch = []
+            while k < len(joins) and max(joins[k][0], now) <= t:
+                batch.append(joins[k])
+                k += 1
+            tokens = self._cross(batch, t, crossing, behind, tokens, commit)
+        if not commit or done == math.inf:
+            return done, []
+        for i in crossing:
+            crossing[i] -= (done - now) / len(crossing)
+        first = min(crossing, key=crossing.__getitem__)
+        finished = [i for i, left in crossing.items() if i == first or left <= DONE_S]
+        for i in finished:
+            del crossing[i], self.channels[i]
+        for item in behind:
+            insort(self.line, item)
+        if not crossing and self.line:  # the messages next in line cross, from the busy link
+            came = self.line[0][0]
+            batch = [item for item in self.line if item[0] == came]
+            del self.line[: len(batch)]
+            tokens = self._cross(batch, came, crossing, self.line, tokens, True)
+        self.now, self.tokens, self.taken, self.came = done, tokens, k, came
+        self.crossing = crossing
+        if k > 256 and 2 * k > len(joins):
+            del joins[:k]
+            self.taken = 0
+        return done, finished
 
-    last: int = 0
-    """Where the message put on the link last stands in :attr:`starts`."""
+    def _cross(
+        self,
+        batch: list[Join],
+        t: float,
+        crossing: dict[int, float],
+        behind: list[Join],
+        tokens: float,
+        commit: bool,
+    ) -> float:
+        """The messages of ``batch``, which came at ``t``, cross beside ``crossing`` (a
+        channel's second one behind, in ``behind``), taking the bucket's ``tokens``: what
+        is left of them."""
+        busy = set(self.channels.values())
+        going: list[Join] = []
+        for item in batch:
+            c = item[2]
+            if c in busy:
+                if commit:
+                    insort(behind, item)
+                continue
+            busy.add(c)
+            going.append(item)
+        shares = _water_fill(tokens, [item[5] for item in going])
+        for (_, _, c, i, wire, _), got in zip(going, shares, strict=True):
+            crossing[i] = wire - got
+            if commit:
+                self.got[i], self.channels[i] = (t, got), c
+        return tokens - sum(shares)
+
+
+def _water_fill(level: float, wants: list[float]) -> list[float]:
+    """``level`` split equally between claims of at most ``wants`` each (what one does
+    not take, the others may)."""
+    out = [0.0] * len(wants)
+    for n, j in enumerate(sorted(range(len(wants)), key=wants.__getitem__)):
+        out[j] = min(wants[j], level / (len(wants) - n))
+        level -= out[j]
+    return out
 
 
 LOOK_BACK = 64
@@ -161,6 +287,8 @@ def replay(prog: Program, times: OpTimes) -> Timeline:
     """Replay ``prog`` with ``times`` (see the module docstring)."""
     run = _Replay(prog, times)
     run.run_ranks()
+    while run.settle():  # no rank can go on: the first message to end on a shared link
+        run.run_ranks()
     stuck = [r for r, e in enumerate(run.blocked_on) if e != NO_EVENT]
     if stuck:
         raise RunFormatError(
@@ -201,7 +329,6 @@ class _Replay:
         self.link = (
             array("i", [NO_EVENT]) * n_inst if links is None else array("i", links.tobytes())
         )
-        self.on_link: dict[int, LinkQueue] = defaultdict(LinkQueue)
         pool = n_inst if self.workers > 1 else 0
         wire = use.wire if use is not None and use.wire is not None else np.zeros(pool)
         self.wire = seconds(wire)
@@ -212,6 +339,12 @@ class _Replay:
         self.bucket = use.bucket if use is not None else None
         if self.bucket is not None:
             self.setup_bucket(prog, times, self.bucket)
+        self.shared = {} if links is None else self.shared_links(prog, links)
+        link_wire = use.link_wire if use is not None else None
+        self.link_wire = None if link_wire is None else seconds(link_wire)
+        self.channel = array("i", prog.inst_group.astype(np.int32).tobytes())
+        self.busy: dict[int, float] = {}  # a link of one channel: when its wire is free
+        self.due: list[tuple[float, int, int]] = []  # (next end, version, link): shared links
         self.latest = array("d", [0.0]) * pool
         self.second = array("d", [0.0]) * pool
         self.on_wire = array("d", [0.0]) * pool
@@ -249,6 +382,19 @@ class _Replay:
         drained = times.duration if times.drained is None else times.drained
         self.drained = seconds(drained)
         self.free_drained = seconds(times.releases(prog, drained=True))
+
+    def shared_links(self, prog: Program, links: np.ndarray) -> dict[int, SharedLink]:
+        """The links that messages of several channels cross (a link of one channel
+        carries its messages one after the other, found as they come)."""
+        pairs = np.flatnonzero(links >= 0)
+        crossing = np.unique(np.stack([links[pairs], prog.inst_group[pairs]]), axis=1)
+        k, n = np.unique(crossing[0], return_counts=True)
+        logs = self.buckets if self.bucket is not None else None
+        capacity = self.capacity if self.bucket is not None else 0.0
+        return {
+            int(k): SharedLink(None if logs is None else logs[int(k)], capacity)
+            for k in k[n > 1].tolist()
+        }
 
     def draw(self, i: int, t: float) -> float:
         """Instance ``i``'s bytes leave from ``t``: take them from its nodes' buckets. What
@@ -434,27 +580,84 @@ class _Replay:
             back_sent, back_posted = issue[self.send_of[j]], issue[self.recv_of[j]]
             on_its_way = back_sent <= posted and back_posted < posted < arrives[j]
             if posted != NOT_YET and on_its_way and arrives[j] > self.start[i]:
+                if arrives[j] == NOT_YET:  # j crosses a shared link: once it has arrived
+                    self.after.setdefault(j, []).append(i)
+                    return False
                 self.start[i] = arrives[j]
         t = self.queue_start(i)
-        s, r = self.send_of[i], self.recv_of[i]
+        s = self.send_of[i]
         self.ended(s, t + self.duration[s])  # once its bytes are in the socket
         k = self.link[i]
-        took: float = self.duration[r]
-        if k != NO_EVENT:  # it crosses the node's link when no other message is on it
-            t = self.start[i] = self.on_link[k].cross(t, self.free_after[i])
-        if self.bucket is not None:
-            lost = self.draw(i, t)
-            if lost:
-                took += lost * (self.drained[r] - took)
-                if k != NO_EVENT:
-                    busy = self.free_after[i] + lost * (self.free_drained[i] - self.free_after[i])
-                    queue = self.on_link[k]
-                    queue.ends[queue.last] = t + busy
-        arrives[i] = t + took
-        if self.issue[r] != NOT_YET:
-            self.ended(r, max(self.issue[r], arrives[i]))
+        if k != NO_EVENT and k in self.shared:  # it arrives once the link has served it
+            wire, credit = self.wire_of(i)
+            self.shared[k].join(t, self.channel[i], i, wire, credit)
+            self.due_link(k)
+        elif k != NO_EVENT:  # a link of one channel: its wire after the message ahead's
+            t = max(t, self.busy.get(k, t))
+            lost = self.draw(i, t) if self.bucket is not None else 0.0
+            wire, credit = self.wire_of(i)
+            self.busy[k] = t + wire - (1.0 - lost) * credit
+            self.landed(i, t + self.took(i, lost))
         else:
-            self.arrival[i] = arrives[i]
+            self.landed(i, t + self.took(i, self.draw(i, t) if self.bucket is not None else 0.0))
         if self.after:
             resume.extend(self.after.pop(i, ()))
         return True
+
+    def wire_of(self, i: int) -> tuple[float, float]:
+        """Pair ``i``'s seconds of wire on its link and what a full bucket saves it."""
+        if self.bucket is not None:
+            return self.drawn[i], self.credit[i]
+        if self.link_wire is not None:
+            return self.link_wire[i], 0.0
+        return (self.wire[i] if len(self.wire) else self.free_after[i]), 0.0
+
+    def took(self, i: int, lost: float) -> float:
+        """Seconds pair ``i``'s data takes alone on an idle link, from its start, with the
+        share ``lost`` of its bucket credit gone without."""
+        r = self.recv_of[i]
+        took: float = self.duration[r]
+        return took + lost * (self.drained[r] - took) if lost else took
+
+    def landed(self, i: int, t: float) -> None:
+        """Pair ``i``'s data arrived at ``t``: its receive ends (once issued)."""
+        self.arrives[i] = t
+        r = self.recv_of[i]
+        if self.issue[r] != NOT_YET:
+            self.ended(r, max(self.issue[r], t))
+        else:
+            self.arrival[i] = t
+
+    def due_link(self, k: int) -> None:
+        """Put shared link ``k`` on the replay's queue of links at its next end."""
+        link = self.shared[k]
+        link.version += 1
+        t = link.next_end()
+        if t != NOT_YET:
+            heapq.heappush(self.due, (t, link.version, k))
+
+    def settle(self) -> bool:
+        """Finish the message that ends first on the shared links (False: none is on one):
+        its pair's data arrived, and the pairs that waited for that go on."""
+        due = self.due
+        while due:
+            t, version, k = heapq.heappop(due)
+            link = self.shared[k]
+            if version != link.version:
+                continue
+            if link.next_end() > t:  # a bucket drained since by a collective's bytes
+                self.due_link(k)
+                continue
+            done, finished = link.finish()
+            for i in finished:
+                joined, got = link.got.pop(i)
+                wire, credit = self.wire_of(i)
+                if self.bucket is not None:
+                    self.buckets[k].add(joined, wire, done)
+                lost = 1.0 - got / credit if credit > 0.0 else 0.0
+                self.landed(i, done - (wire - got) + self.took(i, lost))
+                for p in self.after.pop(i, ()):
+                    self.begin_pairs(p)
+            self.due_link(k)
+            return True
+        return False

@@ -4,7 +4,7 @@ A :class:`ReplayBackend` names what the replay charges for the backend the run
 used: how many of a group's collectives run at once (gloo's worker threads),
 whether a collective that spans nodes runs one flat ring over its members or
 hierarchical rings (NCCL), whether the messages out of a node cross its one
-link one at a time (gloo's sockets), and whether ops run on streams of their
+link in the order they came (gloo's sockets), and whether ops run on streams of their
 own, the CPU going on without them (NCCL on a GPU: the stream replay of
 ``whatif/streams.py``). The facts of each backend (workers, the ops it runs
 as another) come from :mod:`commlens.optable`.
@@ -28,8 +28,8 @@ class ReplayBackend:
     at the inter-node rate, each op step by step on the host (gloo); else the cost
     model's hierarchical intra/inter split (NCCL)."""
     node_links: bool
-    """Messages out of a node cross its one link one at a time, and a send ends once its
-    bytes are in the socket (gloo)."""
+    """Messages out of a node cross its one link in the order they came, and a send ends
+    once its bytes are in the socket (gloo)."""
     streams: bool
     """Ops run on streams of their own and the CPU does not wait for them (NCCL on GPUs)."""
     assumption: str
@@ -61,8 +61,9 @@ GLOO_REPLAY = ReplayBackend(
         "has no native one); a send, like its receive, lasts until the link has carried its "
         "bytes (on average a send finds the socket buffer still holding the message before "
         "it and waits for the wire), and the channel carries one message at a time; a "
-        "message does not overtake one on its node's link (one that starts while another is "
-        f"on it goes after it); a group runs up to {GLOO.workers} ops at once (gloo's worker "
+        "node's link carries its messages in the order they came (one that starts while "
+        "another is on it goes after it; those that start together cross side by side, "
+        f"sharing its rate); a group runs up to {GLOO.workers} ops at once (gloo's worker "
         "threads), the later one's bytes after the earlier's on the link"
     ),
 )

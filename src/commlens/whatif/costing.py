@@ -427,7 +427,7 @@ def _costed(
             return 0.0
         nodes = fabric.shape(group)[0]
         across = nodes > 1
-        # one link out of a node: the replay's link queue takes its messages in turn
+        # one link out of a node: the replay's link takes its messages in the order they came
         on_link = (p2p if is_p2p else rings).get(role, 1)
         queued = is_p2p and fabric.nics_per_node == 1
         share = 1 if queued else max(1, -(-on_link // fabric.nics_per_node))

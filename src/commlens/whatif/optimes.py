@@ -28,8 +28,8 @@ class LinkUse:
     workers: int
     """Collectives of one group that run at once (their bytes one after the other)."""
     links: np.ndarray | None = None
-    """Per instance, the node link a message crosses one at a time (-1 for none); None:
-    no message waits for a link."""
+    """Per instance, the node link a message crosses, in the order the messages came (-1
+    for none); None: no message waits for a link."""
     wire: np.ndarray | None = None
     """Per instance, seconds its bytes hold its link when they find the link idle (and
     its bucket full); None: 0."""

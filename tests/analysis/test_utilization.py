@@ -118,10 +118,10 @@ def test_only_the_bytes_that_cross_nodes_count_as_inter_node(tmp_path: Path) -> 
     view = open_run(write_run(tmp_path / "run", events, world_size=4, rank_meta=meta))
     assert rank_nodes(view.manifest) == {0: 0, 1: 0, 2: 1, 3: 1}
     rp = rank_pass(view, util_bins=8, nic=True)
-    inter = inter_node_utilization(view, rp)
+    inter = inter_node_utilization(rp)
     assert inter is not None
     by_node = {n: sum(r["wire_bytes"] for r in inter.to_pylist() if r["node"] == n) for n in (0, 1)}
     assert by_node[0] == pytest.approx(1_500_000 + 200_000)
     assert by_node[1] == pytest.approx(1_500_000)
     one_node = open_run(write_run(tmp_path / "one", events, world_size=4))
-    assert inter_node_utilization(one_node, rank_pass(one_node, util_bins=8)) is None
+    assert inter_node_utilization(rank_pass(one_node, util_bins=8)) is None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.utilization import rank_nodes
+from commlens.analysis.internode import rank_nodes
 from commlens.trace.files import format_ranks
 from commlens.trace.reader import RunView
 

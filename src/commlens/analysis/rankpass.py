@@ -33,7 +33,8 @@ plus the small results (and, for matching, a few numbers per collective call).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -43,17 +44,20 @@ import pyarrow.compute as pc
 
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
-from commlens.analysis.matched.intervals import windows_by_rank
+from commlens.analysis.internode import InterNode, nic_rates, sampling_interval
+from commlens.analysis.matched.intervals import Windows, windows_by_rank
 from commlens.analysis.matched.match import kth
 from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows
 from commlens.analysis.matched.queues import queue_service
 from commlens.analysis.matched.run import check_clocks
-from commlens.analysis.matching import Matched, MatchPart, compact, match_calls
+from commlens.analysis.matching import Matched, MatchPart, Triple, compact, match_calls
+from commlens.analysis.parallel import in_worker, map_chunks
+from commlens.analysis.quantiles import LatencyQuantiles
 from commlens.analysis.rankagg import (
-    BUCKET_SQL,
     RunGroups,
     learn_groups,
     rank_aggregate,
+    size_bucket,
     split_aggregate,
 )
 from commlens.analysis.timeline import spread, step_rows
@@ -76,6 +80,7 @@ _COLUMNS = [
     "duration_s",
     "phase",
     "module",
+    "peer",
 ]
 
 
@@ -109,6 +114,11 @@ class RankPass:
     made: frozenset[str] = frozenset()
     util_bins: int | None = None
     util: pa.Table | None = None
+    inter: pa.Table | None = None
+    """With ``util``, on a run of two nodes or more: per node and time bin the wire bytes
+    its ranks send to other nodes (:class:`commlens.analysis.internode.InterNode`), in
+    bins of the NIC counters' sampling interval when the pass read them (``nic``), else
+    of ``util``'s bins."""
     matched: Matched | None = None
     quantiles: pa.Table | None = None
     nic: pa.Table | None = None
@@ -162,108 +172,129 @@ def _pass_over(
     view: RunView, made: frozenset[str], util_bins: int | None, headline: StepRange | None
 ) -> RankPass:
     check_clocks(view)  # the times every command sees (whatif's too)
+    nic = None
+    if "nic" in made:
+        path = view.path / NIC_FILE
+        nic = read_nic(path) if path.is_file() else None
+    inter_bin = sampling_interval(nic_rates(nic, None)) if nic is not None else None
     while True:
         missing = list(view.missing_ranks)
         try:
-            result = _run_pass(view, util_bins, "match" in made, headline)
-            if "quantiles" in made:
-                result = replace(result, quantiles=_latency_quantiles(view))
+            result = _run_pass(
+                view, util_bins, "match" in made, headline, "quantiles" in made, inter_bin
+            )
         except RankDamaged:
             continue
         if view.missing_ranks == missing:  # no rank dropped while the SQL ran
             break
     if "nic" in made:
-        path = view.path / NIC_FILE
-        result = replace(result, nic=read_nic(path) if path.is_file() else None)
+        result = replace(result, nic=nic)
     head = result.head
     if head is not None:
         head = replace(head, made=made & {"match"})
     return replace(result, made=made, head=head)
 
 
-def _latency_quantiles(view: RunView) -> pa.Table:
-    """p50 and p99 of the op latency per (op, group, role, size bucket), in DuckDB."""
-    return view.sql(
-        f"""
-        SELECT op, pg_name, role, {BUCKET_SQL} AS size_bucket_bytes,
-               quantile_cont(duration_s, [0.5, 0.99]) AS q
-        FROM events GROUP BY ALL
-        """
-    )
+@dataclass(frozen=True)
+class _Setup:
+    """What every rank's part of the pass needs to know of the run."""
+
+    util_bins: int | None
+    match: bool
+    headline: StepRange | None
+    quantiles: bool
+    t0: int
+    bin_ns: int
+    n_bins: int
+    inter: InterNode | None
+    excluded: list[str]
+    workers: int
+    """The backend's servers per group queue (gloo: 2)."""
+    by_rank: dict[int, Windows]
+
+
+@dataclass
+class _Chunk:
+    """The pass over a chunk of ranks, in rank order: codes are the chunk's own
+    (``names``), strings wherever the parts leave this module."""
+
+    names: dict[str, Codes]
+    groups: RunGroups = field(default_factory=RunGroups)
+    agg: list[pa.Table] = field(default_factory=list)
+    steps: list[dict[str, np.ndarray]] = field(default_factory=list)
+    util: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    inter: list[tuple[int, np.ndarray | None]] = field(default_factory=list)
+    lat: LatencyQuantiles = field(default_factory=LatencyQuantiles)
+    calls: list[tuple[int, dict[str, np.ndarray]]] = field(default_factory=list)
+    """Each rank's collective calls to match (op, pg_name and role in chunk codes)."""
+    problems: list[str] = field(default_factory=list)
+    damaged: tuple[int, str] | None = None
+    """A rank whose file turned out damaged in a worker (the pass is made again)."""
+
+
+RANKS_A_WORKER = 64
+"""Fewer ranks than this a worker process and the pass runs in one process."""
 
 
 def _run_pass(
-    run: RunView, util_bins: int | None, match: bool, headline: StepRange | None
+    run: RunView,
+    util_bins: int | None,
+    match: bool,
+    headline: StepRange | None,
+    quantiles: bool = False,
+    inter_bin: float | None = None,
 ) -> RankPass:
+    """The pass; ``inter_bin``: the inter-node bins' length in seconds (None: the
+    utilization's). Ranks are read in chunks (:func:`commlens.analysis.parallel.map_chunks`)
+    and the chunks merged in rank order."""
     ranks = run.ranks
     span = run.time_span()
     t0, t1 = span or (0, 0)
     n_bins = max(1, util_bins or 1)
     bin_ns = max(1, -(-max(t1 - t0, 1) // n_bins))
-    n_bins_total = max(t1 - t0, 0) // bin_ns + 1
-    names = {k: Codes() for k in ("op", "pg_name", "role", "phase", "module")}
-    ops, groups, triples = names["op"], names["pg_name"], Codes()
-    info = RunGroups()
-    excluded = _groups_touching(run)
-    workers = backend(run.manifest.get("backend")).workers
-    step_parts: list[dict[str, np.ndarray]] = []
-    util_parts: list[tuple[int, np.ndarray]] = []
-    agg_parts: list[pa.Table] = []
-    matches: list[MatchPart] = []
     windows = run.sql("SELECT * FROM steps")
-    by_rank = windows_by_rank(windows)
-    for rank in ranks:
-        t, order = rank_rows(run, rank, _COLUMNS, run.steps)  # in seq order
-        if not t.num_rows:
-            continue
-        seq = t.column("seq").to_numpy()
-        codes = {k: c.encode(t.column(k)) for k, c in names.items()}
-        op, pg, role = codes["op"], codes["pg_name"], codes["role"]
-        gsize = pc.fill_null(t.column("group_size"), 1).to_numpy()
-        step = pc.fill_null(t.column("step"), 0).to_numpy()
-        size = pc.fill_null(t.column("size_bytes"), 0).to_numpy()
-        s = t.column("t_issue_ns").to_numpy()
-        e = t.column("t_end_ns").to_numpy()
-        wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
-        run.check_times(rank, step, s, e)  # a warning for an op that ends before its issue:
-        e = np.maximum(e, s)  # it takes no time (every interval, share and split >= 0)
-        duration = np.maximum(pc.fill_null(t.column("duration_s"), 0.0).to_numpy(), 0.0)
-        start, service = queue_service(pg, s, e, workers)
-        learn_groups(info, groups, pg, gsize, pg_ranks_reader(run, rank, order))
-        inside = in_steps(step, headline) if headline is not None else None
-        agg_parts.append(rank_aggregate(rank, names, codes, size, duration, wait, service, inside))
-        step_parts.append(step_rows(rank, step, s, e, wait, size, by_rank.get(rank)))
-        if util_bins:
-            factor = _factors(op, gsize, ops.values)
-            util_parts.append((rank, spread(s, e, size * factor, t0, bin_ns, n_bins_total)))
-        if match:
-            p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
-            bad = np.isin(pg, [groups.index[g] for g in excluded if g in groups.index])
-            keep = ~p2p & ~bad & (gsize > 1)
-            pairs, pair = dense_codes(pg[keep].astype(np.int64))  # global group codes
-            matches.append(
-                MatchPart(
-                    rank=rank,
-                    pairs=pairs,
-                    pair=pair.astype(np.int32),
-                    k=kth(pair, pairs.size),
-                    op=op[keep],
-                    triple=_triple_codes(triples, op[keep], pg[keep], role[keep]),
-                    seq=compact(seq[keep]),
-                    step=step[keep].astype(np.int32),
-                    size=gsize[keep].astype(np.int32),
-                    t_issue=s[keep],
-                    queued=compact(start[keep] - s[keep]),
-                    latency=compact(e[keep] - s[keep]),
-                    nbytes=compact(size[keep]),
-                    service=compact(service[keep]) if workers > 1 else None,
-                )
-            )
-    split = [tuple(v.split("\x00")) for v in triples.values]
-    triple_names = [
-        (ops.values[int(a)], groups.values[int(b)], names["role"].values[int(c)])
-        for a, b, c in split
-    ]
+    setup = _Setup(
+        util_bins=util_bins,
+        match=match,
+        headline=headline,
+        quantiles=quantiles,
+        t0=t0,
+        bin_ns=bin_ns,
+        n_bins=max(t1 - t0, 0) // bin_ns + 1,
+        inter=(
+            InterNode.of(run.manifest, span, inter_bin or bin_ns / 1e9)
+            if util_bins and span is not None
+            else None
+        ),
+        excluded=_groups_touching(run),
+        workers=backend(run.manifest.get("backend")).workers,
+        by_rank=windows_by_rank(windows),
+    )
+    parts = map_chunks(partial(_pass_chunk, run, setup), ranks, least=RANKS_A_WORKER)
+    names = {k: Codes() for k in _NAMED}
+    info = RunGroups()
+    lat = LatencyQuantiles()
+    for part in parts:  # rank order
+        for line in part.problems:
+            run.note_problem(line)
+        if part.damaged is not None:
+            rank, reason = part.damaged
+            raise RankDamaged(rank, run.drop_rank(rank, reason))
+        for k, codes in part.names.items():
+            for value in codes.values:
+                names[k].code(value)
+        for name, size in part.groups.size.items():
+            if name not in info.size:
+                info.size[name] = size
+                info.ranks[name] = part.groups.ranks[name]
+        lat.merge(part.lat)
+    if setup.inter is not None:
+        for part in parts:
+            for rank, bins in part.inter:
+                setup.inter.add(rank, bins)
+    agg_parts = [t for part in parts for t in part.agg]
+    if len(parts) > 1:  # each rank's rows in the order of the run's codes, as in one process
+        agg_parts = [_in_run_order(t, names) for t in agg_parts]
     agg = pa.concat_tables(agg_parts) if agg_parts else _empty_agg()
     result = RankPass(
         path=run.path,
@@ -273,15 +304,18 @@ def _run_pass(
         step_range=run.steps,
         windows=windows,
         span=span,
-        steps=_steps_table(step_parts),
+        steps=_steps_table([p for part in parts for p in part.steps]),
         agg=agg,
         groups=info.table(),
         util_bins=util_bins,
-        util=_util_table(util_parts, bin_ns) if util_bins else None,
+        util=_util_table([u for part in parts for u in part.util], bin_ns) if util_bins else None,
+        inter=setup.inter.table() if setup.inter is not None else None,
+        quantiles=lat.table() if quantiles else None,
     )
     head_matched = None
     if match:
-        matched, head_matched = match_calls(tuple(matches), tuple(triple_names), headline)
+        matches, triple_names = _match_parts(parts, names)
+        matched, head_matched = match_calls(matches, triple_names, headline)
         result = replace(result, matched=matched)
     if headline is None:
         return result
@@ -290,6 +324,152 @@ def _run_pass(
     whole, inner = split_aggregate(agg)
     head = _head(replace(result, agg=inner, matched=head_matched), headline)
     return replace(result, agg=whole, head=head)
+
+
+_NAMED = ("op", "pg_name", "role", "phase", "module")
+"""The string columns the pass codes."""
+
+
+def _in_run_order(agg: pa.Table, names: dict[str, Codes]) -> pa.Table:
+    """A rank's aggregate rows ordered by the run's codes of their keys (and then size
+    bucket and ``inside``), the order :func:`rank_aggregate` gives them in one process:
+    sums over them are then made in the same order whatever the number of workers."""
+    keys = [
+        np.array([names[k].index[v] for v in agg.column(k).to_pylist()], np.int64)
+        for k in _NAMED
+    ]
+    keys.append(agg.column("size_bucket_bytes").to_numpy())
+    if "inside" in agg.column_names:
+        keys.append(agg.column("inside").to_numpy(zero_copy_only=False).astype(np.int64))
+    order = np.lexsort(keys[::-1])
+    return agg.take(pa.array(order))
+
+
+def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
+    """The pass over ``ranks`` (one process's share), codes of its own."""
+    chunk = _Chunk(names={k: Codes() for k in _NAMED})
+    problems = len(run.problems)
+    if in_worker():  # the run's views are the parent's: a damaged file is reported to it,
+        run.drop_rank = _damaged  # type: ignore[method-assign]
+        run.quiet = True  # and so are the warnings
+    try:
+        for rank in ranks:
+            _pass_rank(run, setup, rank, chunk)
+    except RankDamaged as exc:
+        if not in_worker():
+            raise
+        chunk.damaged = (exc.rank, str(exc))
+    chunk.problems = run.problems[problems:]
+    return chunk
+
+
+def _damaged(rank: int, reason: str) -> str:
+    return reason
+
+
+def _pass_rank(run: RunView, setup: _Setup, rank: int, chunk: _Chunk) -> None:
+    """One rank's part of the pass, added to ``chunk``."""
+    t, order = rank_rows(run, rank, _COLUMNS, run.steps)  # in seq order
+    if not t.num_rows:
+        return
+    names = chunk.names
+    ops, groups = names["op"], names["pg_name"]
+    seq = t.column("seq").to_numpy()
+    codes = {k: c.encode(t.column(k)) for k, c in names.items()}
+    op, pg, role = codes["op"], codes["pg_name"], codes["role"]
+    gsize = pc.fill_null(t.column("group_size"), 1).to_numpy()
+    step = pc.fill_null(t.column("step"), 0).to_numpy()
+    size = pc.fill_null(t.column("size_bytes"), 0).to_numpy()
+    s = t.column("t_issue_ns").to_numpy()
+    e = t.column("t_end_ns").to_numpy()
+    wait = pc.fill_null(t.column("t_wait_ns"), 0).to_numpy()
+    run.check_times(rank, step, s, e)  # a warning for an op that ends before its issue:
+    e = np.maximum(e, s)  # it takes no time (every interval, share and split >= 0)
+    duration = np.maximum(pc.fill_null(t.column("duration_s"), 0.0).to_numpy(), 0.0)
+    start, service = queue_service(pg, s, e, setup.workers)
+    learn_groups(chunk.groups, groups, pg, gsize, pg_ranks_reader(run, rank, order))
+    inside = in_steps(step, setup.headline) if setup.headline is not None else None
+    chunk.agg.append(rank_aggregate(rank, names, codes, size, duration, wait, service, inside))
+    chunk.steps.append(step_rows(rank, step, s, e, wait, size, setup.by_rank.get(rank)))
+    if setup.util_bins:
+        factor = _factors(op, gsize, ops.values)
+        wire = spread(s, e, size * factor, setup.t0, setup.bin_ns, setup.n_bins)
+        chunk.util.append((rank, wire))
+    if setup.inter is not None:
+        members = {c: chunk.groups.ranks.get(groups.values[c], []) for c in np.unique(pg).tolist()}
+        peer = pc.fill_null(t.column("peer"), -1).to_numpy()
+        calls = (op, pg, gsize, peer)
+        chunk.inter.append(
+            (rank, setup.inter.rank_bins(rank, ops.values, members, calls, (s, e, size)))
+        )
+    if setup.quantiles:
+        chunk.lat.add(names, op, pg, role, size_bucket(size), t.column("duration_s"))
+    if setup.match:
+        p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
+        bad = np.isin(pg, [groups.index[g] for g in setup.excluded if g in groups.index])
+        keep = ~p2p & ~bad & (gsize > 1)
+        chunk.calls.append(
+            (
+                rank,
+                {
+                    "op": op[keep],
+                    "pg": pg[keep],
+                    "role": role[keep],
+                    "seq": compact(seq[keep]),
+                    "step": step[keep].astype(np.int32),
+                    "size": gsize[keep].astype(np.int32),
+                    "t_issue": s[keep],
+                    "queued": compact(start[keep] - s[keep]),
+                    "latency": compact(e[keep] - s[keep]),
+                    "nbytes": compact(size[keep]),
+                    **({"service": compact(service[keep])} if setup.workers > 1 else {}),
+                },
+            )
+        )
+
+
+def _match_parts(
+    parts: list[_Chunk], names: dict[str, Codes]
+) -> tuple[tuple[MatchPart, ...], tuple[Triple, ...]]:
+    """The chunks' collective calls in the run's codes, as :class:`MatchPart` s, and the
+    (op, group, role) of each triple code."""
+    triples = Codes()
+    matches: list[MatchPart] = []
+    for part in parts:
+        to_run = {
+            k: np.array([names[k].index[v] for v in part.names[k].values] or [0], np.int64)
+            for k in ("op", "pg_name", "role")
+        }
+        while part.calls:
+            rank, c = part.calls.pop(0)  # freed as they are converted
+            op = to_run["op"][c["op"]].astype(np.int32)
+            pg = to_run["pg_name"][c["pg"]].astype(np.int32)
+            role = to_run["role"][c["role"]].astype(np.int32)
+            pairs, pair = dense_codes(pg.astype(np.int64))  # global group codes
+            matches.append(
+                MatchPart(
+                    rank=rank,
+                    pairs=pairs,
+                    pair=pair.astype(np.int32),
+                    k=kth(pair, pairs.size),
+                    op=op,
+                    triple=_triple_codes(triples, op, pg, role),
+                    seq=c["seq"],
+                    step=c["step"],
+                    size=c["size"],
+                    t_issue=c["t_issue"],
+                    queued=c["queued"],
+                    latency=c["latency"],
+                    nbytes=c["nbytes"],
+                    service=c.get("service"),
+                )
+            )
+    ops, groups, roles = (names[k].values for k in ("op", "pg_name", "role"))
+    triple_names = [
+        (ops[int(a)], groups[int(b)], roles[int(c)])
+        for a, b, c in (v.split("\x00") for v in triples.values)
+    ]
+    return tuple(matches), tuple(triple_names)
 
 
 def _head(rp: RankPass, steps: StepRange) -> RankPass:
@@ -307,6 +487,8 @@ def _head(rp: RankPass, steps: StepRange) -> RankPass:
         steps=rows(rp.steps),
         util_bins=None,
         util=None,
+        inter=None,
+        quantiles=None,
     )
 
 

@@ -20,14 +20,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.bandwidth import bus_factor
+from commlens.analysis.internode import nic_rates
+from commlens.analysis.internode import rank_nodes as rank_nodes  # re-exported
+from commlens.analysis.internode import sampling_interval as sampling_interval  # re-exported
 from commlens.analysis.rankpass import RankPass, Source, rank_pass
-from commlens.analysis.timeline import spread
-from commlens.optable import P2P_OPS, SENDS
-from commlens.trace.reader import RunView
-
-SHORT = 0.5
-"""A NIC interval shorter than this share of the median interval is merged into the next."""
 
 
 def event_utilization(run: Source, bins: int = 100) -> pa.Table:
@@ -41,87 +37,9 @@ def nic_utilization(run: Source) -> pa.Table | None:
     """Per node and sampling interval: ``t_s`` (interval end), tx/rx Gbit/s; None without
     a NIC counters file."""
     rp = rank_pass(run, nic=True)
-    table = rp.nic
-    if table is None:
+    if rp.nic is None:
         return None
-    empty = {
-        "node": pa.array([], pa.int32()),
-        "t_s": pa.array([], pa.float64()),
-        "tx_gbit_s": pa.array([], pa.float64()),
-        "rx_gbit_s": pa.array([], pa.float64()),
-        "tx_bytes": pa.array([], pa.int64()),
-        "rx_bytes": pa.array([], pa.int64()),
-    }
-    if table.num_rows < 2:
-        return pa.table(empty)
-    origin = rp.span[0] if rp.span is not None else None
-    t = table.column("t_ns").to_numpy()
-    node = table.column("node").to_numpy()
-    tx = table.column("tx_bytes").to_numpy()
-    rx = table.column("rx_bytes").to_numpy()
-    t0 = origin if origin is not None else int(t.min())
-    order = np.lexsort((t, node))
-    t, node, tx, rx = t[order], node[order], tx[order], rx[order]
-    keep = _sample_ends(t, node)
-    t, node, tx, rx = t[keep], node[keep], tx[keep], rx[keep]
-    same = (node[1:] == node[:-1]) & (t[1:] > t[:-1])
-    dt = (t[1:] - t[:-1])[same] / 1e9
-    dtx = (tx[1:] - tx[:-1])[same]
-    drx = (rx[1:] - rx[:-1])[same]
-    return pa.table(
-        {
-            "node": pa.array(node[1:][same], pa.int32()),
-            "t_s": pa.array((t[1:][same] - t0) / 1e9, pa.float64()),
-            "tx_gbit_s": pa.array(dtx * 8 / dt / 1e9, pa.float64()),
-            "rx_gbit_s": pa.array(drx * 8 / dt / 1e9, pa.float64()),
-            "tx_bytes": pa.array(dtx, pa.int64()),
-            "rx_bytes": pa.array(drx, pa.int64()),
-            "interval_s": pa.array(dt, pa.float64()),
-        }
-    )
-
-
-def _sample_ends(t: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """Which samples (sorted by node, then time) end an interval: each node's first,
-    then every sample at least :data:`SHORT` of the median interval after the last kept
-    one (the node's last sample replaces the kept one before it when it comes too soon)."""
-    keep = np.zeros(t.size, dtype=bool)
-    for n in np.unique(node):
-        idx = np.flatnonzero(node == n)
-        steps = np.diff(t[idx])
-        least = SHORT * float(np.median(steps)) if steps.size else 0.0
-        kept = [idx[0]]
-        for i in idx[1:]:
-            if t[i] - t[kept[-1]] >= least:
-                kept.append(i)
-        if kept[-1] != idx[-1] and len(kept) > 1:
-            kept[-1] = idx[-1]  # the stop sample closes the last interval
-        keep[kept] = True
-    return keep
-
-
-def rank_nodes(manifest: dict[str, Any]) -> dict[int, int]:
-    """Each rank's node, from its launch record (``commlens run`` on emulated nodes) or,
-    failing that, its host name (nodes numbered in the order their hosts first appear)."""
-    ranks = manifest.get("ranks")
-    if not isinstance(ranks, dict):
-        return {}
-    out: dict[int, int] = {}
-    hosts: dict[str, int] = {}
-    for key, entry in sorted(
-        ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1
-    ):
-        if not str(key).isdigit() or not isinstance(entry, dict):
-            continue
-        launch = (
-            (entry.get("meta") or {}).get("launch") if isinstance(entry.get("meta"), dict) else None
-        )
-        node = launch.get("node") if isinstance(launch, dict) else None
-        if node is not None and str(node).isdigit():
-            out[int(key)] = int(node)
-        elif isinstance(entry.get("host"), str):
-            out[int(key)] = hosts.setdefault(entry["host"], len(hosts))
-    return out
+    return nic_rates(rp.nic, rp.span[0] if rp.span is not None else None)
 
 
 def link_gbit(manifest: dict[str, Any]) -> float | None:
@@ -139,80 +57,13 @@ def burst_bytes(manifest: dict[str, Any]) -> int | None:
     return int(burst) if isinstance(burst, (int, float)) and burst > 0 else None
 
 
-def inter_node_utilization(
-    view: RunView, rp: RankPass, bin_s: float | None = None
-) -> pa.Table | None:
-    """Per node and time bin (the bins of ``rp``'s event utilization): the wire bytes its
-    ranks send to other nodes, ``t_s``, ``bin_s``, ``wire_bytes``, ``gbit_s``. At the ring
-    convention a rank sends a collective's wire bytes to the next member of the group
-    (group order, wrapping), so they cross when that member is on another node; a send
-    crosses when its peer does; a receive sends nothing. ``bin_s``: the bins' length
-    (default: the event utilization's; the NIC's sampling interval makes the two lines
-    comparable). None unless the run's ranks are on two nodes or more."""
-    nodes = rank_nodes(view.manifest)
-    if len(set(nodes.values())) < 2 or rp.util is None or rp.span is None:
-        return None
-    groups = view.sql("SELECT DISTINCT rank, pg_name, pg_ranks FROM events").to_pylist()
-    crossing = {
-        (g["rank"], g["pg_name"]): _crosses(g["rank"], g["pg_ranks"], nodes) for g in groups
-    }
-    events = view.sql(
-        "SELECT rank, pg_name, op, group_size, size_bytes, peer, t_issue_ns, t_end_ns FROM events"
-    )
-    rank = events.column("rank").to_numpy()
-    op = events.column("op").to_pylist()
-    pg = events.column("pg_name").to_pylist()
-    size = np.asarray(events.column("size_bytes").fill_null(0).to_numpy(), dtype=float)
-    gsize = events.column("group_size").fill_null(1).to_pylist()
-    peer = events.column("peer").to_pylist()
-    factor = np.array(
-        [
-            _cross_factor(o, n, int(r), p, crossing.get((int(r), g), False), nodes)
-            for o, n, r, p, g in zip(op, gsize, rank, peer, pg, strict=True)
-        ]
-    )
-    wire = size * factor if factor.size else np.zeros(0)
-    s = events.column("t_issue_ns").to_numpy()
-    e = np.maximum(events.column("t_end_ns").to_numpy(), s)
-    if not bin_s:
-        bin_s = float(rp.util.column("bin_s")[0].as_py()) if rp.util.num_rows else 1.0
-    bin_ns = max(1, round(bin_s * 1e9))
-    n_bins = max(rp.span[1] - rp.span[0], 0) // bin_ns + 1
-    node_of = np.array([nodes.get(int(r), -1) for r in rank])
-    parts = []
-    for n in sorted(set(nodes.values())):
-        mine = node_of == n
-        per_bin = spread(s[mine], e[mine], wire[mine], rp.span[0], bin_ns, n_bins)
-        parts.append((n, per_bin))
-    return pa.table(
-        {
-            "node": pa.array(np.concatenate([np.full(b.size, n) for n, b in parts]), pa.int32()),
-            "t_s": pa.array(np.concatenate([np.arange(b.size) * bin_s for _, b in parts])),
-            "bin_s": pa.array(np.full(sum(b.size for _, b in parts), bin_s)),
-            "wire_bytes": pa.array(np.concatenate([b for _, b in parts]), pa.float64()),
-            "gbit_s": pa.array(np.concatenate([b * 8 / bin_s / 1e9 for _, b in parts])),
-        }
-    )
-
-
-def _crosses(rank: int, members: list[int] | None, nodes: dict[int, int]) -> bool:
-    """Whether ``rank``'s ring successor in the group ``members`` is on another node."""
-    ring = list(members or [])
-    if rank not in ring or len(ring) < 2:
-        return False
-    nxt = ring[(ring.index(rank) + 1) % len(ring)]
-    return nodes.get(nxt, -1) != nodes.get(rank, -2)
-
-
-def _cross_factor(
-    op: str, n: int, rank: int, peer: int | None, crossing: bool, nodes: dict[int, int]
-) -> float:
-    """The share of an op's size this rank sends across nodes (ring convention)."""
-    if op in P2P_OPS:
-        return (
-            1.0 if op in SENDS and peer is not None and nodes.get(peer) != nodes.get(rank) else 0.0
-        )
-    return bus_factor(op, int(n or 1)) if crossing else 0.0
+def inter_node_utilization(rp: RankPass) -> pa.Table | None:
+    """Per node and time bin: the wire bytes its ranks send to other nodes, ``t_s``,
+    ``bin_s``, ``wire_bytes``, ``gbit_s`` (:attr:`RankPass.inter`: the bins are the NIC
+    counters' sampling interval when the pass read them, making the two lines
+    comparable, else the event utilization's). None unless the run's ranks are on two
+    nodes or more."""
+    return rp.inter
 
 
 def utilization_summary(run: Source, bins: int = 100, inter: pa.Table | None = None) -> pa.Table:
@@ -274,10 +125,3 @@ def _nic_rows(nic: pa.Table, window: float) -> list[tuple[str, str, float, float
             ("nic tx", f"node {int(n)}", total * 8 / window / 1e9 if window else 0.0, peak, total)
         )
     return rows
-
-
-def sampling_interval(nic: pa.Table | None) -> float | None:
-    """The NIC counters' median sampling interval (s), None without counters."""
-    if nic is None or not nic.num_rows:
-        return None
-    return float(np.median(nic.column("interval_s").to_numpy()))

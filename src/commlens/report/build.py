@@ -477,7 +477,7 @@ class _Tables:
 def _tables(run: RunView, rp: RankPass, util_bins: int) -> _Tables:
     per_rank_step = steps.step_table(rp)
     nic_t = utilization.nic_utilization(rp)
-    inter_t = utilization.inter_node_utilization(run, rp, utilization.sampling_interval(nic_t))
+    inter_t = utilization.inter_node_utilization(rp)
     tput_t = throughput.throughput_table(rp)
     return _Tables(
         op=ops.op_table(rp),

@@ -338,12 +338,16 @@ class RunView:
             )
             span = (lo, hi) if lo is not None else None
         for line in event_problems(rank, step, t_issue, t_end, span):
-            if line in self.problems:
-                continue
-            self.problems.append(line)
-            self.warnings.append(line)
-            if not self.quiet:
-                print(f"commlens: warning: {line}", file=sys.stderr)
+            self.note_problem(line)
+
+    def note_problem(self, line: str) -> None:
+        """Add ``line`` (a time that cannot be) to the problems and warnings, once."""
+        if line in self.problems:
+            return
+        self.problems.append(line)
+        self.warnings.append(line)
+        if not self.quiet:
+            print(f"commlens: warning: {line}", file=sys.stderr)
 
     def _read(self, rank: int, read: Callable[[], _T]) -> _T:
         try:

@@ -195,3 +195,70 @@ def test_an_ops_wait_and_service_add_up_to_its_time_in_report_and_whatif(tmp_pat
         assert row.wait_s + row.service_s == pytest.approx(row.time_s), row
     recv = next(r for r in answer.figures.ops if r.op == "recv")
     assert recv.wait_s == 0 and recv.service_s == pytest.approx(60e-6 / 2)  # per rank
+
+
+def _random_ops(rng: np.random.Generator, moved: bool) -> Any:
+    """Six ranks: five rounds of an all-reduce on each of two groups, a broadcast from
+    rank 0 to all, a send 1 -> 4; each rank's clock moved by up to 300 ns when ``moved``."""
+    from commlens.analysis.matched.ops import RunOps
+
+    w, rows = 6, []
+    skew = rng.integers(-300, 300, w) if moved else np.zeros(w, np.int64)
+    groups = [(0, 1, 2), (3, 4, 5)]
+    for k in range(5):
+        t = 1000 * k
+        for g, members in enumerate(groups):
+            for r in members:
+                rows.append((r, 0, g, -1, t + rng.integers(0, 50), t + 400 + rng.integers(0, 50)))
+        for r in range(w):
+            rows.append((r, 2, 2, 0, t + 500, t + 700 + rng.integers(0, 50)))
+        rows.append((1, 1, 3, 4, t + 800, t + 850))
+        rows.append((4, 3, 3, 1, t + 790, t + 900))
+    a = np.array(sorted(rows, key=lambda x: (x[0], x[4])), np.int64)
+    n = len(a)
+    return RunOps(
+        name="r", world_size=w, rank=a[:, 0].astype(np.int32), op=a[:, 1].astype(np.int32),
+        op_names=["all_reduce", "send", "broadcast", "recv"], group=a[:, 2].astype(np.int32),
+        group_names=["a", "b", "w", "p"], groups=[*groups, tuple(range(w)), tuple(range(w))],
+        role=np.zeros(n, np.int32), role_names=[""], size_bytes=np.ones(n, np.int64),
+        peer=a[:, 3].astype(np.int32), is_async=np.zeros(n, bool),
+        t_issue=a[:, 4] + skew[a[:, 0]], t_end=a[:, 5] + skew[a[:, 0]],
+        t_wait=np.zeros(n, np.int64), step=np.zeros(n, np.int32),
+        step_rank=np.zeros(0, np.int64), step_index=np.zeros(0, np.int64),
+        step_start=np.zeros(0, np.int64), step_end=np.zeros(0, np.int64),
+    )  # fmt: skip
+
+
+def test_the_clock_check_skips_the_pairs_only_where_no_pair_is_out_of_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random runs, clocks moved or not: the shifts equal those found from every pair's
+    bound, and the collectives' pairs are left uncomputed exactly where none of them is
+    below 0 (every member of every instance ended after every member issued it)."""
+    from commlens.analysis.matched import clocks
+
+    full, paired = clocks._bounds, []
+
+    def counted(*args: Any, collectives: bool = True) -> np.ndarray:
+        paired.append(collectives)
+        return full(*args, collectives=collectives)
+
+    rng = np.random.default_rng(3)
+    skipped = 0
+    for trial in range(40):
+        seed = int(rng.integers(1 << 30))
+        paired.clear()
+        monkeypatch.setattr(clocks, "_bounds", counted)
+        fast = match_run(_random_ops(np.random.default_rng(seed), trial % 2 == 1)).clock_shifts
+        monkeypatch.setattr(clocks, "_bounds", full)
+        monkeypatch.setattr(clocks, "_collectives_in_order", lambda *a: False)
+        slow = match_run(_random_ops(np.random.default_rng(seed), trial % 2 == 1)).clock_shifts
+        monkeypatch.undo()
+        assert fast.tolist() == slow.tolist()
+        ops = _random_ops(np.random.default_rng(seed), trial % 2 == 1)
+        m = match_run(ops) if not fast.any() else None
+        if m is not None:
+            pairs_ok = bool((full(ops, m.inst, m.members, m.send_of, m.recv_of) >= 0).all())
+            assert (True not in paired) == pairs_ok
+            skipped += pairs_ok
+    assert 5 < skipped < 40

@@ -17,7 +17,10 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from commlens.trace.reader import RunView
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,6 +38,22 @@ def in_worker() -> bool:
     """Whether this process is a worker of :func:`map_chunks` (objects it inherited,
     such as a run's DuckDB connection, are the parent's: not to be used)."""
     return _IN_WORKER
+
+
+def detach(view: RunView) -> list[tuple[int, str]]:
+    """In a worker, the run ``view`` it inherited is the parent's (its DuckDB connection
+    not to be used here): from now on a rank file found damaged is noted in the list
+    returned, (rank, reason), for the parent to drop, and warnings are left for the
+    parent to print."""
+    damaged: list[tuple[int, str]] = []
+
+    def note(rank: int, reason: str) -> str:
+        damaged.append((rank, reason))
+        return reason
+
+    view.drop_rank = note  # type: ignore[method-assign]
+    view.quiet = True
+    return damaged
 
 
 def cores() -> int:

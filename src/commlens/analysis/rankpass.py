@@ -51,7 +51,7 @@ from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows
 from commlens.analysis.matched.queues import queue_service
 from commlens.analysis.matched.run import check_clocks
 from commlens.analysis.matching import Matched, MatchPart, Triple, compact, match_calls
-from commlens.analysis.parallel import in_worker, map_chunks
+from commlens.analysis.parallel import detach, in_worker, map_chunks
 from commlens.analysis.quantiles import LatencyQuantiles
 from commlens.analysis.rankagg import (
     RunGroups,
@@ -335,8 +335,7 @@ def _in_run_order(agg: pa.Table, names: dict[str, Codes]) -> pa.Table:
     bucket and ``inside``), the order :func:`rank_aggregate` gives them in one process:
     sums over them are then made in the same order whatever the number of workers."""
     keys = [
-        np.array([names[k].index[v] for v in agg.column(k).to_pylist()], np.int64)
-        for k in _NAMED
+        np.array([names[k].index[v] for v in agg.column(k).to_pylist()], np.int64) for k in _NAMED
     ]
     keys.append(agg.column("size_bucket_bytes").to_numpy())
     if "inside" in agg.column_names:
@@ -349,9 +348,8 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
     """The pass over ``ranks`` (one process's share), codes of its own."""
     chunk = _Chunk(names={k: Codes() for k in _NAMED})
     problems = len(run.problems)
-    if in_worker():  # the run's views are the parent's: a damaged file is reported to it,
-        run.drop_rank = _damaged  # type: ignore[method-assign]
-        run.quiet = True  # and so are the warnings
+    if in_worker():
+        detach(run)
     try:
         for rank in ranks:
             _pass_rank(run, setup, rank, chunk)
@@ -361,10 +359,6 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
         chunk.damaged = (exc.rank, str(exc))
     chunk.problems = run.problems[problems:]
     return chunk
-
-
-def _damaged(rank: int, reason: str) -> str:
-    return reason
 
 
 def _pass_rank(run: RunView, setup: _Setup, rank: int, chunk: _Chunk) -> None:

@@ -69,27 +69,3 @@ def test_the_pass_is_the_same_over_three_workers(
     for name, table in one.items():
         assert table is not None and three[name] is not None, name
         assert table.equals(three[name]), name
-
-
-@pytest.mark.e2e
-def test_the_runs_ops_read_over_three_workers_are_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``read_ops`` (the clock check's and whatif's read) over three workers: every array,
-    name and group the same as read in one process."""
-    from commlens.analysis.matched import ops as matched_ops
-
-    run = tmp_path / "run"
-    generate(run, Spec(tp=2, pp=2, dp=8, steps=2))
-    monkeypatch.setattr(matched_ops, "RANKS_A_READER", 8)
-    read = []
-    for jobs in ("1", "3"):
-        monkeypatch.setenv(parallel.JOBS_ENV, jobs)
-        read.append(matched_ops.read_ops(run, parallel=True))
-    one, three = read
-    for name, value in vars(one).items():
-        other = getattr(three, name)
-        if hasattr(value, "dtype"):
-            assert value.dtype == other.dtype and (value == other).all(), name
-        else:
-            assert value == other, name

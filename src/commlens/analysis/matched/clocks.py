@@ -49,9 +49,9 @@ def _strict_instances(
 
 def _collectives_in_order(order: np.ndarray, starts: np.ndarray, tr: RunOps) -> bool:
     """Whether in every instance of ``order`` (from :func:`_strict_instances`) each member
-    ended after every member issued it: then no pair of :func:`_bounds`' collectives is
-    below 0, and only the rooted ops and the messages can be (a cheap test, one number
-    per instance, before the pairs: in a run whose clocks hold, every instance passes)."""
+    ended after every member issued it: then no pair of :func:`_pair_bounds` is below 0,
+    and where no rooted op's or message's pair is either, the clocks hold and the pairs
+    need not be computed (a cheap test, one number per instance)."""
     if not order.size:
         return True
     ends = np.minimum.reduceat(tr.t_end[order], starts)
@@ -60,22 +60,34 @@ def _collectives_in_order(order: np.ndarray, starts: np.ndarray, tr: RunOps) -> 
 
 
 def _bounds(
-    tr: RunOps,
-    inst: np.ndarray,
-    members: np.ndarray,
-    send_of: np.ndarray,
-    recv_of: np.ndarray,
-    *,
-    collectives: bool = True,
+    tr: RunOps, inst: np.ndarray, members: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
 ) -> np.ndarray:
     """W[a, b]: the least ``end_b − issue_a`` over the pairs that must be ordered (ns);
-    ``members``: the events in the order of their instances. Without ``collectives``,
-    over the rooted ops' and the messages' pairs only."""
+    ``members``: the events in the order of their instances."""
+    bound = _message_bounds(tr, inst, send_of, recv_of)
+    _pair_bounds(tr, *_strict_instances(tr, inst, members), bound)
+    return bound
+
+
+def _message_bounds(
+    tr: RunOps, inst: np.ndarray, send_of: np.ndarray, recv_of: np.ndarray
+) -> np.ndarray:
+    """:func:`_bounds` over the rooted ops' and the messages' pairs only."""
     w = tr.world_size
     bound = np.full((w, w), NONE, dtype=np.int64)
-    order, starts, sizes = _strict_instances(tr, inst, members)
-    if not collectives:
-        order, starts, sizes = order[:0], starts[:0], sizes[:0]
+    _rooted_bounds(tr, inst, bound)
+    pairs = send_of >= 0
+    s, r = send_of[pairs], recv_of[pairs]
+    np.minimum.at(bound, (tr.rank[s], tr.rank[r]), tr.t_end[r] - tr.t_issue[s])
+    return bound
+
+
+def _pair_bounds(
+    tr: RunOps, order: np.ndarray, starts: np.ndarray, sizes: np.ndarray, bound: np.ndarray
+) -> None:
+    """Lower ``bound`` by the pairs of members of the collectives that must be ordered
+    (:func:`_strict_instances`): every pair up to :data:`MAX_PAIRS_GROUP` members, the
+    ring's neighbours beyond."""
     for n in np.unique(sizes).tolist():
         if n < 2:
             continue
@@ -91,11 +103,6 @@ def _bounds(
             members = order[firsts[lo : lo + rows, None] + np.arange(n)]  # instances x members
             ea, eb = members[:, a].ravel(), members[:, b].ravel()
             np.minimum.at(bound, (tr.rank[ea], tr.rank[eb]), tr.t_end[eb] - tr.t_issue[ea])
-    _rooted_bounds(tr, inst, bound)
-    pairs = send_of >= 0
-    s, r = send_of[pairs], recv_of[pairs]
-    np.minimum.at(bound, (tr.rank[s], tr.rank[r]), tr.t_end[r] - tr.t_issue[s])
-    return bound
 
 
 def _rooted_bounds(tr: RunOps, inst: np.ndarray, bound: np.ndarray) -> None:
@@ -128,14 +135,11 @@ def causal_shifts(
     shifts = np.zeros(w, dtype=np.int64)
     if w < 2 or w > MAX_WORLD:
         return shifts
-    order, starts, _ = _strict_instances(tr, inst, members)
-    if _collectives_in_order(order, starts, tr):
-        del order, starts
-        if not (_bounds(tr, inst, members, send_of, recv_of, collectives=False) < 0).any():
-            return shifts
-    else:
-        del order, starts
-    bound = _bounds(tr, inst, members, send_of, recv_of)
+    strict = _strict_instances(tr, inst, members)
+    bound = _message_bounds(tr, inst, send_of, recv_of)
+    if not _collectives_in_order(strict[0], strict[1], tr) or (bound < 0).any():
+        _pair_bounds(tr, *strict, bound)  # the pairs matter: every bound as it is
+    del strict
     if not (bound < 0).any():
         return shifts
     a, b = np.nonzero(np.triu((bound < NONE) & (bound.T < NONE), 1))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from commlens.analysis.codes import Codes
-from commlens.analysis.parallel import detach, in_worker, map_chunks
 from commlens.trace.packed import COMPACT_FIELDS
 from commlens.trace.reader import RankDamaged, RunView, StepRange, open_run
 from commlens.trace.schema import EVENT_SCHEMA
@@ -177,42 +175,21 @@ MATCH_COLUMNS = ("op", "pg_name", "peer", "t_issue_ns", "t_end_ns")
 """What matching the ops and checking the clocks reads (:func:`read_ops`' ``columns``)."""
 
 
-def read_ops(
-    source: str | Path | RunView, columns: tuple[str, ...] = OP_COLUMNS, *, parallel: bool = False
-) -> RunOps:
+def read_ops(source: str | Path | RunView, columns: tuple[str, ...] = OP_COLUMNS) -> RunOps:
     """Every rank's ops of the run in ``source`` (a directory, or a view of one: its
     steps), a rank whose file is damaged left out (in :attr:`RunOps.missing_ranks`);
-    of ``columns`` only (the others left empty: e.g. :data:`MATCH_COLUMNS`). With
-    ``parallel``, the ranks are read by worker processes where there are enough of them
-    (:func:`commlens.analysis.parallel.map_chunks`): the same arrays."""
+    of ``columns`` only (the others left empty: e.g. :data:`MATCH_COLUMNS`)."""
     if isinstance(source, RunView):
-        return _read_ops(source, source.name, columns, parallel)
+        return _read_ops(source, source.name, columns)
     with open_run(source) as view:
-        return _read_ops(view, Path(source).name or str(source), columns, parallel)
+        return _read_ops(view, Path(source).name or str(source), columns)
 
 
-RANKS_A_READER = 64
-"""Fewer ranks than this a worker process and :func:`read_ops` reads in one process."""
-
-
-@dataclass
-class _Read:
-    """The ops of a chunk of ranks, in rank order, strings in codes of the chunk's own."""
-
-    names: dict[str, Codes]
-    cols: dict[str, list[np.ndarray]]
-    members: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    damaged: list[tuple[int, str]] = field(default_factory=list)
-
-
-def _read_chunk(view: RunView, columns: tuple[str, ...], ranks: list[int]) -> _Read:
-    part = _Read({c: Codes() for c in STRINGS}, {c: [] for c in ("rank", *OP_COLUMNS)})
-    names, cols, members = part.names, part.cols, part.members
-    problems = len(view.problems)
-    if in_worker():
-        part.damaged = detach(view)
-    for rank in ranks:
+def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
+    names = {c: Codes() for c in STRINGS}
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
+    members: dict[int, tuple[int, ...]] = {}
+    for rank in view.ranks:
         try:
             table, order = rank_rows(view, rank, list(columns))
         except RankDamaged:
@@ -231,36 +208,8 @@ def _read_chunk(view: RunView, columns: tuple[str, ...], ranks: list[int]) -> _R
         if new:
             first = [int(np.argmax(group == g)) for g in new]
             read = pg_ranks_reader(view, rank, order)
-            for g, ranks_of in zip(new, read(first), strict=True):
-                members[g] = tuple(int(r) for r in (ranks_of or ()))
-    part.problems = view.problems[problems:]
-    return part
-
-
-def _read_ops(view: RunView, name: str, columns: tuple[str, ...], parallel: bool) -> RunOps:
-    ranks = view.ranks
-    least = RANKS_A_READER if parallel else len(ranks) + 1
-    parts = map_chunks(partial(_read_chunk, view, columns), ranks, least=least)
-    if len(parts) == 1:
-        names, cols, members = parts[0].names, parts[0].cols, parts[0].members
-    else:  # the chunks' codes as the run's, in rank order: as one process codes them
-        names = {c: Codes() for c in STRINGS}
-        cols = {c: [] for c in ("rank", *OP_COLUMNS)}
-        members = {}
-        for part in parts:
-            for line in part.problems:
-                view.note_problem(line)
-            for rank, reason in part.damaged:
-                view.drop_rank(rank, reason)
-            lookup = {
-                c: np.array([names[c].code(v) for v in part.names[c].values] or [0], np.int32)
-                for c in STRINGS
-            }
-            for g, ranks_of in part.members.items():
-                members.setdefault(int(lookup["pg_name"][g]), ranks_of)
-            for c, arrays in part.cols.items():
-                cols[c] += [lookup[c][a] for a in arrays] if c in STRINGS and arrays else arrays
-            part.cols.clear()
+            for g, ranks in zip(new, read(first), strict=True):
+                members[g] = tuple(int(r) for r in (ranks or ()))
     steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
     facts = (view.world_size, list(view.missing_ranks), list(view.problems))
     manifest, warnings = view.manifest, list(view.warnings)

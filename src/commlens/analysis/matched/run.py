@@ -113,8 +113,8 @@ def _shifts(view: RunView) -> np.ndarray:
     """The causal shifts of ``view``'s whole run (none where it cannot be matched)."""
     try:
         if view.steps is None:
-            return match_run(read_ops(view, MATCH_COLUMNS, parallel=True)).clock_shifts
+            return match_run(read_ops(view, MATCH_COLUMNS)).clock_shifts
         with open_run(view.path) as whole:
-            return match_run(read_ops(whole, MATCH_COLUMNS, parallel=True)).clock_shifts
+            return match_run(read_ops(whole, MATCH_COLUMNS)).clock_shifts
     except RunFormatError:
         return np.zeros(0, np.int64)

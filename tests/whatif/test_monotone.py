@@ -218,6 +218,43 @@ def two_pipelines_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, flo
     return events, windows
 
 
+def two_pipelines_exchanging(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
+    """Events and step windows (µs) of the two pipelines of :func:`two_pipelines_capture`
+    exchanging 1F1B's way instead: each rank sends and posts its receive at once, the
+    second stage later, so a ready notice can follow a message back that shares its
+    link with the other pipeline's."""
+    rnd = random.Random(seed)
+    world = (0, 1, 2, 3)
+    events: list[Ev] = []
+    windows = []
+    t = 0.0
+    for step in range(4):
+        size = rnd.choice(SIZES)
+        wire = size * 8 / 1e3
+        p2p = {"members": world, "size": size, "step": step, "role": "pp", "is_async": True}
+        clocks = {}
+        for first in (0, 1):
+            second = first + 2
+            at = {first: t + rnd.uniform(0, 20), second: t + rnd.uniform(0, 20)}
+            for _ in range(rnd.randint(1, 3)):
+                lag = rnd.uniform(0, 50)
+                end = max(at.values()) + lag + 2 * wire + 10
+                for r, peer in ((first, second), (second, first)):
+                    issued = at[r] + (lag if r == second else 0.0)
+                    done = end + rnd.uniform(0, 5)
+                    events.append(Ev(r, "send", issued, done, peer=peer, **p2p))
+                    events.append(Ev(r, "recv", issued, done + 1, peer=peer, **p2p))
+                    at[r] = done + 1 + rnd.uniform(5, 30)
+            clocks.update(at)
+        end = max(clocks.values()) + 2 * wire + 30
+        for r in world:
+            done = end + rnd.uniform(0, 5)
+            events.append(Ev(r, "all_reduce", clocks[r], done, members=world, size=size, step=step))
+        windows += [(r, step, t, end + 10) for r in world]
+        t = end + 11
+    return events, windows
+
+
 def pipeline_program(seed: int) -> Program:
     """The program of :func:`pipeline_capture` ``seed``."""
     return build_program(make_trace(*pipeline_capture(seed)))
@@ -302,13 +339,16 @@ def test_a_slower_link_never_ends_a_pipelines_step_sooner_but_for_a_ready_notice
         assert_monotone(network_ends(make, mode, captured), captured, f"pipeline {seed}")
 
 
+@pytest.mark.parametrize("capture", (two_pipelines_capture, two_pipelines_exchanging))
 @pytest.mark.parametrize("mode", sorted(BUILDERS))
 def test_a_slower_link_never_ends_a_step_sooner_where_two_pipelines_share_a_link(
     mode: str,
+    capture: Callable[[int], tuple[list[Ev], list[tuple[int, int, float, float]]]],
 ) -> None:
     for seed in range(SEEDS):
-        make = partial(lambda s: build_program(make_trace(*two_pipelines_capture(s))), seed)
-        assert_monotone(network_ends(make, mode, "1gbit", per_node=2), "1gbit", f"pair {seed}")
+        make = partial(lambda s: build_program(make_trace(*capture(s))), seed)
+        ends = network_ends(make, mode, "1gbit", per_node=2)
+        assert_monotone(ends, "1gbit", f"{capture.__name__} {seed}")
 
 
 def test_a_ready_notice_can_make_a_faster_link_end_a_step_later() -> None:

@@ -196,6 +196,29 @@ def test_messages_that_open_a_busy_spell_together_split_the_buckets_credit() -> 
     assert alone.end[prog.recv_of].tolist() == pytest.approx([us(8), us(8)], abs=1e-12)
 
 
+def test_a_ready_notice_follows_a_message_back_that_shares_its_link() -> None:
+    # one_f_one_b twice, side by side on 2 nodes: pipeline 0 -> 2 and pipeline 1 -> 3.
+    # Every receive 20 us, every send 1 us, as in the single pipeline's test (there A2
+    # arrived at 70): A1 and A1' come together on node 0's link and arrive at 40, G1 and
+    # G1' are sent back at 50 and arrive together at 90, and only then do A2 and A2'
+    # move (their notices behind G1 and G1'), arriving at 130
+    def ranks(a: int, b: int) -> list[Ev]:
+        return [replace(e, rank=(a, b)[e.rank], peer=(a, b)[e.peer]) for e in one_f_one_b()]
+
+    events = ranks(0, 2) + ranks(1, 3)
+    windows = [(r, 0, 0, 30 if r < 2 else 40) for r in range(4)]
+    prog = build_program(make_trace(events, windows))
+    assert prog.behind.sum() == 2
+    links = node_links(prog, fabric())
+    dur = np.where(np.isin(np.arange(prog.inst.size), prog.recv_of), 20e-6, 1e-6)
+    tl = replay(prog, OpTimes(dur, use=LinkUse(1, links=links)))
+    rank = prog.trace.rank
+    a2 = np.flatnonzero(prog.behind).tolist()
+    assert sorted(rank[prog.send_of[a2]].tolist()) == [0, 1]
+    assert tl.start[a2].tolist() == pytest.approx([us(90)] * 2, abs=1e-12)
+    assert tl.end[prog.recv_of[a2]].tolist() == pytest.approx([us(130)] * 2, abs=1e-12)
+
+
 def test_the_fit_takes_a_messages_wait_for_its_link_out_of_its_time() -> None:
     prog = build_program(make_trace(*two_stage_sends()))
     waits = link_waits(prog, node_links(prog, fabric()))

@@ -37,6 +37,7 @@ from array import array
 from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from enum import IntEnum
+from itertools import takewhile
 
 import numpy as np
 
@@ -190,7 +191,7 @@ class SharedLink:
             insort(self.line, item)
         if not crossing and self.line:  # the messages next in line cross, from the busy link
             came = self.line[0][0]
-            batch = [item for item in self.line if item[0] == came]
+            batch = list(takewhile(lambda item: item[0] == came, self.line))
             del self.line[: len(batch)]
             tokens = self._cross(batch, came, crossing, self.line, tokens, True)
         self.now, self.tokens, self.taken, self.came = done, tokens, k, came

@@ -182,12 +182,48 @@ def pipeline_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, f
     return events, windows
 
 
-def two_pipelines_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
-    """Events and step windows (µs) of two made-up 2-stage pipelines on 2 nodes at
-    1 Gbit/s: ranks 0 and 1 (node 0) are the first stages, 2 and 3 (node 1) the second,
-    each pair sending its micro-batches forward and back with blocking sends (GPipe),
-    so both pairs' messages cross one node's link at once; a blocking all-reduce of the
-    four ends each step."""
+Capture = tuple[list[Ev], list[tuple[int, int, float, float]]]
+"""Events and step windows (µs) of a made-up capture."""
+
+
+def _gpipe(rnd: random.Random, at: dict[int, float], wire: float, p2p: dict) -> list[Ev]:
+    """A pipeline's micro-batches forward and back with blocking sends (GPipe), from the
+    two stages' clocks ``at`` (updated)."""
+    first, second = sorted(at)
+    events = []
+    for src, dst in [(first, second)] * 3 + [(second, first)] * 3:
+        at[src] += rnd.uniform(5, 60)  # compute before the send
+        came = max(at[src], at[dst]) + wire * rnd.uniform(1, 2) + 5
+        events.append(Ev(src, "send", at[src], at[src] + 2, peer=dst, **p2p))
+        events.append(Ev(dst, "recv", at[dst], came, peer=src, **p2p))
+        at[src] += 2
+        at[dst] = came
+    return events
+
+
+def _exchanges(rnd: random.Random, at: dict[int, float], wire: float, p2p: dict) -> list[Ev]:
+    """A pipeline's 1F1B exchanges, waited: each stage sends and posts its receive at
+    once, the second stage later."""
+    first, second = sorted(at)
+    events = []
+    for _ in range(rnd.randint(1, 3)):
+        lag = rnd.uniform(0, 50)
+        end = max(at.values()) + lag + 2 * wire + 10
+        for r, peer in ((first, second), (second, first)):
+            issued = at[r] + (lag if r == second else 0.0)
+            done = end + rnd.uniform(0, 5)
+            events.append(Ev(r, "send", issued, done, peer=peer, is_async=True, **p2p))
+            events.append(Ev(r, "recv", issued, done + 1, peer=peer, is_async=True, **p2p))
+            at[r] = done + 1 + rnd.uniform(5, 30)
+    return events
+
+
+def two_pipelines(seed: int, exchange: bool = False) -> Capture:
+    """Two made-up 2-stage pipelines on 2 nodes at 1 Gbit/s: ranks 0 and 1 (node 0) are
+    the first stages, 2 and 3 (node 1) the second, so both pairs' messages cross one
+    node's link at once; each pair sends with blocking sends (GPipe) or, ``exchange``,
+    exchanges 1F1B's way (a ready notice can then follow a message back that shares its
+    link with the other pipeline's); a blocking all-reduce of the four ends each step."""
     rnd = random.Random(seed)
     world = (0, 1, 2, 3)
     events: list[Ev] = []
@@ -197,54 +233,10 @@ def two_pipelines_capture(seed: int) -> tuple[list[Ev], list[tuple[int, int, flo
         size = rnd.choice(SIZES)
         wire = size * 8 / 1e3
         p2p = {"members": world, "size": size, "step": step, "role": "pp"}
-        clocks = {}
+        clocks: dict[int, float] = {}
         for first in (0, 1):
-            second = first + 2
-            at = {first: t + rnd.uniform(0, 20), second: t}
-            for src, dst in [(first, second)] * 3 + [(second, first)] * 3:
-                at[src] += rnd.uniform(5, 60)  # compute before the send
-                came = max(at[src], at[dst]) + wire * rnd.uniform(1, 2) + 5
-                events.append(Ev(src, "send", at[src], at[src] + 2, peer=dst, **p2p))
-                events.append(Ev(dst, "recv", at[dst], came, peer=src, **p2p))
-                at[src] += 2
-                at[dst] = came
-            clocks.update(at)
-        end = max(clocks.values()) + 2 * wire + 30
-        for r in world:
-            done = end + rnd.uniform(0, 5)
-            events.append(Ev(r, "all_reduce", clocks[r], done, members=world, size=size, step=step))
-        windows += [(r, step, t, end + 10) for r in world]
-        t = end + 11
-    return events, windows
-
-
-def two_pipelines_exchanging(seed: int) -> tuple[list[Ev], list[tuple[int, int, float, float]]]:
-    """Events and step windows (µs) of the two pipelines of :func:`two_pipelines_capture`
-    exchanging 1F1B's way instead: each rank sends and posts its receive at once, the
-    second stage later, so a ready notice can follow a message back that shares its
-    link with the other pipeline's."""
-    rnd = random.Random(seed)
-    world = (0, 1, 2, 3)
-    events: list[Ev] = []
-    windows = []
-    t = 0.0
-    for step in range(4):
-        size = rnd.choice(SIZES)
-        wire = size * 8 / 1e3
-        p2p = {"members": world, "size": size, "step": step, "role": "pp", "is_async": True}
-        clocks = {}
-        for first in (0, 1):
-            second = first + 2
-            at = {first: t + rnd.uniform(0, 20), second: t + rnd.uniform(0, 20)}
-            for _ in range(rnd.randint(1, 3)):
-                lag = rnd.uniform(0, 50)
-                end = max(at.values()) + lag + 2 * wire + 10
-                for r, peer in ((first, second), (second, first)):
-                    issued = at[r] + (lag if r == second else 0.0)
-                    done = end + rnd.uniform(0, 5)
-                    events.append(Ev(r, "send", issued, done, peer=peer, **p2p))
-                    events.append(Ev(r, "recv", issued, done + 1, peer=peer, **p2p))
-                    at[r] = done + 1 + rnd.uniform(5, 30)
+            at = {first: t + rnd.uniform(0, 20), first + 2: t + rnd.uniform(0, 20) * exchange}
+            events += (_exchanges if exchange else _gpipe)(rnd, at, wire, p2p)
             clocks.update(at)
         end = max(clocks.values()) + 2 * wire + 30
         for r in world:
@@ -339,16 +331,15 @@ def test_a_slower_link_never_ends_a_pipelines_step_sooner_but_for_a_ready_notice
         assert_monotone(network_ends(make, mode, captured), captured, f"pipeline {seed}")
 
 
-@pytest.mark.parametrize("capture", (two_pipelines_capture, two_pipelines_exchanging))
+@pytest.mark.parametrize("exchange", (False, True))
 @pytest.mark.parametrize("mode", sorted(BUILDERS))
 def test_a_slower_link_never_ends_a_step_sooner_where_two_pipelines_share_a_link(
-    mode: str,
-    capture: Callable[[int], tuple[list[Ev], list[tuple[int, int, float, float]]]],
+    mode: str, exchange: bool
 ) -> None:
     for seed in range(SEEDS):
-        make = partial(lambda s: build_program(make_trace(*capture(s))), seed)
+        make = partial(lambda s: build_program(make_trace(*two_pipelines(s, exchange))), seed)
         ends = network_ends(make, mode, "1gbit", per_node=2)
-        assert_monotone(ends, "1gbit", f"{capture.__name__} {seed}")
+        assert_monotone(ends, "1gbit", f"two pipelines {seed} (exchanging: {exchange})")
 
 
 def test_a_ready_notice_can_make_a_faster_link_end_a_step_later() -> None:

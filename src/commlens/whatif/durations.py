@@ -70,7 +70,7 @@ def measured_release(prog: Program) -> np.ndarray:
 
 def link_waits(prog: Program, links: np.ndarray) -> np.ndarray:
     """Seconds each receive's message spent in the capture waiting for its node's link
-    (:func:`node_links`; the replay's link queue), per event (0 for others): its time
+    (:func:`node_links`; the replay's shared link), per event (0 for others): its time
     from its pair's start less its own share of the link's busy spell it arrived in
     (a spell: messages each started before the ones ahead of it on the link had all
     arrived), a share by bytes.
@@ -78,9 +78,9 @@ def link_waits(prog: Program, links: np.ndarray) -> np.ndarray:
     Messages out of one node at once share its link; taken one after the other, as the
     replay does, the second's time from its start holds the first's, which the replay's
     queue adds again. Its time on the wire is what is left. Each message's share of the
-    spell, not its time after the one ahead of it arrived: messages of two ranks
-    (sockets) cross the shaper side by side and both arrive about two wire times after
-    their start (docs/whatif.md, "The model of a run")."""
+    spell, not its time after the one ahead of it arrived: messages that come together
+    cross side by side, and which of two came first a replay may see the other way
+    round (docs/whatif.md, "The model of a run")."""
     out = np.zeros(prog.inst.size)
     crossing = np.flatnonzero(links >= 0)
     if not crossing.size:

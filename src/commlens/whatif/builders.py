@@ -156,7 +156,6 @@ class FitTimes(ModelTimes):
         setting, mode = self.setting, self.mode
         prog, own, backend, steps = setting.prog, setting.own, setting.backend, self.steps
         assert own is not None
-        own_times = modelled(prog, own, None, backend, steps)
         own_wire = None
         if backend.flat_ring:  # what the fit sees: each op's own time on the wire
             inst_wire = wire_times(prog, own, prog.cost_groups, steps.burst_bytes)
@@ -177,7 +176,7 @@ class FitTimes(ModelTimes):
             prog,
             own,
             took,
-            own_times,
+            modelled(prog, own, None, backend, steps),  # taken over: freed once read
             setting.keep,
             steps,
             own_wire,

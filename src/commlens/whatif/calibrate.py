@@ -152,7 +152,8 @@ def _kinds(prog: Program, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     del per_inst
     key *= len(tr.op_names)
     key += tr.op
-    return dense_codes(key)
+    kinds, kind_of = dense_codes(key)
+    return kinds, kind_of.astype(np.int32)  # 4 bytes an event: a run has few kinds
 
 
 def _kind_name(prog: Program, code: int) -> tuple[str, str, int]:
@@ -288,6 +289,7 @@ def fit_cpu_terms(
     kinds, kind_of = _kinds(prog, fabric)
     kept = np.isin(tr.step, steps)
     resid = measured_s - own_s
+    del own_s  # freed here where the caller handed it over
     sizes, size_of = _size_index(prog)
     terms, alpha, beta = [], np.zeros(kinds.size), np.zeros(kinds.size)
     for k, code in enumerate(kinds.tolist()):
@@ -316,7 +318,8 @@ def fit_cpu_terms(
     # a collective's level: its kind's mean at its size, beyond the line
     level = np.zeros(rest.size)
     mine = np.flatnonzero(coll)  # a kind is all collectives or all p2p: means over its own
-    by_size = kind_of[mine].astype(np.int64)
+    wide = kinds.size * max(sizes.size, tr.world_size) >= 2**31
+    by_size: np.ndarray = kind_of[mine].astype(np.int64 if wide else np.int32)
     by_size *= sizes.size
     by_size += size_of[mine]
     del size_of
@@ -325,10 +328,10 @@ def fit_cpu_terms(
     unhidden = None if own_shorter is None else _unhidden(extra, level, coll, own_shorter)
     del coll
     extra += level
-    below = np.flatnonzero(level < 0)  # kept apart for the wire's share, the rest freed
+    below = np.flatnonzero(level < 0).astype(np.int32)  # for the wire's share, the rest freed
     below_level = level[below]
     del level
-    key = kind_of
+    key = kind_of.astype(np.int64) if wide else kind_of
     key *= tr.world_size
     key += tr.rank
     del kind_of
@@ -384,7 +387,9 @@ def _wire_share(
     over = np.flatnonzero((extra < 0) & receives)
     over = over[(wire_s[over] > 0) & (-extra[over] <= wire_s[over])]
     events, level = below
-    fits = (wire_s[events] > 0) & (-level <= wire_s[events])
+    wire = wire_s[events]
+    fits = (wire > 0) & (-level <= wire)
+    del wire
     events, level = events[fits], level[fits]
     if not (over.size or events.size):
         return Calibration(extra, terms)

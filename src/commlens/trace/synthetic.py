@@ -253,6 +253,16 @@ class Spec:
         """This shape with as many steps as give about ``events`` events (at least 2)."""
         return replace(self, steps=max(2, round(events / self.events_per_step())))
 
+    def with_layers_for(self, events: int) -> Spec:
+        """This shape, its steps kept, with as many layers per stage as give about
+        ``events`` events (at least 1; each layer adds four TP all-reduces per microbatch)."""
+        if self.tp == 1:
+            raise ValueError("without tensor parallelism layers add no events")
+        fixed = replace(self, layers=0).events_per_step()
+        per_layer = self.world_size * self.microbatches * 4
+        layers = round((events / self.steps - fixed) / per_layer)
+        return replace(self, layers=max(1, layers))
+
 
 @dataclass
 class Planted:
@@ -269,6 +279,8 @@ class Planted:
     events: int = 0
     groups: dict[str, list[list[int]]] = field(default_factory=dict)
     """role -> its groups' ranks."""
+    names: dict[str, list[str]] = field(default_factory=dict)
+    """role -> its groups' names, in the order of ``groups``."""
 
 
 _SLOT_US = 1500.0  # one op slot: room for the latest arrival plus the op
@@ -349,7 +361,9 @@ def _arrays_of_rank(
 ) -> tuple[list[tuple[Any, ...]], dict[str, np.ndarray]]:
     """Rank ``r``'s events of every step, as columns in µs (true times), and the kind
     (:data:`commlens.trace.packed.KIND_FIELDS` less the group) of each of its slots.
-    ``arrive``: (steps, slot rows, world) arrival offsets in µs."""
+    ``arrive``: (steps, slot rows, world) arrival offsets in µs; only the columns of
+    ``r``, its groups' members and its pipeline peers are read (a rank's work does not
+    grow with the world size)."""
     steps = spec.steps
     n_fixed = len(slots)
     step_us = (n_fixed + spec.buckets + 4) * _SLOT_US
@@ -378,15 +392,23 @@ def _arrays_of_rank(
         cols["peer"].append(np.full(n, peer))
         cols["kind"].append(np.full(n, len(kinds) - 1))
 
-    def last_of(role: str, a: np.ndarray) -> np.ndarray:
-        """Per step, the latest arrival in rank r's ``role`` group (``a``: steps x world)."""
-        return a[:, member_idx[role][int(gi[role][r])]].max(axis=1)
+    members = {role: member_idx[role][int(gi[role][r])] for role in member_idx}
+
+    def at(base: np.ndarray, row: int, who: Any) -> np.ndarray:
+        """Arrival times (steps x ``who``) at slot row ``row``, the slot starting at ``base``."""
+        times = arrive[:, row, who]
+        return base + times if times.ndim == 1 else base[:, None] + times
+
+    def last_of(role: str, base: np.ndarray, row: int) -> np.ndarray:
+        """Per step, the latest arrival in rank r's ``role`` group at slot row ``row``."""
+        return at(base, row, members[role]).max(axis=1)
 
     for s, (kind, op, _role, phase, size, module) in enumerate(slots):
-        a = t0[:, None] + s * _SLOT_US + arrive[:, s, :]
+        base = t0 + s * _SLOT_US
+        mine = at(base, s, r)
         if kind == "tp":
-            end = last_of("tp", a) + _service_us("tp", size, spec.tp, op)
-            emit((op, "python", "tp", phase, module), (size, size, 0), a[:, r], end, end - a[:, r])
+            end = last_of("tp", base, s) + _service_us("tp", size, spec.tp, op)
+            emit((op, "python", "tp", phase, module), (size, size, 0), mine, end, end - mine)
             continue
         forward = kind.endswith("fwd")
         peer_stage = coords["pp"] + (1 if forward == kind.startswith("send") else -1)
@@ -394,12 +416,13 @@ def _arrays_of_rank(
             continue
         peer = dims.rank_of(coords["dp"], coords["tp"], peer_stage)
         service = _service_us("pp", size, 2, op)
+        theirs = at(base, s, peer)
         if kind.startswith("send"):
-            issue = a[:, r] + _SLOT_US / 2
-            end = np.maximum(issue, a[:, peer]) + service
+            issue = mine + _SLOT_US / 2
+            end = np.maximum(issue, theirs) + service
         else:
-            issue = a[:, r]
-            end = np.maximum(issue, a[:, peer] + _SLOT_US / 2) + service
+            issue = mine
+            end = np.maximum(issue, theirs + _SLOT_US / 2) + service
         emit((op, "python", "pp", phase, ""), (size, size, 0), issue, end, end - issue, peer)
     if spec.dp > 1:
         # async DDP buckets fire during the last backward, waited for before the optimizer
@@ -407,23 +430,25 @@ def _arrays_of_rank(
         ready = t0 + (n_fixed + spec.buckets + 1) * _SLOT_US
         service = _service_us("dp", bucket, spec.dp, "all_reduce")
         for b in range(spec.buckets):
-            a = (fired + b * _SLOT_US)[:, None] + arrive[:, n_fixed + b, :]
-            end = last_of("dp", a) + service
+            base = fired + b * _SLOT_US
+            end = last_of("dp", base, n_fixed + b) + service
             emit(
                 ("all_reduce", "ddp_hook", "dp", "backward", ""),
                 (bucket, bucket, 1),
-                a[:, r],
+                at(base, n_fixed + b, r),
                 end,
                 np.maximum(0.0, end - ready),
             )
-        a = (ready + _SLOT_US)[:, None] + arrive[:, -1, :]
-        end = last_of("dp", a) + _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+        base = ready + _SLOT_US
+        row = arrive.shape[1] - 1
+        end = last_of("dp", base, row) + _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+        mine = at(base, row, r)
         emit(
             ("all_gather", "python", "dp", "optimizer", ""),
             (shard * spec.dp, shard, 0),
-            a[:, r],
+            mine,
             end,
-            end - a[:, r],
+            end - mine,
         )
     out = {k: np.stack(v, axis=1).reshape(-1) for k, v in cols.items()}  # step-major
     out["step"] = np.repeat(np.arange(steps), len(kinds))
@@ -494,7 +519,7 @@ def generate(run_dir: Path, spec: Spec, *, per_node: bool = False) -> Planted:
     world = spec.world_size
     dims, groups, names = _layout(spec)
     planted = _planted(spec)
-    planted.groups = groups
+    planted.groups, planted.names = groups, names
     late = np.zeros(world)
     late[planted.slow_ranks] += spec.slow_node_us
     late[planted.stragglers] += spec.straggler_us

@@ -102,6 +102,9 @@ class _RankCols:
     t_end: np.ndarray
     step: np.ndarray
     p2p: np.ndarray
+    key: np.ndarray
+    """the op's kind: its group (collectives), or its group, op and peer (sends and
+    receives), one integer each"""
     seq: np.ndarray
     """per group (collectives) or per (group, op, peer) (sends and receives), from 1"""
     event_seq: np.ndarray
@@ -147,7 +150,7 @@ def _rank_cols(table: Any, sites: CallSites) -> _RankCols:
     key = np.where(p2p, -1 - key, key)  # collectives and point-to-point keys apart
     return _RankCols(groups, names, dtypes, g, o, d, peer, ints("bytes_in")[order],
                      ints("count")[order], t_issue[order], ints("t_end_ns")[order],
-                     ints("step", -1)[order], p2p, _running(key), ints("seq", -1)[order],
+                     ints("step", -1)[order], p2p, key, _running(key), ints("seq", -1)[order],
                      sites)  # fmt: skip
 
 
@@ -173,35 +176,40 @@ def _signature(c: _RankCols, rows: np.ndarray, ids: dict[str, int]) -> np.ndarra
     )
 
 
-def _first_mismatch(
-    cols: dict[int, _RankCols], groups: dict[str, Group]
-) -> list[tuple[int, int, str]]:
-    """(rank, row, group) of every member's collective at each group's first seq where
-    the members' ops disagree, compared as arrays."""
-    ids: dict[str, int] = {}
-    per: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
-    for rank, c in cols.items():
-        for code, name in enumerate(c.group):
-            rows = np.flatnonzero((c.g == code) & ~c.p2p)
-            if rows.size:
-                per[name][rank] = (rows, _signature(c, rows, ids))
-    out = []
-    for name, members in per.items():
-        if len(members) < 2:
-            continue
-        n = min(sig.shape[1] for _, sig in members.values())
-        first = next(iter(members.values()))[1][:, :n]
-        bad = np.zeros(n, bool)
-        for _, sig in members.values():
-            bad |= (sig[:, :n] != first).any(axis=0)
-        if bad.any():
-            at = int(np.argmax(bad))
-            out += [(rank, int(rows[at]), name) for rank, (rows, _) in members.items()]
-    return out
+@dataclass
+class _Agreement:
+    """The members of one group compared, one at a time, with its first member: where
+    their collectives' signatures (:func:`_signature`) differ."""
+
+    first: np.ndarray
+    """the first member's signatures (4 x its collectives)"""
+    bad: np.ndarray
+    """per collective of the first member: some member's differs"""
+    n: int
+    """the fewest collectives of any member so far"""
+    members: list[int]
+
+    def add(self, rank: int, sig: np.ndarray) -> None:
+        m = min(self.first.shape[1], sig.shape[1])
+        self.bad[:m] |= (sig[:, :m] != self.first[:, :m]).any(axis=0)
+        self.n = min(self.n, sig.shape[1])
+        self.members.append(rank)
+
+    def first_bad(self) -> int | None:
+        """The first collective (index among each member's) where members disagree."""
+        if len(self.members) < 2 or not self.bad[: self.n].any():
+            return None
+        return int(np.argmax(self.bad[: self.n]))
+
+
+def _collective_rows(c: _RankCols, name: str) -> np.ndarray:
+    """The rows of ``c``'s collectives on group ``name``, in issue order."""
+    code = c.group.index(name) if name in c.group else -1
+    return np.flatnonzero((c.g == code) & ~c.p2p)
 
 
 def _largest_wait(
-    rank: int, table: pa.Table, names: list[Any], largest: tuple[float, str] | None
+    rank: int, table: pa.Table, largest: tuple[float, str] | None
 ) -> tuple[float, str] | None:
     """The largest wait of ``rank``'s events if above ``largest``: (seconds, where)."""
     waits = table.column("t_wait_ns").fill_null(0).to_numpy(zero_copy_only=False)
@@ -212,7 +220,8 @@ def _largest_wait(
         return largest
     return (
         float(waits[i]) / 1e9,
-        f"rank {rank}, {table.column('op')[i].as_py()} on group {names[i]}, "
+        f"rank {rank}, {table.column('op')[i].as_py()} on group "
+        f"{table.column('pg_name')[i].as_py()}, "
         f"step {table.column('step')[i].as_py()}",
     )
 
@@ -222,18 +231,16 @@ def _kept_rows(
 ) -> list[dict[str, Any]]:
     """``rank``'s last completed op of each kind (per group; per group, op and peer for
     point-to-point), then its ops in flight not among its events, numbered on."""
-    last: dict[tuple[Any, ...], int] = {}
-    for i in range(c.seq.size - 1, -1, -1):  # the last completed of each kind
-        k = (c.g[i], c.o[i], c.peer[i]) if c.p2p[i] else (c.g[i],)
-        if k not in last:
-            last[k] = i
-    rows = [_row(c, i) for i in sorted(last.values())]
+    _, from_end = np.unique(c.key[::-1], return_index=True)  # the last of each kind
+    rows = [_row(c, int(i)) for i in np.sort(c.key.size - 1 - from_end)]
     counts = {(r["pg_name"], r["op"], r["peer"]) if r["op"] in P2P_OPS else (r["pg_name"],):
               r["seq"] for r in rows}  # fmt: skip
+    flying = sorted(_inflight_ops(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0))
+    if not flying:
+        return rows
     done = set(zip(c.g.tolist(), c.o.tolist(), c.t_issue.tolist(), strict=True))
     g_code = {n: i for i, n in enumerate(c.group)}
     o_code = {n: i for i, n in enumerate(c.names)}
-    flying = sorted(_inflight_ops(run_dir, rank), key=lambda o: int(o.get("t_issue_ns") or 0))
     for o in flying:
         name, op = str(o.get("pg_name") or ""), str(o.get("op") or "")
         if (g_code.get(name), o_code.get(op), o.get("t_issue_ns")) in done:
@@ -264,27 +271,26 @@ def _stacks(run_dir: Path, world: int) -> dict[int, str]:
 
 @dataclass
 class _Read:
-    """What one pass over a run's ranks gathers for the evidence."""
+    """What one pass over a run's ranks gathers for the evidence (a rank's events are
+    read as arrays and let go: memory holds one rank's events and a few numbers per
+    collective)."""
 
     groups: dict[str, Group] = field(default_factory=dict)
-    cols: dict[int, _RankCols] = field(default_factory=dict)
+    agreement: dict[str, _Agreement] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)
+    """signature codes of ops and dtypes (:func:`_signature`)"""
     kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     coll_steps: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
     arrivals: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
     largest: tuple[float, str] | None = None
 
     def rank(self, view: Any, rank: int, run_dir: Path) -> None:
-        """Read ``rank``'s events once: groups, largest wait, kept rows, arrivals."""
+        """Read ``rank``'s events once: groups, largest wait, kept rows, arrivals, and
+        its collectives' signatures against each group's first member's."""
         table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
-        c = self.cols[rank] = _rank_cols(table, read_callsites(run_dir, rank))
-        names = table.column("pg_name").to_pylist()
-        for name, members, role in zip(
-            names, table.column("pg_ranks").to_pylist(), table.column("role").to_pylist(),
-            strict=True,
-        ):  # fmt: skip
-            if name not in self.groups:
-                self.groups[str(name)] = Group(str(name), str(role or ""), tuple(members or ()))
-        self.largest = _largest_wait(rank, table, names, self.largest)
+        c = _rank_cols(table, read_callsites(run_dir, rank))
+        self._learn_groups(table)
+        self.largest = _largest_wait(rank, table, self.largest)
         self.kept[rank] = _kept_rows(c, run_dir, rank, self.groups)
         aligned = view.read_rank(rank, ["t_issue_ns"], align=True).column(0)
         arrive = aligned.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -298,6 +304,46 @@ class _Read:
             if sel.any():
                 self.coll_steps[(rank, name)] = c.step[sel]
                 self.arrivals[(rank, name)] = arrive[sel]
+                sig = _signature(c, np.flatnonzero(sel), self.ids)
+                agreement = self.agreement.get(name)
+                if agreement is None:
+                    self.agreement[name] = _Agreement(sig, np.zeros(sig.shape[1], bool),
+                                                      sig.shape[1], [rank])  # fmt: skip
+                else:
+                    agreement.add(rank, sig)
+
+    def _learn_groups(self, table: pa.Table) -> None:
+        """Each group's role and ranks as its first op in the rank's file gives them."""
+        import pyarrow.compute as pc
+
+        names = pc.dictionary_encode(table.column("pg_name")).combine_chunks()
+        codes = names.indices.to_numpy(zero_copy_only=False)
+        valid = pc.is_valid(names.indices).to_numpy(zero_copy_only=False)
+        _, first = np.unique(np.where(valid, codes, -1), return_index=True)
+        # a group's first op, and every op of no group name (each was looked at)
+        rows = np.union1d(first[valid[first]], np.flatnonzero(~valid))
+        picked = table.select(["pg_name", "pg_ranks", "role"]).take(pa.array(rows, pa.int64()))
+        for name, members, role in zip(
+            *(picked.column(i).to_pylist() for i in range(3)), strict=True
+        ):
+            if name not in self.groups:
+                self.groups[str(name)] = Group(str(name), str(role or ""), tuple(members or ()))
+
+    def mismatches(self, view: Any, run_dir: Path) -> None:
+        """Where a group's members disagree, each member's op at the first collective
+        that differs joins its kept rows (its events read again: this is rare)."""
+        wanted: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for name, agreement in self.agreement.items():
+            at = agreement.first_bad()
+            if at is not None:
+                for rank in agreement.members:
+                    wanted[rank].append((name, at))
+        self.agreement.clear()
+        for rank, where in sorted(wanted.items()):
+            table = view.read_rank(rank, COLUMNS, dictionary=False, align=False)
+            c = _rank_cols(table, read_callsites(run_dir, rank))
+            for name, at in where:
+                self.kept[rank].append(_row(c, int(_collective_rows(c, name)[at])))
 
 
 def evidence_from_run(run_dir: Path) -> Evidence:
@@ -318,10 +364,8 @@ def evidence_from_run(run_dir: Path) -> Evidence:
             info = manifest.ranks.get(rank)
             if info is not None:
                 steps[rank] = [(w.step, w.t_start_ns, w.t_end_ns) for w in info.steps]
+        read.mismatches(view, run_dir)
     groups, kept = read.groups, read.kept
-    for rank, row, _ in _first_mismatch(read.cols, groups):
-        kept[rank].append(_row(read.cols[rank], row))
-    read.cols.clear()
     ops = {rank: _ops(rank, rows) for rank, rows in kept.items()}
     _mark_missing(ops, groups)
     ev = Evidence(

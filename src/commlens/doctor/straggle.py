@@ -51,7 +51,7 @@ def lateness_by_step(
 ) -> dict[int, list[tuple[int, float]]]:
     """Per rank, per step: the mean of its lateness (own arrival - the first member's, on
     rank 0's clock) over the step's collectives that every member of their group issued."""
-    sums: dict[tuple[int, int], list[float]] = {}
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for name, group in groups.items():
         members = [r for r in group.ranks if (r, name) in arrivals]
         if len(members) < 2 or len(members) < len(group.ranks):
@@ -60,14 +60,18 @@ def lateness_by_step(
         at = np.stack([arrivals[(r, name)][:n] for r in members])
         late = at - at.min(axis=0)
         for i, r in enumerate(members):
-            for step, value in zip(steps[(r, name)][:n].tolist(), late[i].tolist(), strict=True):
-                if step >= 0:
-                    entry = sums.setdefault((r, step), [0.0, 0.0])
-                    entry[0] += value / 1e9
-                    entry[1] += 1
+            step = steps[(r, name)][:n]
+            kept = step >= 0
+            parts.setdefault(r, []).append((step[kept], late[i][kept] / 1e9))
     out: dict[int, list[tuple[int, float]]] = {}
-    for (rank, step), (total, count) in sorted(sums.items()):
-        out.setdefault(rank, []).append((step, total / count))
+    for rank in sorted(parts):
+        step = np.concatenate([s for s, _ in parts[rank]]).astype(np.int64)
+        if not step.size:
+            continue
+        # summed in the order of the groups and their collectives, as one would by hand
+        total = np.bincount(step, weights=np.concatenate([v for _, v in parts[rank]]))
+        count = np.bincount(step).astype(np.float64)
+        out[rank] = [(int(s), float(total[s] / count[s])) for s in np.flatnonzero(count)]
     return out
 
 

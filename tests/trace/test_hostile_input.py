@@ -157,6 +157,11 @@ def test_export_leaves_out_a_rank_with_a_damaged_page(
     assert "rank 1 skipped" in capsys.readouterr().err
     events = json.loads(out.read_text())["traceEvents"]
     assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 2, 3}
+    # a selection decodes its own ranks' pages only: the damaged rank is not read
+    assert main(["export", str(run), "--ranks", "0,2", "-o", str(out)]) == 0
+    assert "skipped" not in capsys.readouterr().err
+    events = json.loads(out.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 2}
 
 
 # -- item 16: bounds ---------------------------------------------------------------------

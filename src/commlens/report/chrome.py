@@ -94,14 +94,14 @@ def trace_events(
     then ops (rank by rank). Times count from the first op of the whole run, so that
     traces of different selections line up."""
     where = _where(ranks)
-    row = run.row("SELECT min(t_issue_ns) FROM events")
+    span = run.time_span()  # of the whole run, from the files' statistics where it can
     steps = run.sql(
         f"SELECT rank, step, t_start_ns, t_end_ns FROM steps {where} ORDER BY rank, step"
     )
     starts = [
         t
         for t in (
-            row[0] if row else None,
+            span[0] if span else None,
             min(steps.column("t_start_ns").to_pylist(), default=None),
         )
         if t
@@ -177,7 +177,7 @@ def _lane_tid(tid: int, lane: int) -> int:
 def write_chrome_trace(run: RunView, out: IO[str], ranks: list[int] | None = None) -> int:
     """Write the trace JSON (of ``ranks`` only, when given) to ``out``; returns the
     number of op events."""
-    run.check_pages()  # a rank with damaged pages is left out before anything is written
+    run.check_pages(ranks)  # a rank with damaged pages is left out before anything is written
     out.write('{"displayTimeUnit": "ms", "otherData": ')
     other: dict[str, Any] = {
         "generator": "commlens",

@@ -285,13 +285,20 @@ class RunView:
                     return rank
         return None
 
-    def check_pages(self) -> None:
-        """Decode every page of every rank file once, before a stream that cannot be
-        restarted: a rank whose pages are damaged is left out (a warning), as any
-        query does."""
-        if any(isinstance(src, Path) for src in self.sources.values()):
-            query = "SELECT min(COLUMNS(*)) FROM raw_events"
-            self._retry(lambda: self.con.execute(query).fetchall())
+    def check_pages(self, ranks: list[int] | None = None) -> None:
+        """Decode every page of every rank file (of ``ranks`` only, when given) once,
+        before a stream that cannot be restarted: a rank whose pages are damaged is left
+        out (a warning), as any query does."""
+        wanted = self.sources if ranks is None else set(ranks)
+
+        def decode() -> None:
+            scans = [scan for rank, scan in self.scans.items() if rank in wanted]
+            if any(isinstance(self.sources.get(r), Path) for r in wanted) and scans:
+                cols = ", ".join(EVENT_SCHEMA.names)
+                union = " UNION ALL ".join(f"SELECT {cols} FROM ({scan})" for scan in scans)
+                self.con.execute(f"SELECT min(COLUMNS(*)) FROM ({union})").fetchall()
+
+        self._retry(decode)
 
     def drop_rank(self, rank: int, reason: str) -> str:
         """Leave out ``rank``, whose file turned out damaged: it joins the missing

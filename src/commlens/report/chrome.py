@@ -94,14 +94,14 @@ def trace_events(
     then ops (rank by rank). Times count from the first op of the whole run, so that
     traces of different selections line up."""
     where = _where(ranks)
-    span = run.time_span()  # of the whole run, from the files' statistics where it can
+    first = run.time_span()  # of the whole run, from the files' statistics where it can
     steps = run.sql(
         f"SELECT rank, step, t_start_ns, t_end_ns FROM steps {where} ORDER BY rank, step"
     )
     starts = [
         t
         for t in (
-            span[0] if span else None,
+            first[0] if first else None,
             min(steps.column("t_start_ns").to_pylist(), default=None),
         )
         if t

@@ -35,10 +35,12 @@ from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
+from commlens.analysis.parallel import detach, in_worker, map_chunks
 from commlens.errors import UsageError
 from commlens.optable import P2P_OPS, RECEIVER
 from commlens.trace.reader import RankDamaged, RunView
@@ -337,54 +339,112 @@ def traced_expectations(
     return traced_by_rank([events], manifest, held_steps(events, windows))
 
 
+_RANKS_A_WORKER = 64
+"""The fewest ranks worth a worker process of their own."""
+
+
+def _no_traffic() -> list[int]:
+    return [0, 0]
+
+
+@dataclass
+class _Gathered:
+    """What the expectations gather from the events, a table (a rank) at a time; the
+    gathered parts of consecutive ranks merge (:meth:`merge`, in rank order) into what
+    one pass over all of them gathers."""
+
+    kept: set[int]
+    sizes: _Sizes = field(default_factory=_Sizes)
+    roles: dict[str, str] = field(default_factory=dict)
+    held_ranks: set[int] = field(default_factory=set)
+    ddp: dict[str, dict[tuple[int, int], tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    sharded: dict[str, dict[str, dict[tuple[int, int], tuple[int, int]]]] = field(
+        default_factory=lambda: {op: defaultdict(dict) for op in ("reduce_scatter", "all_gather")}
+    )
+    reduced: Reduced = field(default_factory=lambda: defaultdict(dict))
+    first_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    sent: Traffic = field(default_factory=lambda: defaultdict(_no_traffic))
+    got: Traffic = field(default_factory=lambda: defaultdict(_no_traffic))
+    all_ranks: set[int] = field(default_factory=set)
+    damaged: list[tuple[int, str]] = field(default_factory=list)
+    """Ranks a worker found damaged (rank, reason), for the parent to leave out."""
+
+    def add(self, table: pa.Table) -> None:
+        kept = self.kept
+        every = _rows(table)
+        _pair_sums(every, self.sent, self.got, self.all_ranks)
+        rows = [r for r in every if r["step"] in kept]
+        del every
+        self.held_ranks.update(int(r["rank"]) for r in rows)
+        self.roles.update((r["pg_name"], r["role"] or "") for r in rows if r["role"])
+        for r in rows:
+            self.first_ranks.setdefault(r["pg_name"], tuple(r["pg_ranks"] or ()))
+        self.sizes.add(rows)
+        for pg, per in _per_step(rows, kept, "all_reduce", _gradient_sync).items():
+            self.ddp[pg].update(per)
+        for op, into in self.sharded.items():
+            for pg, per in _per_step(rows, kept, op, lambda r: r["phase"] in MODEL_PHASES).items():
+                into[pg].update(per)
+        _gradient_sums(rows, kept, self.reduced)
+
+    def merge(self, later: _Gathered) -> None:
+        """Add what ``later`` gathered from the ranks after these."""
+        for key, per_rank in later.sizes.calls.items():
+            self.sizes.calls[key].update(per_rank)
+        for pg, role in later.sizes.roles.items():
+            self.sizes.roles[pg] = role or self.sizes.roles.get(pg, "")
+        self.sizes.sizes.update(later.sizes.sizes)
+        self.roles.update(later.roles)
+        self.held_ranks |= later.held_ranks
+        for pg, per in later.ddp.items():
+            self.ddp[pg].update(per)
+        for op, into in self.sharded.items():
+            for pg, per in later.sharded[op].items():
+                into[pg].update(per)
+        for members, by_step in later.reduced.items():
+            for rank_step, sums in by_step.items():
+                mine = self.reduced[members].setdefault(rank_step, [0, 0, 0])
+                for i, value in enumerate(sums):
+                    mine[i] += value
+        for pg, ranks in later.first_ranks.items():
+            self.first_ranks.setdefault(pg, ranks)
+        for mine_side, their_side in ((self.sent, later.sent), (self.got, later.got)):
+            for k, (calls, nbytes) in their_side.items():
+                mine_side[k][0] += calls
+                mine_side[k][1] += nbytes
+        self.all_ranks |= later.all_ranks
+        self.damaged += later.damaged
+
+
 def traced_by_rank(
     tables: Iterable[pa.Table], manifest: dict[str, Any], steps: list[int]
 ) -> TracedValidation:
     """:func:`traced_expectations` over the events given a table at a time (each holding
     every event of the ranks in it: a rank at a time keeps memory to one rank's events
     and a few numbers per collective call), held over ``steps`` (:func:`held_of`)."""
-    kept = set(steps)
-    sizes = _Sizes()
-    roles: dict[str, str] = {}
-    held_ranks: set[int] = set()
-    ddp: dict[str, dict[tuple[int, int], tuple[int, int]]] = defaultdict(dict)
-    sharded: dict[str, dict[str, dict[tuple[int, int], tuple[int, int]]]] = {
-        op: defaultdict(dict) for op in ("reduce_scatter", "all_gather")
-    }
-    reduced: Reduced = defaultdict(dict)
-    first_ranks: dict[str, tuple[int, ...]] = {}
-    sent: Traffic = defaultdict(lambda: [0, 0])
-    got: Traffic = defaultdict(lambda: [0, 0])
-    all_ranks: set[int] = set()
+    gathered = _Gathered(set(steps))
     for table in tables:
-        every = _rows(table)
-        _pair_sums(every, sent, got, all_ranks)
-        rows = [r for r in every if r["step"] in kept]
-        del every
-        held_ranks.update(int(r["rank"]) for r in rows)
-        roles.update((r["pg_name"], r["role"] or "") for r in rows if r["role"])
-        for r in rows:
-            first_ranks.setdefault(r["pg_name"], tuple(r["pg_ranks"] or ()))
-        sizes.add(rows)
-        for pg, per in _per_step(rows, kept, "all_reduce", _gradient_sync).items():
-            ddp[pg].update(per)
-        for op, into in sharded.items():
-            for pg, per in _per_step(rows, kept, op, lambda r: r["phase"] in MODEL_PHASES).items():
-                into[pg].update(per)
-        _gradient_sums(rows, kept, reduced)
-    result = TracedValidation(steps=steps, ranks=sorted(held_ranks))
-    result.expectations.extend(sizes.held())
-    for pg, per in sorted(ddp.items()):
+        gathered.add(table)
+    return _held(gathered, manifest, steps)
+
+
+def _held(g: _Gathered, manifest: dict[str, Any], steps: list[int]) -> TracedValidation:
+    """The expectations formed and held from what was gathered."""
+    result = TracedValidation(steps=steps, ranks=sorted(g.held_ranks))
+    result.expectations.extend(g.sizes.held())
+    for pg, per in sorted(g.ddp.items()):
         name = "dp all-reduce bytes per synced step constant"
-        result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
+        result.expectations.append(_constant(name, pg, g.roles.get(pg, ""), per))
     for op in ("reduce_scatter", "all_gather"):
-        for pg, per in sorted(sharded[op].items()):
+        for pg, per in sorted(g.sharded[op].items()):
             name = f"{op} bytes per step constant"
-            result.expectations.append(_constant(name, pg, roles.get(pg, ""), per))
+            result.expectations.append(_constant(name, pg, g.roles.get(pg, ""), per))
     result.expectations.extend(
-        _gradients(reduced, first_ranks, _wrapped(manifest), roles, set(ddp))
+        _gradients(g.reduced, g.first_ranks, _wrapped(manifest), g.roles, set(g.ddp))
     )
-    result.expectations.extend(_pairs(sent, got, all_ranks))
+    result.expectations.extend(_pairs(g.sent, g.got, g.all_ranks))
     if steps:
         result.notes.append(
             f"held steps {steps[0]}..{steps[-1]}: the job's steps after the first; set-up and "
@@ -393,6 +453,17 @@ def traced_by_rank(
     else:
         result.notes.append("the run has no steps with communication: nothing held")
     return result
+
+
+def _gather_ranks(view: RunView, kept: set[int], ranks: list[int]) -> _Gathered:
+    """What ``ranks`` (one process's share, in order) give; in a worker, a damaged
+    rank is noted for the parent to leave out."""
+    gathered = _Gathered(kept)
+    if in_worker():
+        gathered.damaged = detach(view)
+    for table in _rank_tables(view, ranks):
+        gathered.add(table)
+    return gathered
 
 
 def validate_traced(run: Any) -> TracedValidation:
@@ -405,7 +476,16 @@ def validate_traced(run: Any) -> TracedValidation:
         if not found:
             raise UsageError(f"{run.path}: the run has no communication events to validate")
         steps = held_of([int(s) for s in windows], {int(s) for s in found if s is not None})
-        result = traced_by_rank(_rank_tables(run), run.manifest, steps)
+        ranks = run.ranks
+        # workers read rank files (or parts); a rank served by SQL only is read here
+        least = _RANKS_A_WORKER if all(r in run.sources for r in ranks) else len(ranks) + 1
+        parts = map_chunks(partial(_gather_ranks, run, set(steps)), ranks, least=least)
+        gathered = parts[0]
+        for part in parts[1:]:  # rank order
+            gathered.merge(part)
+        for rank, reason in gathered.damaged:  # left out where the pass found them
+            run.drop_rank(rank, reason)
+        result = _held(gathered, run.manifest, steps)
     else:
         if run.events.num_rows == 0:
             raise UsageError(f"{run.path}: the run has no communication events to validate")
@@ -416,10 +496,10 @@ def validate_traced(run: Any) -> TracedValidation:
     return result
 
 
-def _rank_tables(view: RunView) -> Iterator[pa.Table]:
-    """Each rank's events (:data:`ROW_COLUMNS`), a rank at a time; a rank found damaged
-    is left out (the view drops it, with a warning)."""
-    for rank in view.ranks:
+def _rank_tables(view: RunView, ranks: list[int]) -> Iterator[pa.Table]:
+    """Each of ``ranks``' events (:data:`ROW_COLUMNS`), a rank at a time; a rank found
+    damaged is left out (the view drops it, with a warning)."""
+    for rank in ranks:
         try:
             yield view.read_rank(rank, ROW_COLUMNS, dictionary=False)
         except RankDamaged:

@@ -64,3 +64,23 @@ def test_a_lane_of_many_ranks_is_drawn_as_the_share_of_them_in_a_call() -> None:
 
     _, share = _occupancy(np.array([0.0, 0.0]), np.array([5.0, 5.0]), 0.0, 10.0, 4, bins=10)
     assert list(share[:5]) == [0.5] * 5 and not share[6:].any()
+
+
+def test_a_steps_events_read_from_the_scans_are_the_views(tmp_path: Path) -> None:
+    """A 16-rank run on 2 nodes, the second node's clock 40 µs ahead, groups renamed to
+    their roles: the events of two steps with roles and clocks applied by column equal
+    the events view's, row for row (and a clock moved after opening moves them too)."""
+    from commlens.trace.synthetic import Spec, generate
+
+    generate(tmp_path / "run", Spec(tp=2, pp=2, dp=4, steps=4))
+    columns = ["rank", "op", "role", "t_issue_ns", "t_end_ns"]
+    keys = [("rank", "ascending"), ("t_issue_ns", "ascending"), ("op", "ascending")]
+    with open_run(tmp_path / "run") as view:
+        assert view.roles and any(c.offset_ns for c in view.clocks.values())
+        for moved in ({}, {3: 12_345, 9: -777}):
+            view.move_clocks(moved)
+            got = view.step_events(columns, [1, 2]).sort_by(keys)
+            want = view.sql(
+                f"SELECT {', '.join(columns)} FROM events WHERE step IN (1, 2)"
+            ).sort_by(keys)
+            assert got.num_rows > 100 and got.equals(want)

@@ -89,9 +89,7 @@ def lanes(view: RunView, steps: list[int]) -> Lanes | None:
     )
     if not windows.num_rows:
         return None
-    ops = view.sql(
-        f"SELECT rank, op, role, t_issue_ns, t_end_ns FROM events WHERE step IN ({chosen})"
-    )
+    ops = view.step_events(["rank", "op", "role", "t_issue_ns", "t_end_ns"], list(steps))
     t0 = int(np.min(windows.column("t_start_ns").to_numpy()))
     lane, labels, sizes, by = _lane_of(view)
 

@@ -406,6 +406,37 @@ class RunView:
                 )
         return table
 
+    def step_events(self, columns: list[str], steps: list[int]) -> pa.Table:
+        """``columns`` of the events of ``steps``, times on rank 0's clock, as the
+        ``events`` view gives them. A run directory's are read from its raw scans, the
+        groups' roles and the ranks' clocks applied here, by column (the view applies
+        them row by row in SQL: over a run of a thousand groups, three times the cost)."""
+        chosen = ", ".join(str(int(s)) for s in steps) or "NULL"
+        viewed = f"SELECT {', '.join(columns)} FROM events WHERE step IN ({chosen})"
+        times = [c for c in TIME_COLUMNS if c in columns]
+        if not self.scans or self.steps is not None:
+            return self.sql(viewed)
+        read = [*columns, "rank", *(["pg_name"] if "role" in columns and self.roles else [])]
+        table = self.sql(
+            f"SELECT {', '.join(dict.fromkeys(read))} FROM raw_events WHERE step IN ({chosen})"
+        )
+        if any(table.column(c).null_count for c in times):
+            return self.sql(viewed)
+        table = apply_roles(table, self.roles)
+        rank = table.column("rank").to_numpy()
+        size = max([int(rank.max()) + 1 if rank.size else 0, *(r + 1 for r in self.clocks)])
+        offset, ref = np.zeros(size, np.int64), np.zeros(size, np.int64)
+        drift = np.zeros(size)
+        for r, clock in self.clocks.items():
+            offset[r], drift[r], ref[r] = clock.offset_ns, clock.drift, clock.t_ref_ns
+        for name in times:  # align_numpy's formula, each row by its rank's clock
+            t = table.column(name).to_numpy()
+            moved = t + offset[rank] + np.rint(drift[rank] * (t - ref[rank])).astype(np.int64)
+            table = table.set_column(
+                table.schema.get_field_index(name), name, pa.array(moved, pa.int64())
+            )
+        return table.select(columns)
+
     def read_device(self, rank: int, *, align: bool = True) -> pa.Table:
         """One rank's ``seq`` and device columns (``t_cpu_issue_ns`` on rank 0's clock
         unless not ``align``, ``stream``), in file order; all null for a rank whose file

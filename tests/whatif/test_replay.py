@@ -110,6 +110,32 @@ def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
     assert step_times(tl).tolist() == [us(32), us(32)]
 
 
+def test_unwaited_buckets_are_waited_with_the_next_bucket_whose_wait_was_seen() -> None:
+    # DDP: the first bucket's wait is not recorded, the last one's is (from 25); the
+    # backward's compute went on past the first bucket (ended at 14) until the second
+    # bucket's issue at 20 and waited for both from 25.
+    events = [
+        ev
+        for r in (0, 1)
+        for ev in (
+            Ev(r, "all_reduce", 10, 14, is_async=True),
+            Ev(r, "all_reduce", 20, 30, is_async=True, wait=5),
+        )
+    ]
+    prog = build_program(make_trace(events, both_steps(40)))
+    holds = [
+        (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
+        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
+        if k == HOLD
+    ]
+    assert holds == [(0, 25.0), (1, 25.0)]  # both at the second bucket's wait
+    assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
+    # a longer first bucket stays hidden under the compute before that wait
+    longer = replay(prog, OpTimes(np.array([8e-6, 10e-6, 8e-6, 10e-6])))
+    assert longer.held.tolist() == [0.0, us(5), 0.0, us(5)]
+    assert step_times(longer).tolist() == [us(40), us(40)]
+
+
 def test_unwaited_async_op_the_rank_went_past_is_waited_at_its_end() -> None:
     events = [
         Ev(0, "all_reduce", 10, 25, is_async=True),

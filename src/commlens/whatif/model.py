@@ -26,8 +26,10 @@ the data has arrived, or at its own issue if later.
 Where the trace does not say when an async op was waited for (``t_wait = 0``:
 DDP's buckets are waited from C++), the wait is put at the last issue of its
 burst (consecutive un-waited async ops of one group in one step), as DDP's
-backward waits for all its buckets at its end; when the rank evidently went
-on before the burst completed, at the op's own completion instead.
+backward waits for all its buckets at its end; where the burst's next op on
+its group in the step is async with a recorded wait (DDP's last bucket, whose
+wait was seen), with that op, at its wait; when the rank evidently went on
+before the burst completed, at the op's own completion instead.
 """
 
 from __future__ import annotations
@@ -209,8 +211,15 @@ def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.nda
     run = np.cumsum(~same) - 1
     starts = np.flatnonzero(~same)
     last = np.r_[starts[1:], n] - 1
-    run_issue = t_issue[last]
     run_end = np.maximum.reduceat(t_end, starts)
+    # a burst whose next op (same group and step) is an async op with a recorded wait
+    # is waited with it (DDP waits for all its buckets at once, its last one's wait seen)
+    joined = np.r_[
+        unseen[:-1] & asy[1:] & ~unseen[1:] & (group[1:] == group[:-1]) & (step[1:] == step[:-1]),
+        False,
+    ][last]
+    last = np.where(joined, last + 1, last)
+    run_issue = np.where(joined, w[last], t_issue[last])
     next_issue = np.r_[t_issue[1:], np.iinfo(np.int64).max][last]
     next_mark = np.minimum(
         next_issue, marks_after[np.searchsorted(marks_after, run_issue, "right")]

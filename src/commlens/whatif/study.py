@@ -237,7 +237,8 @@ ASSUMPTIONS = (
     "issued) and the previous pair on its channel ended; its receive ends when the data "
     "has arrived",
     "async ops without a recorded wait (DDP's buckets, waited from C++) are waited at the last "
-    "issue of their burst on the group, as DDP's backward waits for its buckets at its end",
+    "issue of their burst on the group, as DDP's backward waits for its buckets at its end "
+    "(with the next async op of their group where its wait was recorded, at that wait)",
 )
 
 OP_TIMES = tuple(BUILDERS)

@@ -12,7 +12,6 @@ earliest start to the latest end.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,12 +38,11 @@ def critical_path(prog: Program, tl: Timeline, step: int) -> list[PathShare]:
     begin = float(tl.step_marks[2 * rows].min())
     last = rows[np.argmax(tl.step_marks[2 * rows + 1])]
     rank, t = int(tr.step_rank[last]), float(tl.step_marks[2 * last + 1])
-    resumes: list[list[float]] = [[] for _ in range(tr.world_size)]
-    events: list[list[int]] = [[] for _ in range(tr.world_size)]
+    # the holds that ended in the step, by rank, each rank's in the order they ended
     inside = np.flatnonzero((tl.held > 0) & (tl.end > begin) & (tl.end <= t))
-    for e in inside[np.argsort(tl.end[inside], kind="stable")].tolist():
-        resumes[int(tr.rank[e])].append(float(tl.end[e]))
-        events[int(tr.rank[e])].append(e)
+    inside = inside[np.lexsort((tl.end[inside], tr.rank[inside]))]
+    ends = tl.end[inside]
+    bounds = np.searchsorted(tr.rank[inside], np.arange(tr.world_size + 1)).tolist()
     inst, start, by, queued = prog.inst, tl.start, tl.by, tl.queued
     first = prog.first_of_queue
     spent: dict[tuple[str, str], float] = {}
@@ -52,14 +50,15 @@ def critical_path(prog: Program, tl: Timeline, step: int) -> list[PathShare]:
     for _ in range(len(tl.held) + 1):  # each hold is crossed once at most
         if t <= begin:
             break
-        k = bisect.bisect_right(resumes[rank], t) - 1
-        if k >= 0 and events[rank][k] == came_from:  # the op just crossed, seen from its issuer
+        lo = bounds[rank]
+        k = int(np.searchsorted(ends[lo : bounds[rank + 1]], t, "right")) - 1 + lo
+        if k >= lo and inside[k] == came_from:  # the op just crossed, seen from its issuer
             k -= 1
-        if k < 0 or resumes[rank][k] <= begin:
+        if k < lo or ends[k] <= begin:
             compute += t - begin
             break
-        e = came_from = events[rank][k]
-        compute += t - resumes[rank][k]
+        e = came_from = int(inside[k])
+        compute += t - float(ends[k])
         i = int(inst[e])
         while True:  # through the op, and any it queued behind
             key = (tr.op_names[int(tr.op[e])], tr.role_names[int(tr.role[e])])

@@ -302,7 +302,8 @@ def build_program(tr: Trace) -> Program:
         cost_groups += [(int(p // w), int(p % w)) for p in pairs]
     total = m.instances
     inst_size = np.zeros(total, dtype=np.int64)
-    np.maximum.at(inst_size, m.inst, tr.size_bytes)
+    # the sizes as int64, as the sums: numpy's fast path (a narrowed column takes 10x)
+    np.maximum.at(inst_size, m.inst, tr.size_bytes.astype(np.int64, copy=False))
     lists, views = {}, {}
     offsets = np.r_[0, np.cumsum(np.bincount(m.inst, minlength=total))]
     for name, values in (

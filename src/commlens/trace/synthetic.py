@@ -441,20 +441,24 @@ def _arrays_of_rank(
             )
         base = ready + _SLOT_US
         row = arrive.shape[1] - 1
-        end = last_of("dp", base, row) + _service_us("dp", shard * spec.dp, spec.dp, "all_gather")
+        gathered = shard * spec.dp
+        end = last_of("dp", base, row) + _service_us("dp", gathered, spec.dp, "all_gather")
         mine = at(base, row, r)
-        emit(
-            ("all_gather", "python", "dp", "optimizer", ""),
-            (shard * spec.dp, shard, 0),
-            mine,
-            end,
-            end - mine,
-        )
-    out = {k: np.stack(v, axis=1).reshape(-1) for k, v in cols.items()}  # step-major
-    out["step"] = np.repeat(np.arange(steps), len(kinds))
+        optimizer = ("all_gather", "python", "dp", "optimizer", "")
+        emit(optimizer, (gathered, shard, 0), mine, end, end - mine)
+    return kinds, _step_major(cols, sizes, steps)
+
+
+def _step_major(
+    cols: dict[str, list[np.ndarray]], sizes: list[tuple[int, int, int]], steps: int
+) -> dict[str, np.ndarray]:
+    """A rank's columns (one array per slot, a value per step) as one column each in
+    step order, with each event's step and its slot's size, bytes in and asyncness."""
+    out = {k: np.stack(v, axis=1).reshape(-1) for k, v in cols.items()}
+    out["step"] = np.repeat(np.arange(steps), len(sizes))
     size_of = np.array(sizes, np.int64).reshape(-1, 3)
     out["size"], out["bytes_in"], out["is_async"] = (size_of[out["kind"], i] for i in range(3))
-    return kinds, out
+    return out
 
 
 def write_rank_arrays(

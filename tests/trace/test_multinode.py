@@ -8,10 +8,12 @@ alone; a second job pointed at a live run is refused without harming it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -57,7 +59,12 @@ def _trace(out: Path, cmd: list[str], *flags: str, **env: str) -> subprocess.Pop
 
 
 def _done(proc: subprocess.Popen[str]) -> str:
-    _, err = proc.communicate(timeout=TIMEOUT_S)
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # the launcher at least: a hang fails the test, never the session
+        _, err = proc.communicate()
+        raise AssertionError(f"no end in {TIMEOUT_S} s:\n{err[-3000:]}") from None
     assert proc.returncode == 0, err[-3000:]
     return err
 
@@ -264,6 +271,39 @@ def test_join_takes_over_a_stale_lock_and_replaces_only_an_ended_run(tmp_path: P
         join_run_dir(out, _job(0), False, {})
     assert join_run_dir(out, _job(1), True, {"host": "c"}) == 1  # a new run of the same job
     assert not node_path(out, 0).exists() and not (out / JOIN_LOCK).exists()
+
+
+def test_a_node_joins_a_run_another_node_is_creating(tmp_path: Path) -> None:
+    """The first node holds the join lock while its job.json is still a temporary file:
+    the second waits for the lock and joins (it once refused the folder as foreign, and
+    the first node then waited for ever for its partner)."""
+    out = tmp_path / "run"
+    (out / JOIN_LOCK).mkdir(parents=True)  # node 0 deciding, its job.json not yet renamed
+    tmp = out / ".job.json.4242.5f3a9c1e.tmp"
+    tmp.write_text(json.dumps(_job(0).record()))
+
+    def finish_creating() -> None:
+        time.sleep(0.3)
+        os.replace(tmp, out / "job.json")
+        write_node(node_path(out, 0), {"slot": 0, "status": "running", "pid": os.getpid()})
+        os.rmdir(out / JOIN_LOCK)
+
+    creator = threading.Thread(target=finish_creating)
+    creator.start()
+    try:
+        assert join_run_dir(out, _job(1), False, {"host": "b"}) == 1
+    finally:
+        creator.join()
+    assert node_path(out, 0).exists() and node_path(out, 1).exists()
+
+
+def test_a_foreign_folder_is_still_refused_before_anything_is_made_in_it(tmp_path: Path) -> None:
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not a commlens run"):
+        join_run_dir(out, _job(0), False, {})
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 def test_job_identity_from_launcher_and_slurm() -> None:

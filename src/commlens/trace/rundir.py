@@ -321,9 +321,13 @@ def join_run_dir(
     lock is taken for the decision only.
     """
     _check_path(out, "--out")
-    first = first_foreign(out, lambda e: e) if out.is_dir() else None
+    # Before anything is created in a foreign folder: refused here only for what commlens
+    # did not write. A run that another node of the job is creating holds, until its
+    # job.json is renamed into place, only that node's temporary files: decided under the
+    # join lock, which that node holds while it writes them.
+    first = first_foreign(out, foreign_in_run) if out.is_dir() else None
     if first is not None:
-        _refuse_foreign(out, "--out", first)  # before anything is created in a foreign folder
+        _refuse_foreign(out, "--out", first)
     own = live is None
     live = _live_lock(out, "--out", live)
     try:

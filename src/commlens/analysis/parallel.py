@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from commlens.errors import UsageError
+
 if TYPE_CHECKING:
     from commlens.trace.reader import RunView
 
@@ -72,7 +74,7 @@ def jobs() -> int:
         try:
             return max(1, int(value))
         except ValueError:
-            raise ValueError(f"{JOBS_ENV}={value!r} is not a whole number") from None
+            raise UsageError(f"{JOBS_ENV}={value!r} is not a whole number") from None
     return cores()
 
 

@@ -68,6 +68,27 @@ def test_a_run_holds_the_files_the_layout_names(tmp_path: Path) -> None:
     assert layout.PARTS_DIR.match(layout.parts_dir(run, 7).name)
 
 
+def test_a_temporary_file_renamed_into_place_after_the_listing_is_not_foreign(
+    tmp_path: Path,
+) -> None:
+    """A node joining a run lists it while another writes ``run.json`` (temporary file,
+    then a rename): the listed temporary file is gone, not foreign (CI refused the join)."""
+    run = _run(tmp_path)
+    tmp = run / ".run.json.16121.tmp"
+    tmp.write_text("{}")
+    parts = layout.parts_dir(run, 0)
+    parts.mkdir()
+    (parts / "part-000001.tmp").write_text("")
+    listed = sorted(run.iterdir())
+    tmp.rename(run / "run.json")  # the writer finishes between the listing and the check
+    (parts / "part-000001.tmp").rename(parts / "part-000001.bin")
+    assert [foreign_in_run(p) for p in listed] == [None] * len(listed)
+    gone = run / ".rank-00009.parts"  # a parts directory removed after the listing
+    assert foreign_in_run(gone) is None
+    (run / "notes.txt").write_text("mine")
+    assert foreign_in_run(run / "notes.txt") == run / "notes.txt"
+
+
 def test_the_names_are_the_documented_ones(tmp_path: Path) -> None:
     """The names themselves are the contract: other tools read runs by them."""
     assert (layout.MANIFEST, layout.MANIFEST_LOCK, layout.NIC_FILE) == (

@@ -62,17 +62,35 @@ def is_run_dir(path: Path) -> bool:
 
 
 def foreign_in_run(entry: Path) -> Path | None:
-    """None when ``entry`` (in a run directory) is one of commlens's own files."""
-    if entry.is_symlink():
+    """None when ``entry`` (in a run directory) is one of commlens's own files.
+
+    An entry gone since it was listed is none of anyone's: a writer of the run renamed
+    its temporary file into place (``.run.json.PID.tmp`` → ``run.json``) meanwhile.
+    """
+    try:
+        mode = entry.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
         return entry
-    if entry.is_dir():
+    if stat.S_ISDIR(mode):
         if not OWN_DIRS.match(entry.name):
             return entry
-        for f in sorted(entry.iterdir()):
-            if f.is_symlink() or not f.is_file() or not PART_FILES.match(f.name):
-                return f
-        return None
-    return None if entry.is_file() and OWN_FILES.match(entry.name) else entry
+        try:
+            inner = sorted(entry.iterdir())
+        except FileNotFoundError:
+            return None
+        return next((f for f in inner if _foreign_part(f)), None)
+    return None if stat.S_ISREG(mode) and OWN_FILES.match(entry.name) else entry
+
+
+def _foreign_part(f: Path) -> bool:
+    """Whether ``f``, in a rank's parts directory, is not a part file (gone: it is not)."""
+    try:
+        mode = f.lstat().st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(mode) or not PART_FILES.match(f.name)
 
 
 def first_foreign(path: Path, check: Checker) -> Path | None:

@@ -211,6 +211,37 @@ def test_a_step_range_applies_to_events_and_steps(tmp_path: Path, steps: tuple) 
             )
 
 
+@pytest.mark.parametrize("steps", [None, (1, 3)])
+def test_the_sql_views_are_made_on_first_use_and_see_what_happened_before(
+    tmp_path: Path, steps: tuple | None
+) -> None:
+    """A command that reads the ranks' files itself pays for no DuckDB views; views made
+    later see the clocks moved and the ranks dropped before, like views made at once."""
+    from commlens.analysis.matched.ops import read_ops
+
+    run = _run(tmp_path)
+    with open_run(run, steps=steps) as eager:
+        eager.sql("SELECT 1")
+        eager.move_clocks({2: 5_000})
+        eager.drop_rank(1, "garbled")
+        want_events = eager.sql("SELECT * FROM events ORDER BY rank, seq")
+        want_steps = eager.sql("SELECT * FROM steps ORDER BY rank, step")
+        want_ranks = eager.sql("SELECT * FROM ranks ORDER BY rank")
+    with open_run(run, steps=steps) as lazy:
+        ops = read_ops(lazy)
+        assert lazy._con is None  # the matched-run layer read every rank without DuckDB
+        windows = lazy.step_table()  # read_ops's steps: those of the range, by rank and step
+        assert ops.step_index.tolist() == windows.column("step").to_pylist()
+        assert ops.step_start.tolist() == windows.column("t_start_ns").to_pylist()
+        lazy.move_clocks({2: 5_000})
+        lazy.drop_rank(1, "garbled")
+        assert lazy._con is None and lazy.ranks == [0, 2]
+        assert lazy.sql("SELECT * FROM events ORDER BY rank, seq").equals(want_events)
+        assert lazy.sql("SELECT * FROM steps ORDER BY rank, step").equals(want_steps)
+        assert lazy.sql("SELECT * FROM ranks ORDER BY rank").equals(want_ranks)
+        assert lazy.step_table().equals(want_steps)
+
+
 def test_one_format_ranks_for_every_reader() -> None:
     import importlib
 

@@ -184,6 +184,17 @@ def step_windows(manifest: Manifest, shifts: dict[int, int] | None = None) -> pa
     return pa.table([ranks, np.array(step, np.int32), t_start, t_end, duration], STEPS_SCHEMA)
 
 
+def in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
+    """Which of ``step`` lie in steps ``[first, stop)`` (None: unbounded): :func:`step_filter`
+    for arrays."""
+    keep = np.ones(step.size, bool)
+    if steps[0] is not None:
+        keep &= step >= steps[0]
+    if steps[1] is not None:
+        keep &= step < steps[1]
+    return keep
+
+
 def step_filter(steps: StepRange | None, column: str = "step") -> str:
     """SQL condition for ``steps`` = (first, stop): first <= step < stop; None is open."""
     if steps is None:
@@ -198,11 +209,14 @@ def step_filter(steps: StepRange | None, column: str = "step") -> str:
 
 @dataclass
 class RunView:
-    """An opened run (:func:`open_run`): manifest, warnings and DuckDB views over its files."""
+    """An opened run (:func:`open_run`): manifest, warnings and DuckDB views over its files.
+
+    The DuckDB connection and its views are made on first use (:attr:`con`): a command
+    that reads the ranks' files itself (``whatif``, the matched-run layer) never pays for
+    them."""
 
     path: Path
     manifest: dict[str, Any]
-    con: duckdb.DuckDBPyConnection
     info: Manifest
     """The checked manifest (``manifest`` is its data)."""
     warnings: list[str] = field(default_factory=list)
@@ -226,6 +240,28 @@ class RunView:
     shifts: dict[int, int] | None = None
     """rank -> ns its clock was moved by after the causal check of the run's own order
     (:meth:`move_clocks`); None until the check was made."""
+    threads: int = 0
+    """DuckDB's threads (0: its default)."""
+    loaded: pa.Table | None = None
+    """A loaded Run's events (on rank 0's clock already), in place of ranks' files."""
+    _con: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection with views ``events``, ``raw_events`` (a directory's),
+        ``steps`` and ``ranks``, made on first use."""
+        if self._con is None:
+            import duckdb
+
+            con = duckdb.connect()
+            try:  # closed on any failure, Ctrl-C included: no database is left to finalize
+                self._con = con
+                _create_views(self)
+            except BaseException:
+                self._con = None
+                con.close()
+                raise
+        return self._con
 
     @property
     def name(self) -> str:
@@ -241,8 +277,16 @@ class RunView:
     @property
     def ranks(self) -> list[int]:
         """Ranks not missing (those with events, and those known to have none), in order."""
-        rows = self.row("SELECT list(rank ORDER BY rank) FROM ranks WHERE status <> 'missing'")
-        return [int(r) for r in (rows[0] if rows and rows[0] else [])]
+        return sorted((set(self.info.ranks) | self.with_events) - set(self.missing_ranks))
+
+    def step_table(self) -> pa.Table:
+        """The ``steps`` view's rows (``rank, step, t_start_ns, t_end_ns, duration_s`` of the
+        steps seen), by rank and step, without DuckDB."""
+        table = step_windows(self.info, self.shifts)
+        if self.steps is not None:
+            keep = in_steps(table.column("step").to_numpy(), self.steps)
+            table = table.filter(pa.array(keep))
+        return table.sort_by([("rank", "ascending"), ("step", "ascending")])
 
     def sql(self, query: str, params: list[Any] | None = None) -> pa.Table:
         """Run ``query`` and return the result as an Arrow table."""
@@ -314,8 +358,9 @@ class RunView:
         self.scans.pop(rank, None)
         self.with_events.discard(rank)
         self.missing_ranks = sorted({*self.missing_ranks, rank})
-        _create_raw_events(self)
-        _create_ranks(self)
+        if self._con is not None:
+            _create_raw_events(self)
+            _create_ranks(self)
         return line
 
     def move_clocks(self, shifts: dict[int, int]) -> None:
@@ -328,8 +373,9 @@ class RunView:
             return
         for rank, ns in self.shifts.items():
             self.clocks[rank] = moved(self.clocks.get(rank, NO_CLOCK), ns)
-        _create_events(self)
-        _create_steps(self)
+        if self._con is not None:
+            _create_events(self)
+            _create_steps(self)
 
     def check_times(
         self, rank: int, step: np.ndarray, t_issue: np.ndarray, t_end: np.ndarray
@@ -534,7 +580,8 @@ class RunView:
         return Run(self.path, self.manifest, events, warnings, missing, self.info)
 
     def close(self) -> None:
-        self.con.close()
+        if self._con is not None:
+            self._con.close()
 
     def __enter__(self) -> RunView:
         return self
@@ -556,37 +603,11 @@ def open_run(
     only the events and step windows with first <= step < stop (either end
     may be None), e.g. (1, None) to leave out a warm-up step.
     """
-    import duckdb
-
-    con = duckdb.connect()
-    try:  # closed on any failure, Ctrl-C included: no database is left to finalize
-        return _view(con, source, quiet=quiet, threads=threads, steps=steps)
-    except BaseException:
-        con.close()
-        raise
-
-
-def _view(
-    con: duckdb.DuckDBPyConnection,
-    source: str | Path | Run,
-    *,
-    quiet: bool,
-    threads: int,
-    steps: StepRange | None,
-) -> RunView:
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
     if isinstance(source, Run):
-        con.register("all_events", source.events)  # already on rank 0's clock
         roles, warnings = group_roles(source.checked)
-        con.execute(
-            f"CREATE VIEW events AS SELECT * REPLACE ({role_sql(roles)} AS role) "
-            f"FROM all_events WHERE {step_filter(steps)}"
-        )
-        view = RunView(
+        return RunView(
             source.path,
             source.manifest,
-            con,
             source.checked,
             _new(source.warnings, warnings),
             list(source.missing_ranks),
@@ -594,10 +615,9 @@ def _view(
             quiet=quiet,
             with_events=set(source.ranks),
             roles=roles,
+            threads=threads,
+            loaded=source.events,
         )
-        _create_steps(view)
-        _create_ranks(view)
-        return view
     run_dir = Path(source)
     found = open_files(run_dir)
     roles, warnings = group_roles(found.manifest)
@@ -605,35 +625,51 @@ def _view(
     view = RunView(
         run_dir,
         found.manifest.data,
-        con,
         found.manifest,
         found.warnings,
         clocks=clocks(found.manifest),
         steps=steps,
         quiet=quiet,
         roles=roles,
+        threads=threads,
     )
     for rank, file in found.files.items():
         view.sources[rank] = file
         select = _step0_sql(found.manifest, rank)
         view.scans[rank] = f"SELECT {select} FROM read_parquet('{_quote(file)}')"
     for rank, table in found.parts.items():
-        con.register(f"parts_{rank}", table)
         view.sources[rank] = table
         view.scans[rank] = f"SELECT {_step0_sql(found.manifest, rank)} FROM parts_{rank}"
-    con.register("empty_events", EVENT_SCHEMA.empty_table())
-    _create_raw_events(view)
-    _create_events(view)
     view.with_events = {r for r, src in view.sources.items() if _has_rows(src)}
     view.missing_ranks = found.missing(view.with_events)
-    _create_steps(view)
-    _create_ranks(view)
     view.problems = window_problems(found.manifest)
     view.warnings.extend(view.problems)
     if not quiet:
         for line in view.warnings:
             print(f"commlens: warning: {line}", file=sys.stderr)
     return view
+
+
+def _create_views(view: RunView) -> None:
+    """The views of :attr:`RunView.con` over the view's sources as they stand."""
+    con = view.con
+    if view.threads:
+        con.execute(f"SET threads = {int(view.threads)}")
+    if view.loaded is not None:
+        con.register("all_events", view.loaded)  # already on rank 0's clock
+        con.execute(
+            f"CREATE VIEW events AS SELECT * REPLACE ({role_sql(view.roles)} AS role) "
+            f"FROM all_events WHERE {step_filter(view.steps)}"
+        )
+    else:
+        for rank, src in view.sources.items():
+            if isinstance(src, pa.Table):
+                con.register(f"parts_{rank}", src)
+        con.register("empty_events", EVENT_SCHEMA.empty_table())
+        _create_raw_events(view)
+        _create_events(view)
+    _create_steps(view)
+    _create_ranks(view)
 
 
 def load_run(path: str | Path, *, quiet: bool = False, align_clocks: bool = True) -> Run:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from commlens.analysis.codes import Codes
 from commlens.trace.packed import COMPACT_FIELDS
-from commlens.trace.reader import RankDamaged, RunView, StepRange, open_run
+from commlens.trace.reader import RankDamaged, RunView, StepRange, in_steps, open_run
 from commlens.trace.schema import EVENT_SCHEMA
 
 OP_COLUMNS = ("op", "pg_name", "role", *COMPACT_FIELDS[COMPACT_FIELDS.index("size_bytes") :])
@@ -110,16 +110,6 @@ def rank_rows(
         if not keep.all():
             order = np.flatnonzero(keep) if order is None else order[keep[order]]
     return (t if order is None else t.take(pa.array(order))), order
-
-
-def in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
-    """Which events lie in steps ``[first, stop)`` (None: unbounded)."""
-    keep = np.ones(step.size, bool)
-    if steps[0] is not None:
-        keep &= step >= steps[0]
-    if steps[1] is not None:
-        keep &= step < steps[1]
-    return keep
 
 
 def pg_ranks_reader(
@@ -210,7 +200,7 @@ def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
             read = pg_ranks_reader(view, rank, order)
             for g, ranks in zip(new, read(first), strict=True):
                 members[g] = tuple(int(r) for r in (ranks or ()))
-    steps = view.sql("SELECT rank, step, t_start_ns, t_end_ns FROM steps ORDER BY rank, step")
+    steps = view.step_table()
     facts = (view.world_size, list(view.missing_ranks), list(view.problems))
     manifest, warnings = view.manifest, list(view.warnings)
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system

@@ -19,6 +19,7 @@ queued + waiting + transfer = its latency, each never negative.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -192,6 +193,24 @@ def match_calls(
     inside = _inside(parts, inst, steps) if steps is not None else None
     n_rank = max((p.rank for p in parts), default=-1) + 1
     n_step = max((int(p.step.max()) + 1 for p in parts if p.step.size), default=0)
+    return summed(parts, inst, triples, (n_rank, n_step), steps, inside, keep=parts)
+
+
+def summed(
+    parts: Iterable[MatchPart],
+    inst: Instances,
+    triples: tuple[Triple, ...],
+    shape: tuple[int, int],
+    steps: StepRange | None = None,
+    inside: np.ndarray | None = None,
+    *,
+    keep: tuple[MatchPart, ...] = (),
+) -> tuple[Matched, Matched | None]:
+    """The sums of the matched ``parts`` (each rank's, ranks in order: they may be made
+    one at a time and let go) over ``shape`` = (ranks, steps); with ``steps`` and
+    ``inside`` (which instances lie in those steps), those of the instances inside too.
+    The :class:`Matched` values hold ``keep`` as their parts."""
+    n_rank, n_step = shape
     sums = _Sums.zeros(len(triples), n_rank, n_step)
     outside = _Sums.zeros(len(triples), n_rank, n_step) if inside is not None else None
     for part in parts:
@@ -201,17 +220,17 @@ def match_calls(
             out = ~inside[calls.ids]
             if out.any():
                 outside.add(part.rank, calls.where(out), per_step=False)
-    whole = Matched(parts, inst, triples, sums.per_triple, sums.per_rank, sums.per_step)
+    whole = Matched(keep, inst, triples, sums.per_triple, sums.per_rank, sums.per_step)
     if outside is None or inside is None or steps is None:
         return whole, None
     inner = replace(inst, complete=inst.complete & inside)
     step = np.arange(n_step)  # per step: the whole run's rows of the steps inside
-    keep = (step >= (steps[0] or 0)) & (step < (steps[1] if steps[1] is not None else n_step))
-    per_step = {k: np.where(keep, v, 0.0) for k, v in sums.per_step.items()}
+    keep_step = (step >= (steps[0] or 0)) & (step < (steps[1] if steps[1] is not None else n_step))
+    per_step = {k: np.where(keep_step, v, 0.0) for k, v in sums.per_step.items()}
     # every sum is of non-negative terms: the difference is clipped at 0 against rounding
     per_triple = {k: np.maximum(v - outside.per_triple[k], 0.0) for k, v in sums.per_triple.items()}
     per_rank = {k: np.maximum(v - outside.per_rank[k], 0.0) for k, v in sums.per_rank.items()}
-    return whole, Matched(parts, inner, triples, per_triple, per_rank, per_step)
+    return whole, Matched(keep, inner, triples, per_triple, per_rank, per_step)
 
 
 def _inside(parts: tuple[MatchPart, ...], inst: Instances, steps: StepRange) -> np.ndarray:

@@ -33,6 +33,7 @@ plus the small results (and, for matching, a few numbers per collective call).
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -45,9 +46,10 @@ import pyarrow.compute as pc
 from commlens.analysis.bandwidth import bus_factor
 from commlens.analysis.codes import Codes, dense_codes
 from commlens.analysis.internode import InterNode, nic_rates, sampling_interval
+from commlens.analysis.matchchunks import TRIPLE, CallSpill, Coded, match_spilled, spill_calls
 from commlens.analysis.matched.intervals import Windows, windows_by_rank
 from commlens.analysis.matched.match import kth
-from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows
+from commlens.analysis.matched.ops import in_steps, pg_ranks_reader, rank_rows, run_size
 from commlens.analysis.matched.queues import queue_service
 from commlens.analysis.matched.run import check_clocks
 from commlens.analysis.matching import Matched, MatchPart, Triple, compact, match_calls
@@ -60,8 +62,10 @@ from commlens.analysis.rankagg import (
     size_bucket,
     split_aggregate,
 )
+from commlens.analysis.spill import chunk_width
 from commlens.analysis.timeline import spread, step_rows
 from commlens.optable import P2P_OPS, backend
+from commlens.tempdirs import temp_dir
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.nic import read_nic
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
@@ -211,6 +215,10 @@ class _Setup:
     workers: int
     """The backend's servers per group queue (gloo: 2)."""
     by_rank: dict[int, Windows]
+    spill: Path | None = None
+    """Where the calls to match are written, a chunk of ``width`` steps a file
+    (:mod:`commlens.analysis.matchchunks`); None: they are kept in memory."""
+    width: int = 1
 
 
 @dataclass
@@ -227,6 +235,8 @@ class _Chunk:
     lat: LatencyQuantiles = field(default_factory=LatencyQuantiles)
     calls: list[tuple[int, dict[str, np.ndarray]]] = field(default_factory=list)
     """Each rank's collective calls to match (op, pg_name and role in chunk codes)."""
+    spilled: CallSpill | None = None
+    """The calls to match, written to disk (a run larger than a chunk of steps)."""
     problems: list[str] = field(default_factory=list)
     damaged: tuple[int, str] | None = None
     """A rank whose file turned out damaged in a worker (the pass is made again)."""
@@ -270,7 +280,23 @@ def _run_pass(
         workers=backend(run.manifest.get("backend")).workers,
         by_rank=windows_by_rank(windows),
     )
-    parts = map_chunks(partial(_pass_chunk, run, setup), ranks, least=RANKS_A_WORKER)
+    with ExitStack() as stack:
+        width = chunk_width(*run_size(run)) if match else None
+        if width is not None:
+            setup = replace(setup, spill=stack.enter_context(temp_dir("spill")), width=width)
+        parts = map_chunks(partial(_pass_chunk, run, setup), ranks, least=RANKS_A_WORKER)
+        return _merged(run, setup, parts, (span, bin_ns, windows))
+
+
+def _merged(
+    run: RunView, setup: _Setup, parts: list[_Chunk], facts: tuple[Any, int, pa.Table]
+) -> RankPass:
+    """The pass of the chunks of ranks ``parts`` (in rank order); ``facts``: the run's span,
+    the utilization's bin and the step windows."""
+    span, bin_ns, windows = facts
+    util_bins, match, headline, quantiles = (
+        setup.util_bins, setup.match, setup.headline, setup.quantiles
+    )  # fmt: skip
     names = {k: Codes() for k in _NAMED}
     info = RunGroups()
     lat = LatencyQuantiles()
@@ -313,7 +339,10 @@ def _run_pass(
         quantiles=lat.table() if quantiles else None,
     )
     head_matched = None
-    if match:
+    if match and setup.spill is not None:
+        matched, head_matched = _match_spilled(parts, names, headline, setup.workers > 1)
+        result = replace(result, matched=matched)
+    elif match:
         matches, triple_names = _match_parts(parts, names)
         matched, head_matched = match_calls(matches, triple_names, headline)
         result = replace(result, matched=matched)
@@ -350,6 +379,8 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
     problems = len(run.problems)
     if in_worker():
         detach(run)
+    if setup.match and setup.spill is not None and ranks:
+        chunk.spilled = CallSpill.open(setup.spill, ranks[0])
     try:
         for rank in ranks:
             _pass_rank(run, setup, rank, chunk)
@@ -357,6 +388,9 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
         if not in_worker():
             raise
         chunk.damaged = (exc.rank, str(exc))
+    finally:
+        if chunk.spilled is not None:
+            chunk.spilled.spill.close()
     chunk.problems = run.problems[problems:]
     return chunk
 
@@ -402,24 +436,23 @@ def _pass_rank(run: RunView, setup: _Setup, rank: int, chunk: _Chunk) -> None:
         p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
         bad = np.isin(pg, [groups.index[g] for g in setup.excluded if g in groups.index])
         keep = ~p2p & ~bad & (gsize > 1)
-        chunk.calls.append(
-            (
-                rank,
-                {
-                    "op": op[keep],
-                    "pg": pg[keep],
-                    "role": role[keep],
-                    "seq": compact(seq[keep]),
-                    "step": step[keep].astype(np.int32),
-                    "size": gsize[keep].astype(np.int32),
-                    "t_issue": s[keep],
-                    "queued": compact(start[keep] - s[keep]),
-                    "latency": compact(e[keep] - s[keep]),
-                    "nbytes": compact(size[keep]),
-                    **({"service": compact(service[keep])} if setup.workers > 1 else {}),
-                },
-            )
-        )
+        matchable = {
+            "op": op[keep],
+            "pg": pg[keep],
+            "role": role[keep],
+            "seq": compact(seq[keep]),
+            "step": step[keep].astype(np.int32),
+            "size": gsize[keep].astype(np.int32),
+            "t_issue": s[keep],
+            "queued": compact(start[keep] - s[keep]),
+            "latency": compact(e[keep] - s[keep]),
+            "nbytes": compact(size[keep]),
+            **({"service": compact(service[keep])} if setup.workers > 1 else {}),
+        }
+        if chunk.spilled is not None:
+            spill_calls(chunk.spilled, rank, matchable, setup.width)
+        else:
+            chunk.calls.append((rank, matchable))
 
 
 def _match_parts(
@@ -430,10 +463,7 @@ def _match_parts(
     triples = Codes()
     matches: list[MatchPart] = []
     for part in parts:
-        to_run = {
-            k: np.array([names[k].index[v] for v in part.names[k].values] or [0], np.int64)
-            for k in ("op", "pg_name", "role")
-        }
+        to_run = _to_run(part, names)
         while part.calls:
             rank, c = part.calls.pop(0)  # freed as they are converted
             op = to_run["op"][c["op"]].astype(np.int32)
@@ -458,12 +488,48 @@ def _match_parts(
                     service=c.get("service"),
                 )
             )
+    return tuple(matches), _triple_names(triples, names)[0]
+
+
+def _to_run(part: _Chunk, names: dict[str, Codes]) -> dict[str, np.ndarray]:
+    """``part``'s codes of ops, groups and roles as the run's: ``to_run[k][code]``."""
+    return {
+        k: np.array([names[k].index[v] for v in part.names[k].values] or [0], np.int64)
+        for k in ("op", "pg_name", "role")
+    }
+
+
+def _triple_names(triples: Codes, names: dict[str, Codes]) -> tuple[tuple[Triple, ...], np.ndarray]:
+    """(op, group, role) of each triple code (:func:`_triple_codes`), and its combo
+    ``(group·TRIPLE + op)·TRIPLE + role`` in the run's codes."""
     ops, groups, roles = (names[k].values for k in ("op", "pg_name", "role"))
-    triple_names = [
-        (ops[int(a)], groups[int(b)], roles[int(c)])
-        for a, b, c in (v.split("\x00") for v in triples.values)
-    ]
-    return tuple(matches), tuple(triple_names)
+    out, combos = [], []
+    for v in triples.values:
+        a, b, c = (int(x) for x in v.split("\x00"))
+        out.append((ops[a], groups[b], roles[c]))
+        combos.append((b * TRIPLE + a) * TRIPLE + c)
+    return tuple(out), np.array(combos, np.int64)
+
+
+def _match_spilled(
+    parts: list[_Chunk], names: dict[str, Codes], headline: StepRange | None, service: bool
+) -> tuple[Matched, Matched | None]:
+    """:func:`_match_parts` and :func:`match_calls` of calls written to disk: the triples
+    coded as there (each rank's, in rank order), the matching a chunk of steps at a time
+    (:func:`commlens.analysis.matchchunks.match_spilled`)."""
+    triples = Codes()
+    spilled = []
+    for part in parts:
+        if part.spilled is None:
+            continue
+        to_run = _to_run(part, names)
+        for rank in sorted(part.spilled.triples):
+            combo = part.spilled.triples.pop(rank)
+            pg, op, role = combo // TRIPLE // TRIPLE, combo // TRIPLE % TRIPLE, combo % TRIPLE
+            _triple_codes(triples, to_run["op"][op], to_run["pg_name"][pg], to_run["role"][role])
+        spilled.append(Coded(part.spilled, to_run))
+    triple_names, combos = _triple_names(triples, names)
+    return match_spilled(spilled, triple_names, combos, headline, service)
 
 
 def _head(rp: RankPass, steps: StepRange) -> RankPass:

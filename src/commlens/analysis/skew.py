@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from commlens.analysis import spill
 from commlens.analysis.matching import Matched, split
 from commlens.analysis.rankpass import P2P_OPS, Source, rank_pass
 
@@ -50,6 +51,11 @@ def matched_events(run: Source) -> pa.Table:
     mt = _matched(run)
     parts = mt.parts
     inst = mt.inst
+    if not parts and inst.first.size:
+        raise ValueError(
+            f"the run was matched a chunk of steps at a time (more than {spill.CHUNK_EVENTS:,} "
+            "events): its matched events are not kept one by one"
+        )
     last_rank = np.full(inst.first.size, -1, np.int64)
     tables = []
     for part in sorted(parts, key=lambda p: -p.rank):  # the lowest rank at the last arrival wins

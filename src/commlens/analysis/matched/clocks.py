@@ -132,14 +132,43 @@ def causal_shifts(
     """Nanoseconds to add to each rank's times (all 0 when the clocks respect causality);
     ``members``: the events in the order of their instances (stable)."""
     w = tr.world_size
-    shifts = np.zeros(w, dtype=np.int64)
     if w < 2 or w > MAX_WORLD:
-        return shifts
+        return np.zeros(w, dtype=np.int64)
+    bound = np.full((w, w), NONE, dtype=np.int64)
+    lower_bounds(tr, inst, members, send_of, recv_of, bound, pairs=False)
+    return shifts_of(bound)
+
+
+def lower_bounds(
+    tr: RunOps,
+    inst: np.ndarray,
+    members: np.ndarray,
+    send_of: np.ndarray,
+    recv_of: np.ndarray,
+    bound: np.ndarray,
+    *,
+    pairs: bool,
+) -> bool:
+    """Lower ``bound`` (W[a, b], see :func:`_bounds`) by the messages and rooted ops of
+    ``tr`` (matched: ``inst``, ``members``, ``send_of``, ``recv_of``), and by the pairs of
+    its collectives' members when ``pairs`` or they matter: some instance has a member
+    that ended before another issued it, or ``bound`` is below 0 somewhere. Whether the
+    collectives' pairs were taken. ``bound`` of several parts of a run (the bounds are
+    minima) is the bound of the run when every part that had its pairs left out is
+    taken again with ``pairs`` once some part needed them."""
     strict = _strict_instances(tr, inst, members)
-    bound = _message_bounds(tr, inst, send_of, recv_of)
-    if not _collectives_in_order(strict[0], strict[1], tr) or (bound < 0).any():
+    np.minimum(bound, _message_bounds(tr, inst, send_of, recv_of), out=bound)
+    if pairs or not _collectives_in_order(strict[0], strict[1], tr) or (bound < 0).any():
         _pair_bounds(tr, *strict, bound)  # the pairs matter: every bound as it is
-    del strict
+        return True
+    return False
+
+
+def shifts_of(bound: np.ndarray) -> np.ndarray:
+    """Nanoseconds to add to each rank's times given the bounds ``bound`` (all 0 when
+    none is below 0)."""
+    w = bound.shape[0]
+    shifts = np.zeros(w, dtype=np.int64)
     if not (bound < 0).any():
         return shifts
     a, b = np.nonzero(np.triu((bound < NONE) & (bound.T < NONE), 1))

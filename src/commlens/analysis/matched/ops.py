@@ -16,15 +16,17 @@ clock than the caller's as long as the run's clock puts them on rank 0's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from commlens.analysis.codes import Codes
+from commlens.analysis.spill import Index, Spill, chunk_of, read_chunk
 from commlens.trace.packed import COMPACT_FIELDS
 from commlens.trace.reader import RankDamaged, RunView, StepRange, in_steps, open_run
 from commlens.trace.schema import EVENT_SCHEMA
@@ -179,32 +181,65 @@ def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
     names = {c: Codes() for c in STRINGS}
     cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", *OP_COLUMNS)}
     members: dict[int, tuple[int, ...]] = {}
+
+    def keep(rank: int, rows: dict[str, np.ndarray]) -> None:
+        for c, values in rows.items():
+            cols[c].append(values)
+
+    _each_rank(view, columns, names, members, keep, check="step" in columns)
+    return _run_ops(view, name, names, members, cols)
+
+
+def _each_rank(
+    view: RunView,
+    columns: tuple[str, ...],
+    names: dict[str, Codes],
+    members: dict[int, tuple[int, ...]],
+    use: Callable[[int, dict[str, np.ndarray]], None],
+    *,
+    check: bool,
+) -> None:
+    """Each rank's ``columns`` (and ``rank``) as arrays of their :class:`RunOps` types,
+    strings coded in ``names``, given to ``use`` rank by rank (a rank whose file is damaged
+    left out); ``members`` learns each group's ranks; ``check``: the times are checked
+    (:meth:`RunView.check_times`)."""
     for rank in view.ranks:
         try:
             table, order = rank_rows(view, rank, list(columns))
         except RankDamaged:
             continue
-        if "step" in columns:
+        if check:
             view.check_times(
                 rank, _ints(table, "step", -1), _ints(table, "t_issue_ns", 0),
                 _ints(table, "t_end_ns", 0),
             )  # fmt: skip
+        rows = {"rank": np.full(table.num_rows, rank, dtype=np.int32)}
         for c in columns:  # may be a view of the table's buffers: own a copy
-            cols[c].append(np.require(_column(table, c, names), requirements=["W", "O"]))
-        cols["rank"].append(np.full(table.num_rows, rank, dtype=np.int32))
+            rows[c] = np.require(_column(table, c, names), requirements=["W", "O"])
         del table
-        group = cols["pg_name"][-1]
+        group = rows["pg_name"]
         new = [g for g in np.unique(group).tolist() if g not in members]
         if new:
             first = [int(np.argmax(group == g)) for g in new]
             read = pg_ranks_reader(view, rank, order)
             for g, ranks in zip(new, read(first), strict=True):
                 members[g] = tuple(int(r) for r in (ranks or ()))
+        use(rank, rows)
+
+
+def _run_ops(
+    view: RunView,
+    name: str,
+    names: dict[str, Codes],
+    members: dict[int, tuple[int, ...]],
+    cols: dict[str, list[np.ndarray]],
+) -> RunOps:
+    """The :class:`RunOps` of ``view`` of the ranks' arrays ``cols`` (emptied)."""
     steps = view.step_table()
     facts = (view.world_size, list(view.missing_ranks), list(view.problems))
     manifest, warnings = view.manifest, list(view.warnings)
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
-    ev = {c: _joined(v, c) for c, v in cols.items()}
+    ev = {c: _joined(cols.get(c, []), c) for c in ("rank", *OP_COLUMNS)}
     groups = names["pg_name"].values
     return RunOps(
         name=name,
@@ -232,4 +267,59 @@ def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
         warnings=warnings,
         missing_ranks=facts[1],
         problems=facts[2],
+    )
+
+
+SPILLED = np.dtype(
+    [("rank", "i4"), ("op", "i4"), ("group", "i4"), ("peer", "i4"), ("t_issue", "i8"),
+     ("t_end", "i8")]
+)  # fmt: skip
+"""A spilled op (:func:`spill_ops`): what matching and the clock check read of it."""
+
+
+def run_size(view: RunView) -> tuple[int, int]:
+    """(events, steps) of ``view``'s run, from its files' metadata and step windows."""
+    events = 0
+    for src in view.sources.values():
+        events += pq.ParquetFile(src).metadata.num_rows if isinstance(src, Path) else src.num_rows
+    steps = np.unique(view.step_table().column("step").to_numpy()).size
+    return events, int(steps)
+
+
+def spill_ops(view: RunView, folder: Path, width: int) -> tuple[RunOps, Index]:
+    """Every rank's ops of ``view`` (:data:`MATCH_COLUMNS`) written to ``folder`` by chunk
+    of ``width`` steps (:mod:`commlens.analysis.spill`): (the run's ops without events:
+    its names, groups and facts; where each rank's ops of each chunk are)."""
+    names = {c: Codes() for c in STRINGS}
+    members: dict[int, tuple[int, ...]] = {}
+    spill = Spill(folder, "ops", SPILLED)
+
+    def write(rank: int, rows: dict[str, np.ndarray]) -> None:
+        rec = np.empty(rows["rank"].size, SPILLED)
+        rec["rank"], rec["op"], rec["group"] = rows["rank"], rows["op"], rows["pg_name"]
+        rec["peer"], rec["t_issue"], rec["t_end"] = (
+            rows["peer"],
+            rows["t_issue_ns"],
+            rows["t_end_ns"],
+        )
+        spill.add(rank, chunk_of(rows["step"], width), rec)
+
+    try:
+        _each_rank(view, (*MATCH_COLUMNS, "step"), names, members, write, check=False)
+    finally:
+        spill.close()
+    return _run_ops(view, view.name, names, members, {}), spill.index
+
+
+def spilled_ops(template: RunOps, index: Index, chunk: int) -> RunOps:
+    """The ops of ``chunk`` of every rank (:func:`spill_ops`), in a copy of ``template``."""
+    rec = read_chunk(index, chunk, SPILLED)
+    return replace(
+        template,
+        rank=rec["rank"],
+        op=rec["op"],
+        group=rec["group"],
+        peer=rec["peer"],
+        t_issue=rec["t_issue"],
+        t_end=rec["t_end"],
     )

@@ -14,11 +14,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commlens.analysis.matched.clocks import causal_shifts, shift_clocks
+from commlens.analysis.matched.clocks import (
+    MAX_WORLD,
+    NONE,
+    causal_shifts,
+    lower_bounds,
+    shift_clocks,
+    shifts_of,
+)
 from commlens.analysis.matched.match import match_collectives, match_p2p
-from commlens.analysis.matched.ops import MATCH_COLUMNS, RunOps, read_ops
+from commlens.analysis.matched.ops import (
+    MATCH_COLUMNS,
+    RunOps,
+    read_ops,
+    run_size,
+    spill_ops,
+    spilled_ops,
+)
+from commlens.analysis.spill import Index, chunk_width, chunks
 from commlens.errors import RunFormatError
 from commlens.optable import RECVS, SENDS
+from commlens.tempdirs import temp_dir
 from commlens.trace.reader import RunView, open_run
 
 
@@ -57,6 +73,16 @@ class Matching:
 def match_run(ops: RunOps) -> Matching:
     """Match ``ops`` and put them on a causal clock (``ops``' times are moved where a
     rank's clock breaks causality; :attr:`Matching.clock_shifts` says by how much)."""
+    matching = _matching(ops)
+    shifts = causal_shifts(ops, matching.inst, matching.members, matching.send_of, matching.recv_of)
+    if shifts.any():
+        shift_clocks(ops, shifts)
+    matching.clock_shifts = shifts
+    return matching
+
+
+def _matching(ops: RunOps) -> Matching:
+    """:func:`match_run` without the clock check (its ``clock_shifts`` empty)."""
     names = np.array(ops.op_names, dtype=object)
     is_send = np.isin(names, SENDS)[ops.op]
     is_recv = np.isin(names, RECVS)[ops.op]
@@ -78,12 +104,7 @@ def match_run(ops: RunOps) -> Matching:
         recv_of = np.r_[recv_of, np.zeros(p_first.size, dtype=np.int32)]
         send_of[s_inst + n_coll], recv_of[r_inst + n_coll] = sends, recvs
     members = np.argsort(inst, kind="stable").astype(np.int32)
-    matching = Matching(inst, members, first, opens, send_of, recv_of, chan, np.zeros(0, np.int64))
-    shifts = causal_shifts(ops, inst, members, send_of, recv_of)
-    if shifts.any():
-        shift_clocks(ops, shifts)
-    matching.clock_shifts = shifts
-    return matching
+    return Matching(inst, members, first, opens, send_of, recv_of, chan, np.zeros(0, np.int64))
 
 
 def check_clocks(view: RunView) -> dict[int, int]:
@@ -113,8 +134,54 @@ def _shifts(view: RunView) -> np.ndarray:
     """The causal shifts of ``view``'s whole run (none where it cannot be matched)."""
     try:
         if view.steps is None:
-            return match_run(read_ops(view, MATCH_COLUMNS)).clock_shifts
+            return _run_shifts(view)
         with open_run(view.path) as whole:
-            return match_run(read_ops(whole, MATCH_COLUMNS)).clock_shifts
+            return _run_shifts(whole)
     except RunFormatError:
         return np.zeros(0, np.int64)
+
+
+def _run_shifts(view: RunView) -> np.ndarray:
+    """The causal shifts of the run of ``view`` (all its steps): matched a chunk of steps
+    at a time when it is larger than a chunk (:mod:`commlens.analysis.spill`), whole
+    where its ops do not keep to their steps."""
+    width = chunk_width(*run_size(view))
+    if width is not None:
+        with temp_dir("spill") as folder:
+            template, index = spill_ops(view, folder, width)
+            shifts = chunked_shifts(template, index)
+        if shifts is not None:
+            return shifts
+    return match_run(read_ops(view, MATCH_COLUMNS)).clock_shifts
+
+
+def chunked_shifts(template: RunOps, index: Index) -> np.ndarray | None:
+    """:func:`match_run`'s clock shifts of the spilled run ``index`` (:func:`spill_ops`),
+    its chunks matched one at a time and their bounds joined
+    (:func:`~commlens.analysis.matched.clocks.lower_bounds`); None where a chunk cannot be
+    matched alone (an instance or a message across chunks, or a run that cannot be
+    matched at all: the whole run's matching decides)."""
+    w = template.world_size
+    if w < 2 or w > MAX_WORLD:
+        return np.zeros(w, np.int64)
+    bound = np.full((w, w), NONE, dtype=np.int64)
+    skipped = []
+    try:
+        for chunk in chunks(index):
+            if not _chunk_bounds(template, index, chunk, bound, pairs=False):
+                skipped.append(chunk)
+        if (bound < 0).any():  # the collectives' pairs matter: those left out too
+            for chunk in skipped:
+                _chunk_bounds(template, index, chunk, bound, pairs=True)
+    except RunFormatError:
+        return None
+    return shifts_of(bound)
+
+
+def _chunk_bounds(
+    template: RunOps, index: Index, chunk: int, bound: np.ndarray, *, pairs: bool
+) -> bool:
+    """Lower ``bound`` by ``chunk``'s matched ops (:func:`lower_bounds`)."""
+    ops = spilled_ops(template, index, chunk)
+    m = _matching(ops)
+    return lower_bounds(ops, m.inst, m.members, m.send_of, m.recv_of, bound, pairs=pairs)

@@ -1,0 +1,104 @@
+"""Per-rank records kept on disk by chunk of steps: the cross-rank work in bounded memory.
+
+The ops of one step are matched with the ops of the same step on the other
+ranks: a collective instance or a message never spans steps in a commlens
+run (every rank issues a step's ops between the same two step marks). A
+run of more than :data:`CHUNK_EVENTS` events is therefore matched a chunk
+of steps at a time: each rank's records are written, as the rank is read,
+to one file per chunk (:class:`Spill`; set-up ops, step -1, in a chunk of
+their own), and read back a chunk of every rank (:func:`read_chunk`) or a
+rank of every chunk (:func:`read_rank`) at a time. Memory then holds one
+rank's or one chunk's records, not the run's. A run whose ops do not keep
+to the rule (an instance found in two chunks) is matched whole by the
+caller, so that the answer never depends on the chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+CHUNK_EVENTS = 1_000_000
+"""About this many events of the run a chunk (a run of no more: matched whole)."""
+SETUP = -1
+"""The chunk of the ops outside every step."""
+
+
+def chunk_width(events: int, steps: int) -> int | None:
+    """Steps a chunk for a run of ``events`` events over ``steps`` steps; None when the
+    run fits in one chunk (it is matched whole, in memory)."""
+    if events <= CHUNK_EVENTS:
+        return None
+    return max(1, CHUNK_EVENTS * max(steps, 1) // events)
+
+
+def chunk_of(step: np.ndarray, width: int) -> np.ndarray:
+    """The chunk of each event of ``step`` (:data:`SETUP` for an event of no step)."""
+    step = step.astype(np.int64, copy=False)
+    return np.where(step < 0, SETUP, step // width)
+
+
+Where = tuple[str, int, int]
+"""A rank's records in one chunk: (file, first record, records)."""
+Index = dict[int, dict[int, Where]]
+"""rank -> chunk -> where its records are (the ranks of several spills: their union)."""
+
+
+@dataclass
+class Spill:
+    """Records of one dtype, written rank by rank (ranks in order) into one file per
+    chunk under ``folder``, their files named ``{prefix}-{chunk}.bin``."""
+
+    folder: Path
+    prefix: str
+    dtype: np.dtype
+    index: Index = field(default_factory=dict)
+    _files: dict[int, BinaryIO] = field(default_factory=dict)
+    _rows: dict[int, int] = field(default_factory=dict)
+
+    def add(self, rank: int, chunk: np.ndarray, records: np.ndarray) -> None:
+        """``rank``'s ``records`` (in its order), each into the file of its ``chunk``."""
+        if not records.size:
+            return
+        order = np.argsort(chunk, kind="stable")
+        by_chunk, starts = np.unique(chunk[order], return_index=True)
+        ends = np.r_[starts[1:], order.size]
+        for c, lo, hi in zip(by_chunk.tolist(), starts.tolist(), ends.tolist(), strict=True):
+            f = self._files.get(c)
+            if f is None:
+                f = self._files[c] = (self.folder / f"{self.prefix}-{c}.bin").open("wb")
+                self._rows[c] = 0
+            np.ascontiguousarray(records[order[lo:hi]]).tofile(f)
+            self.index.setdefault(rank, {})[c] = (str(f.name), self._rows[c], hi - lo)
+            self._rows[c] += hi - lo
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def chunks(index: Index) -> list[int]:
+    """The chunks that hold records, in order (set-up first)."""
+    return sorted({c for by_chunk in index.values() for c in by_chunk})
+
+
+def read_chunk(index: Index, chunk: int, dtype: np.dtype) -> np.ndarray:
+    """Every rank's records of ``chunk``, ranks in order."""
+    parts = [_read(index[r][chunk], dtype) for r in sorted(index) if chunk in index[r]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def read_rank(index: Index, rank: int, dtype: np.dtype) -> np.ndarray:
+    """``rank``'s records of every chunk, chunks in order."""
+    by_chunk = index.get(rank, {})
+    parts = [_read(by_chunk[c], dtype) for c in sorted(by_chunk)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _read(where: Where, dtype: np.dtype) -> np.ndarray:
+    path, first, count = where
+    return np.fromfile(path, dtype=dtype, count=count, offset=first * dtype.itemsize)

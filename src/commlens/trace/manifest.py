@@ -294,6 +294,10 @@ def _steps(value: Any) -> tuple[StepWindow, ...]:
         raise _Bad(f"steps is {_show(value)}, not a list")
     out = []
     for i, item in enumerate(value):
+        window = _good_window(item)
+        if window is not None:
+            out.append(window)
+            continue
         step = _dict(item, f"steps[{i}]")
         out.append(
             StepWindow(
@@ -304,6 +308,21 @@ def _steps(value: Any) -> tuple[StepWindow, ...]:
             )
         )
     return tuple(out)
+
+
+def _good_window(item: Any) -> StepWindow | None:
+    """``item`` as a step window when every field is good, else None (then
+    :func:`_steps` checks it field by field, for the message): a run's metadata holds
+    one per step per rank, so a clean one costs no message text."""
+    if type(item) is not dict:
+        return None
+    step, start, end = item.get("step"), item.get("t_start_ns"), item.get("t_end_ns")
+    if type(step) is not int or type(start) is not int or type(end) is not int:
+        return None  # a bool is no integer here
+    if not (-1 <= step <= MAX_STEP and 0 <= start <= MAX_TIME_NS and 0 <= end <= MAX_TIME_NS):
+        return None
+    segment = item.get("segment")
+    return StepWindow(step, start, end, segment if isinstance(segment, str) else "")
 
 
 # Optional fields of a rank's metadata: how each is checked. A null is absent.

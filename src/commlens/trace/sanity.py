@@ -83,8 +83,10 @@ def event_problems(
             f"rank {rank}, step {int(step[backwards].min())}: {int(backwards.sum())} event(s) "
             "end before they are issued"
         )
-    if span is not None:
+    if span is not None and t_issue.size:
         lo, hi = span
+        if t_issue.min() >= lo and (hi is None or t_end.max() <= hi):
+            return lines  # every event inside: no per-event distances to find
         far = np.maximum(lo - t_issue, 0)
         if hi is not None:
             far = np.maximum(far, t_end - hi)

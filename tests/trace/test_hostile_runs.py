@@ -154,6 +154,7 @@ RANK_META_DAMAGE: dict[str, Damage] = {
     "events_string": _set("rank-00001.json", "events", "12"),
     "steps_string": _set("rank-00001.json", "steps", "all"),
     "step_not_int": _set("rank-00001.json", "steps", [{"step": "a"}]),
+    "step_bool": _set("rank-00001.json", "steps", [{"step": True, "t_start_ns": 0, "t_end_ns": 1}]),
     "step_time_int64_max": _set(
         "rank-00001.json", "steps", [{"step": 0, "t_start_ns": 0, "t_end_ns": INT64_MAX}]
     ),

@@ -67,12 +67,14 @@ class Program:
     """A run ready for replay (see the module docstring)."""
 
     trace: Trace
-    mark_types: list[array[int]]
-    """Per rank, the :class:`Mark` of each mark (``array('b')``)."""
-    args: list[array[int]]
-    """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (``array('i')``)."""
-    gaps: list[memoryview]
-    """Per rank, seconds of compute before each mark (float64 items)."""
+    mark_types: list[np.ndarray]
+    """Per rank, the :class:`Mark` of each mark (int8). Here and in :attr:`args` and
+    :attr:`gaps` each rank's is a view of one array of every rank's, laid end to end
+    (the replay reads them whole)."""
+    args: list[np.ndarray]
+    """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (int32)."""
+    gaps: list[np.ndarray]
+    """Per rank, seconds of compute before each mark (float64)."""
     as_lists: dict[str, array[int]]
     """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and ``recv_of``
     as flat arrays (quick to index from Python; 4 bytes an entry, 1 for the flags), made
@@ -347,14 +349,23 @@ def build_program(tr: Trace) -> Program:
     )
 
 
-def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryview], int]:
-    """Per rank: mark types, arguments and compute gaps (s), and the capture time of 0."""
+def _marks(tr: Trace) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], int]:
+    """Per rank: mark types, arguments and compute gaps (s), each a view of one array of
+    every rank's (:attr:`Program.mark_types`), and the capture time of 0."""
     ranks = range(tr.world_size)
     ev_bounds = np.searchsorted(tr.rank, np.arange(tr.world_size + 1))
     st_bounds = np.searchsorted(tr.step_rank, np.arange(tr.world_size + 1))
     firsts = [tr.t_issue[ev_bounds[:-1][ev_bounds[:-1] < ev_bounds[1:]]], tr.step_start]
     t0 = int(min(int(a.min()) for a in firsts if a.size))
-    types, args, gaps = [], [], []
+    counts = [  # a mark per event, per async event's wait, per step's start and end
+        int(ev_bounds[r + 1] - ev_bounds[r])
+        + np.count_nonzero(tr.is_async[ev_bounds[r] : ev_bounds[r + 1]])
+        + 2 * int(st_bounds[r + 1] - st_bounds[r])
+        for r in ranks
+    ]
+    at = np.r_[0, np.cumsum(counts, dtype=np.int64)]
+    flat = np.empty(at[-1], np.int8), np.empty(at[-1], np.int32), np.empty(at[-1])
+    types, args, gaps = ([a[at[r] : at[r + 1]] for r in ranks] for a in flat)
     for r in ranks:
         lo, hi = int(ev_bounds[r]), int(ev_bounds[r + 1])
         s_lo, s_hi = int(st_bounds[r]), int(st_bounds[r + 1])
@@ -380,7 +391,7 @@ def _marks(tr: Trace) -> tuple[list[array[int]], list[array[int]], list[memoryvi
         order = np.lexsort((tie, prio, time))
         time, free = time[order], np.maximum.accumulate(free[order])
         before = np.r_[t0, free[:-1]]
-        types.append(array("b", mark[order].astype(np.int8).tobytes()))
-        args.append(array("i", arg[order].astype(np.int32).tobytes()))
-        gaps.append(seconds(np.maximum(time - before, 0) / 1e9))
+        types[r][:] = mark[order]
+        args[r][:] = arg[order]
+        gaps[r][:] = np.maximum(time - before, 0) / 1e9
     return types, args, gaps, t0

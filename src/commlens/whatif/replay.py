@@ -114,6 +114,22 @@ def _f64(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float64)
 
 
+def _whole(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The ranks' ``parts`` laid end to end: the array they are views of (the program's,
+    :attr:`~commlens.whatif.model.Program.mark_types`), else a copy."""
+    base = parts[0].base if parts else None
+    if isinstance(base, np.ndarray) and base.dtype == dtype and base.ndim == 1:
+        start = at = base.__array_interface__["data"][0]
+        for part in parts:
+            if part.base is not base or part.__array_interface__["data"][0] != at:
+                break
+            at += part.nbytes
+        else:
+            if at == start + base.nbytes:
+                return base
+    return np.concatenate([np.asarray(p, dtype=dtype) for p in parts] or [np.zeros(0, dtype)])
+
+
 def _ops(prog: Program, times: OpTimes) -> Ops:
     """The program and ``times`` as the kernel reads them."""
     use = times.use
@@ -139,14 +155,9 @@ def _ops(prog: Program, times: OpTimes) -> Ops:
         node_lo = np.r_[0, np.cumsum([len(g) for g in bucket.nodes])].astype(np.int64)
         nodes = np.array([n for g in bucket.nodes for n in g], dtype=np.int64)
     kinds, args, gaps = (
-        np.concatenate([np.frombuffer(m, dtype=dtype) for m in marks])
-        if marks
-        else np.zeros(0, dtype=dtype)
-        for marks, dtype in (
-            (prog.mark_types, np.int8),
-            (prog.args, np.int32),
-            (prog.gaps, np.float64),
-        )
+        _whole(prog.mark_types, np.int8),
+        _whole(prog.args, np.int32),
+        _whole(prog.gaps, np.float64),
     )
     return Ops(
         kinds=kinds,
@@ -169,8 +180,10 @@ def _ops(prog: Program, times: OpTimes) -> Ops:
         drained=drained,
         free_after=free_after,
         free_drained=free_drained,
-        link=np.full(n_inst, -1, dtype=np.int32) if links is None else links.astype(np.int32),
-        group=prog.inst_group.astype(np.int32),
+        link=np.full(n_inst, -1, dtype=np.int32)
+        if links is None
+        else links.astype(np.int32, copy=False),
+        group=prog.inst_group.astype(np.int32, copy=False),
         wire=_f64(wire),
         queued_wire=_f64(wire if queued is None else queued),
         link_wire=none if link_wire is None else _f64(link_wire),
@@ -274,7 +287,7 @@ def _state(prog: Program, ops: Ops, links: Links) -> State:
         by=np.full(n_inst, NO_EVENT, dtype=np.int32),
         arrives=np.full(n_inst, NOT_YET),
         arrival=np.zeros(n_inst, dtype=np.int8),
-        missing=np.diff(prog.offsets).astype(np.int32),
+        missing=np.diff(prog.offsets).astype(np.int32, copy=False),
         steps=np.full(2 * prog.trace.step_rank.size, NOT_YET),
         latest=np.zeros(pool),
         second=np.zeros(pool),

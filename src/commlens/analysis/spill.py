@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-CHUNK_EVENTS = 1_000_000
+CHUNK_EVENTS = 250_000
 """About this many events of the run a chunk (a run of no more: matched whole)."""
 SETUP = -1
 """The chunk of the ops outside every step."""
@@ -97,6 +97,12 @@ def read_rank(index: Index, rank: int, dtype: np.dtype) -> np.ndarray:
     by_chunk = index.get(rank, {})
     parts = [_read(by_chunk[c], dtype) for c in sorted(by_chunk)]
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def read_one(index: Index, rank: int, chunk: int, dtype: np.dtype) -> np.ndarray | None:
+    """``rank``'s records of ``chunk`` (None: it has none there)."""
+    where = index.get(rank, {}).get(chunk)
+    return None if where is None else _read(where, dtype)
 
 
 def _read(where: Where, dtype: np.dtype) -> np.ndarray:

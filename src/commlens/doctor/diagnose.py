@@ -168,8 +168,9 @@ def _step_shift(ev: Evidence, root: int, waiter: int, group: str) -> str:
     mine, theirs = ev.coll_steps.get((root, group)), ev.coll_steps.get((waiter, group))
     if mine is None or theirs is None:
         return ""
-    n = min(len(mine), len(theirs))
-    a, b = np.asarray(mine[:n]), np.asarray(theirs[:n])
+    a, b = mine.steps(), theirs.steps()
+    n = min(a.size, b.size)
+    a, b = a[:n], b[:n]
     differ = np.flatnonzero((a != b) & (a >= 0) & (b >= 0))
     if not differ.size:
         return ""

@@ -27,10 +27,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commlens.doctor.model import Evidence, Group, Op, RankFacts
+from commlens.analysis.spill import Spill
+from commlens.doctor.model import Evidence, Group, Op, RankFacts, StepRuns
+from commlens.doctor.straggle import LATE
 from commlens.errors import RunFormatError
 from commlens.optable import EQUAL_SIZES, P2P_OPS, ROOTED
 from commlens.safefile import read_bytes
+from commlens.tempdirs import temp_dir
 from commlens.trace.callsites import CallSites, read_callsites
 from commlens.trace.inflight import MAX_SIDE_FILE, read_inflight
 from commlens.trace.layout import stacks_path
@@ -280,8 +283,11 @@ class _Read:
     ids: dict[str, int] = field(default_factory=dict)
     """signature codes of ops and dtypes (:func:`_signature`)"""
     kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    coll_steps: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
-    arrivals: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    coll_steps: dict[tuple[int, str], StepRuns] = field(default_factory=dict)
+    arrivals: Spill | None = None
+    """each rank's collectives' steps and arrivals, written to disk by group (chunk
+    ``codes[group]``: :func:`commlens.doctor.straggle.lateness_by_step` reads them)"""
+    codes: dict[str, int] = field(default_factory=dict)
     largest: tuple[float, str] | None = None
 
     def rank(self, view: Any, rank: int, run_dir: Path) -> None:
@@ -299,11 +305,14 @@ class _Read:
             kind="stable",
         )  # the order of _rank_cols
         arrive = arrive[order]
+        late: list[tuple[int, np.ndarray]] = []
         for code, name in enumerate(c.group):
             sel = (c.g == code) & ~c.p2p
             if sel.any():
-                self.coll_steps[(rank, name)] = c.step[sel]
-                self.arrivals[(rank, name)] = arrive[sel]
+                self.coll_steps[(rank, name)] = StepRuns.of(c.step[sel])
+                rec = np.empty(np.count_nonzero(sel), LATE)
+                rec["step"], rec["arrive"] = c.step[sel], arrive[sel]
+                late.append((self.codes.setdefault(name, len(self.codes)), rec))
                 sig = _signature(c, np.flatnonzero(sel), self.ids)
                 agreement = self.agreement.get(name)
                 if agreement is None:
@@ -311,6 +320,9 @@ class _Read:
                                                       sig.shape[1], [rank])  # fmt: skip
                 else:
                     agreement.add(rank, sig)
+        if late and self.arrivals is not None:
+            chunk = np.concatenate([np.full(rec.size, g) for g, rec in late])
+            self.arrivals.add(rank, chunk, np.concatenate([rec for _, rec in late]))
 
     def _learn_groups(self, table: pa.Table) -> None:
         """Each group's role and ranks as its first op in the rank's file gives them."""
@@ -349,14 +361,31 @@ class _Read:
 def evidence_from_run(run_dir: Path) -> Evidence:
     """The evidence of the run in ``run_dir``: per rank, the last op completed on each
     group, the ops in flight and, where a group's members disagree, their ops at the first
-    such collective; the rest of the events is read as arrays, not kept."""
-    from commlens.trace.reader import open_run
-
+    such collective; the rest of the events is read as arrays, not kept (the collectives'
+    arrivals written to disk, read back a group at a time)."""
     manifest = read_manifest(run_dir)
     if not manifest.ranks:
         raise RunFormatError(f"{run_dir}: no rank recorded anything")
     world = manifest.world_size or (max(manifest.ranks) + 1)
-    read = _Read()
+    with temp_dir("spill") as folder:
+        late = Spill(folder, "late", LATE)
+        read = _Read(arrivals=late)
+        try:
+            ev = _evidence(run_dir, manifest, world, read)
+        finally:
+            late.close()
+        if not any(not op.done for r in ev.ops.values() for op in r):
+            from commlens.doctor.straggle import lateness_by_step, straggle_rows
+
+            ev.straggle = straggle_rows(run_dir, ev.steps)
+            ev.lateness = lateness_by_step(ev.groups, late.index, read.codes)
+    return ev
+
+
+def _evidence(run_dir: Path, manifest: Any, world: int, read: _Read) -> Evidence:
+    """The evidence of the run in ``run_dir`` but its stragglers (one read of its ranks)."""
+    from commlens.trace.reader import open_run
+
     steps: dict[int, list[tuple[int, int, int]]] = {}
     with open_run(run_dir) as view:
         for rank in sorted(view.ranks):
@@ -368,7 +397,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     groups, kept = read.groups, read.kept
     ops = {rank: _ops(rank, rows) for rank, rows in kept.items()}
     _mark_missing(ops, groups)
-    ev = Evidence(
+    return Evidence(
         source="commlens run",
         path=str(run_dir),
         world_size=world,
@@ -381,12 +410,6 @@ def evidence_from_run(run_dir: Path) -> Evidence:
         coll_steps=read.coll_steps,
         warnings=list(manifest.warnings),
     )
-    if not any(not op.done for r in ops.values() for op in r):
-        from commlens.doctor.straggle import lateness_by_step, straggle_rows
-
-        ev.straggle = straggle_rows(run_dir, steps)
-        ev.lateness = lateness_by_step(groups, read.coll_steps, read.arrivals)
-    return ev
 
 
 def _ops(rank: int, rows: list[dict[str, Any]]) -> list[Op]:

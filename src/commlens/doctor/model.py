@@ -74,6 +74,32 @@ class RankFacts:
         return bool(self.signal) or (self.exit_code is not None and self.exit_code != 0)
 
 
+@dataclass(frozen=True)
+class StepRuns:
+    """The steps of a rank's collectives on a group, in order, as runs of one step (a
+    number or two a step, where the steps themselves are one a collective)."""
+
+    values: tuple[int, ...]
+    lengths: tuple[int, ...]
+
+    @staticmethod
+    def of(steps: Any) -> StepRuns:
+        import numpy as np
+
+        steps = np.asarray(steps, np.int64)
+        if not steps.size:
+            return StepRuns((), ())
+        starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+        lengths = np.diff(np.r_[starts, steps.size])
+        return StepRuns(tuple(steps[starts].tolist()), tuple(lengths.tolist()))
+
+    def steps(self) -> Any:
+        """The steps, one a collective (a numpy array)."""
+        import numpy as np
+
+        return np.repeat(np.array(self.values, np.int64), np.array(self.lengths, np.int64))
+
+
 @dataclass
 class Evidence:
     """Every rank's ops and facts, from one source."""
@@ -92,9 +118,9 @@ class Evidence:
     """per rank, (step, t_start_ns, t_end_ns) windows, where the source has steps"""
     straggle: list[dict[str, float]] = field(default_factory=list)
     """per rank (a run only): arrival statistics of its matched collectives"""
-    coll_steps: dict[tuple[int, str], Any] = field(default_factory=dict)
-    """(rank, group) -> the step of each of the rank's collectives there, by seq (an
-    array), where the source has steps and keeps fewer ops than it read"""
+    coll_steps: dict[tuple[int, str], StepRuns] = field(default_factory=dict)
+    """(rank, group) -> the step of each of the rank's collectives there, by seq, where
+    the source has steps and keeps fewer ops than it read"""
     completed_upto: dict[tuple[int, str], int] = field(default_factory=dict)
     """(rank, group) -> the last collective seq the rank completed there, where the source
     says so beyond its ops (a dump's ``pg_status``)"""

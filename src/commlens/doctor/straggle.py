@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from commlens.analysis.spill import Index
 
 
 def straggle_rows(
@@ -44,35 +47,62 @@ def straggle_rows(
     return rows
 
 
+LATE = np.dtype([("step", "i8"), ("arrive", "i8")])
+"""A collective's step and arrival (on rank 0's clock), as :func:`lateness_by_step` reads
+them from the spill the evidence wrote."""
+
+
 def lateness_by_step(
-    groups: dict[str, Any],
-    steps: dict[tuple[int, str], np.ndarray],
-    arrivals: dict[tuple[int, str], np.ndarray],
+    groups: dict[str, Any], index: Index, codes: dict[str, int]
 ) -> dict[int, list[tuple[int, float]]]:
     """Per rank, per step: the mean of its lateness (own arrival - the first member's, on
-    rank 0's clock) over the step's collectives that every member of their group issued."""
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    rank 0's clock) over the step's collectives that every member of their group issued.
+    ``index``: each rank's collectives (:data:`LATE`) spilled by group, the group ``name``
+    in chunk ``codes[name]`` (:mod:`commlens.analysis.spill`): read a group at a time."""
+    from commlens.analysis.spill import read_one
+
+    total: dict[int, np.ndarray] = {}
+    count: dict[int, np.ndarray] = {}
     for name, group in groups.items():
-        members = [r for r in group.ranks if (r, name) in arrivals]
+        code = codes.get(name)
+        if code is None:
+            continue
+        found = {r: read_one(index, r, code, LATE) for r in group.ranks}
+        calls = {r: rec for r, rec in found.items() if rec is not None}
+        members = [r for r in group.ranks if r in calls]
         if len(members) < 2 or len(members) < len(group.ranks):
             continue
-        n = min(arrivals[(r, name)].size for r in members)
-        at = np.stack([arrivals[(r, name)][:n] for r in members])
+        n = min(calls[r].size for r in members)
+        at = np.stack([calls[r]["arrive"][:n] for r in members])
         late = at - at.min(axis=0)
         for i, r in enumerate(members):
-            step = steps[(r, name)][:n]
+            step = calls[r]["step"][:n]
             kept = step >= 0
-            parts.setdefault(r, []).append((step[kept], late[i][kept] / 1e9))
+            _add(total, count, r, step[kept], late[i][kept] / 1e9)
     out: dict[int, list[tuple[int, float]]] = {}
-    for rank in sorted(parts):
-        step = np.concatenate([s for s, _ in parts[rank]]).astype(np.int64)
-        if not step.size:
+    for rank in sorted(total):
+        if not count[rank].any():
             continue
         # summed in the order of the groups and their collectives, as one would by hand
-        total = np.bincount(step, weights=np.concatenate([v for _, v in parts[rank]]))
-        count = np.bincount(step).astype(np.float64)
-        out[rank] = [(int(s), float(total[s] / count[s])) for s in np.flatnonzero(count)]
+        out[rank] = [
+            (int(s), float(total[rank][s] / count[rank][s])) for s in np.flatnonzero(count[rank])
+        ]
     return out
+
+
+def _add(
+    total: dict[int, np.ndarray], count: dict[int, np.ndarray], rank: int, step: np.ndarray,
+    late: np.ndarray,
+) -> None:  # fmt: skip
+    """Add ``rank``'s lateness ``late`` at ``step`` to its sums (in order, one by one)."""
+    size = int(step.max()) + 1 if step.size else 0
+    have = total.setdefault(rank, np.zeros(0))
+    if size > have.size:
+        total[rank] = np.r_[have, np.zeros(size - have.size)]
+        count[rank] = np.r_[count.get(rank, np.zeros(0)), np.zeros(size - have.size)]
+    count.setdefault(rank, np.zeros(0))
+    np.add.at(total[rank], step, late)
+    np.add.at(count[rank], step, 1.0)
 
 
 def trend(series: list[tuple[int, float]]) -> str:

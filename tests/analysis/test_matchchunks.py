@@ -1,5 +1,7 @@
 """Matching a chunk of steps at a time gives the whole run's answer, to the last bit.
 
+The latency percentiles too, their values written to disk a key at a time.
+
 A generated run with a straggler and a slow node planted and one rank's clock
 set 2 ms wrong, read by the rank pass and the clock check once whole (one
 chunk) and once in chunks of one step (``CHUNK_EVENTS`` lowered); as generated,
@@ -77,10 +79,11 @@ def _moved(step: np.ndarray, op: np.ndarray) -> np.ndarray:
 
 def _answers(run: Path) -> dict[str, Any]:
     with open_run(run) as view:
-        rp = rank_pass(view, match=True, headline=(1, None))
+        rp = rank_pass(view, match=True, quantiles=True, headline=(1, None))
         shifts = dict(view.shifts or {})
-    assert rp.head is not None
+    assert rp.head is not None and rp.quantiles is not None
     return {
+        "latency percentiles": rp.quantiles.to_pylist(),
         "shifts": shifts,
         "skew": skew_table(rp).to_pylist(),
         "stragglers": straggler_table(rp).to_pylist(),

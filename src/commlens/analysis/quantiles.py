@@ -21,19 +21,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from commlens.analysis.codes import Codes, dense_codes, first_index
+from commlens.analysis.spill import Index, Spill, read_chunk
 
 QUANTILES = (0.5, 0.99)
 """The percentiles of the report's size table: p50 and p99."""
 
+VALUE = np.dtype(np.float64)
+"""A spilled latency."""
 Key = tuple[str, str, str, int]
 """(op, group, role, size bucket in bytes)."""
 
 
 class LatencyQuantiles:
-    """The latencies of every rank added so far, filed by key (:meth:`add`)."""
+    """The latencies of every rank added so far, filed by key (:meth:`add`): in memory,
+    or with ``spill`` written to disk (one chunk a key, :mod:`commlens.analysis.spill`)
+    and read back a key at a time when the percentiles are taken."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill: Spill | None = None) -> None:
         self.values: dict[Key, list[np.ndarray]] = {}
+        self.spill = spill
+        self.codes: dict[Key, int] = {}
+        """Each key's chunk in ``spill``."""
+        self.spilled: dict[Key, list[tuple[Index, int]]] = {}
+        """Where each key's latencies are on disk: (the spill's index, its chunk there)."""
 
     def add(
         self,
@@ -43,6 +53,7 @@ class LatencyQuantiles:
         role: np.ndarray,
         bucket: np.ndarray,
         duration: pa.ChunkedArray | pa.Array,
+        rank: int = 0,
     ) -> None:
         """One rank's events: codes of op, group and role (into ``names``), size bucket
         (bytes) and the raw ``duration_s`` column (nulls left out)."""
@@ -62,26 +73,34 @@ class LatencyQuantiles:
         bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n))]
         ordered = values[order]
         words = [names[k].values for k in ("op", "pg_name", "role")]
-        for i, row in enumerate(first.tolist()):
-            k = (
-                words[0][op[row]],
-                words[1][pg[row]],
-                words[2][role[row]],
-                int(bucket[row]),
-            )
+        keys = [
+            (words[0][op[row]], words[1][pg[row]], words[2][role[row]], int(bucket[row]))
+            for row in first.tolist()
+        ]
+        if self.spill is not None:
+            chunk = np.array([self.codes.setdefault(k, len(self.codes)) for k in keys])
+            self.spill.add(rank, np.repeat(chunk, np.diff(bounds)), ordered)
+            return
+        for i, k in enumerate(keys):
             self.values.setdefault(k, []).append(ordered[bounds[i] : bounds[i + 1]].copy())
 
     def merge(self, other: LatencyQuantiles) -> None:
         """Add the latencies filed in ``other``."""
         for k, parts in other.values.items():
             self.values.setdefault(k, []).extend(parts)
+        for k, where in other.spilled.items():
+            self.spilled.setdefault(k, []).extend(where)
+        if other.spill is not None:
+            for k, code in other.codes.items():
+                self.spilled.setdefault(k, []).append((other.spill.index, code))
 
     def table(self) -> pa.Table:
         """``op, pg_name, role, size_bucket_bytes, q`` (p50 and p99), one row per key."""
-        keys = sorted(self.values)
+        keys = sorted(set(self.values) | set(self.spilled))
         q: list[list[float]] = []
         for k in keys:
-            values = np.concatenate(self.values[k])
+            read = [read_chunk(index, code, VALUE) for index, code in self.spilled.get(k, [])]
+            values = np.concatenate([*self.values.get(k, []), *read])
             q.append(quantile_cont(values, QUANTILES))
         return pa.table(
             {

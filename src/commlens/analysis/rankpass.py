@@ -54,7 +54,7 @@ from commlens.analysis.matched.queues import queue_service
 from commlens.analysis.matched.run import check_clocks
 from commlens.analysis.matching import Matched, MatchPart, Triple, compact, match_calls
 from commlens.analysis.parallel import detach, in_worker, map_chunks
-from commlens.analysis.quantiles import LatencyQuantiles
+from commlens.analysis.quantiles import VALUE, LatencyQuantiles
 from commlens.analysis.rankagg import (
     RunGroups,
     learn_groups,
@@ -62,7 +62,7 @@ from commlens.analysis.rankagg import (
     size_bucket,
     split_aggregate,
 )
-from commlens.analysis.spill import chunk_width
+from commlens.analysis.spill import Spill, chunk_width
 from commlens.analysis.timeline import spread, step_rows
 from commlens.optable import P2P_OPS, backend
 from commlens.tempdirs import temp_dir
@@ -281,7 +281,7 @@ def _run_pass(
         by_rank=windows_by_rank(windows),
     )
     with ExitStack() as stack:
-        width = chunk_width(*run_size(run)) if match else None
+        width = chunk_width(*run_size(run)) if match or quantiles else None
         if width is not None:
             setup = replace(setup, spill=stack.enter_context(temp_dir("spill")), width=width)
         parts = map_chunks(partial(_pass_chunk, run, setup), ranks, least=RANKS_A_WORKER)
@@ -381,6 +381,8 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
         detach(run)
     if setup.match and setup.spill is not None and ranks:
         chunk.spilled = CallSpill.open(setup.spill, ranks[0])
+    if setup.quantiles and setup.spill is not None and ranks:
+        chunk.lat = LatencyQuantiles(Spill(setup.spill, f"latency{ranks[0]}", VALUE))
     try:
         for rank in ranks:
             _pass_rank(run, setup, rank, chunk)
@@ -391,6 +393,8 @@ def _pass_chunk(run: RunView, setup: _Setup, ranks: list[int]) -> _Chunk:
     finally:
         if chunk.spilled is not None:
             chunk.spilled.spill.close()
+        if chunk.lat.spill is not None:
+            chunk.lat.spill.close()
     chunk.problems = run.problems[problems:]
     return chunk
 
@@ -431,7 +435,7 @@ def _pass_rank(run: RunView, setup: _Setup, rank: int, chunk: _Chunk) -> None:
             (rank, setup.inter.rank_bins(rank, ops.values, members, calls, (s, e, size)))
         )
     if setup.quantiles:
-        chunk.lat.add(names, op, pg, role, size_bucket(size), t.column("duration_s"))
+        chunk.lat.add(names, op, pg, role, size_bucket(size), t.column("duration_s"), rank)
     if setup.match:
         p2p = np.isin(op, [ops.index[o] for o in P2P_OPS if o in ops.index])
         bad = np.isin(pg, [groups.index[g] for g in setup.excluded if g in groups.index])

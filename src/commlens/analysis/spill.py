@@ -5,7 +5,7 @@ ranks: a collective instance or a message never spans steps in a commlens
 run (every rank issues a step's ops between the same two step marks). A
 run of more than :data:`CHUNK_EVENTS` events is therefore matched a chunk
 of steps at a time: each rank's records are written, as the rank is read,
-to one file per chunk (:class:`Spill`; set-up ops, step -1, in a chunk of
+by chunk (:class:`Spill`; set-up ops, step -1, in a chunk of
 their own), and read back a chunk of every rank (:func:`read_chunk`) or a
 rank of every chunk (:func:`read_rank`) at a time. Memory then holds one
 rank's or one chunk's records, not the run's. A run whose ops do not keep
@@ -49,36 +49,34 @@ Index = dict[int, dict[int, Where]]
 
 @dataclass
 class Spill:
-    """Records of one dtype, written rank by rank (ranks in order) into one file per
-    chunk under ``folder``, their files named ``{prefix}-{chunk}.bin``."""
+    """Records of one dtype, written rank by rank into one file under ``folder``,
+    ``{prefix}.bin``, each rank's records of a chunk in one piece (:attr:`index`)."""
 
     folder: Path
     prefix: str
     dtype: np.dtype
     index: Index = field(default_factory=dict)
-    _files: dict[int, BinaryIO] = field(default_factory=dict)
-    _rows: dict[int, int] = field(default_factory=dict)
+    _file: BinaryIO | None = None
+    _rows: int = 0
 
     def add(self, rank: int, chunk: np.ndarray, records: np.ndarray) -> None:
-        """``rank``'s ``records`` (in its order), each into the file of its ``chunk``."""
+        """``rank``'s ``records`` (in its order), each into its ``chunk``."""
         if not records.size:
             return
+        if self._file is None:
+            self._file = (self.folder / f"{self.prefix}.bin").open("wb")
         order = np.argsort(chunk, kind="stable")
         by_chunk, starts = np.unique(chunk[order], return_index=True)
         ends = np.r_[starts[1:], order.size]
+        np.ascontiguousarray(records[order]).tofile(self._file)
         for c, lo, hi in zip(by_chunk.tolist(), starts.tolist(), ends.tolist(), strict=True):
-            f = self._files.get(c)
-            if f is None:
-                f = self._files[c] = (self.folder / f"{self.prefix}-{c}.bin").open("wb")
-                self._rows[c] = 0
-            np.ascontiguousarray(records[order[lo:hi]]).tofile(f)
-            self.index.setdefault(rank, {})[c] = (str(f.name), self._rows[c], hi - lo)
-            self._rows[c] += hi - lo
+            self.index.setdefault(rank, {})[c] = (str(self._file.name), self._rows + lo, hi - lo)
+        self._rows += order.size
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def chunks(index: Index) -> list[int]:

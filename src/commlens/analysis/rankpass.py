@@ -28,7 +28,11 @@ few facts of the run the analyses use. Every analysis is a function of it:
 An analysis also takes a :class:`RunView`, a loaded :class:`Run` or a run
 directory, and then makes the pass it needs (:func:`rank_pass` of it): for
 several tables of one run, make the pass once. Memory stays at one rank's columns
-plus the small results (and, for matching, a few numbers per collective call).
+plus the small results; for matching and the latency percentiles, a few numbers per
+collective call on a run of up to :data:`commlens.analysis.spill.CHUNK_EVENTS` events,
+and on a larger one the calls and latencies written to disk as each rank is read and
+matched a chunk of steps at a time (:mod:`commlens.analysis.matchchunks`; about 30
+bytes a collective instance stay in memory).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@
 order the matching implies (:mod:`commlens.analysis.matched.clocks`) and moves
 a rank whose ops end before their peers issued them: what ``whatif`` replays,
 and what ``report`` times: :func:`check_clocks` moves a view's clocks by the
-same shifts before the rank pass reads it.
+same shifts before the rank pass reads it. A run larger than a chunk of steps
+(:mod:`commlens.analysis.spill`) is checked a chunk at a time
+(:func:`chunked_shifts`): the same shifts, its ops never all in memory.
 """
 
 from __future__ import annotations

@@ -41,13 +41,15 @@ class Usage:
         }
 
 
-def run_child(cmd: list[str], stdout: Path | None = None) -> Usage:
-    """Run ``cmd``, its stdout into ``stdout`` (else discarded); its stderr is shown
-    when it fails."""
+def run_child(
+    cmd: list[str], stdout: Path | None = None, env: dict[str, str] | None = None
+) -> Usage:
+    """Run ``cmd`` (in ``env``, else this process's environment), its stdout into
+    ``stdout`` (else discarded); its stderr is shown when it fails."""
     with tempfile.TemporaryFile() as err:
         with (stdout or Path(os.devnull)).open("wb") as sink:
             start = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=err)
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=err, env=env)
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - start
         rc = os.waitstatus_to_exitcode(status)

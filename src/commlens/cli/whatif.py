@@ -95,10 +95,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from commlens.cli.memory import keep_freed_memory, no_huge_pages
     from commlens.report.output import emit
     from commlens.report.whatif import build_whatif_document
     from commlens.whatif.study import run_study
 
+    keep_freed_memory()
+    no_huge_pages()
     study = run_study(
         args.run,
         args.net,

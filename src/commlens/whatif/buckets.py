@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from commlens.whatif.compiled import kernel, larger, smaller
+from commlens.whatif.compiled import index, kernel, larger, smaller
 
 LOOK_BACK = 64
 """Draws a bucket's level is found from at most (before them, it is taken as full)."""
@@ -95,10 +95,10 @@ def draw(
         return 0.0
     least = math.inf
     for q in range(lo, hi):
-        held = level(B, nodes[q], t)
+        held = level(B, index(nodes[q]), t)
         least = held if q == lo else smaller(least, held)
     got = smaller(least, credit)
     out = t + drawn - got  # when its bytes have left, the buckets empty or what is left
     for q in range(lo, hi):
-        bucket_add(B, nodes[q], t, drawn, out)
+        bucket_add(B, index(nodes[q]), t, drawn, out)
     return 1.0 - got / credit

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from commlens.whatif.buckets import Buckets, bucket_add, draw
-from commlens.whatif.compiled import kernel, larger
+from commlens.whatif.compiled import entry, index, kernel, larger
 from commlens.whatif.links import FINISHED, Links, due, join, pop_due, serve
 
 ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
@@ -111,7 +111,7 @@ class State(NamedTuple):
     counts: np.ndarray
 
 
-@kernel
+@entry
 def run(o: Ops, s: State, L: Links, B: Buckets) -> int:
     """Replay: run the ranks, and when none can go on, finish the first message to end
     on a shared link. The first rank left waiting (deadlocked), -1 for none."""
@@ -153,7 +153,7 @@ def run_ranks(o: Ops, s: State, L: Links, B: Buckets) -> None:
     issue, end, held, inst_of = s.issue, s.end, s.held, o.inst_of
     while s.counts[READY]:
         s.counts[READY] -= 1
-        r = s.ready[s.counts[READY]]
+        r = index(s.ready[s.counts[READY]])
         t, e = s.clock[r], s.blocked_on[r]
         if e != NO_EVENT:  # the op it was held for has ended
             if end[e] > t:
@@ -162,12 +162,12 @@ def run_ranks(o: Ops, s: State, L: Links, B: Buckets) -> None:
             s.blocked_on[r] = NO_EVENT
         m, hi = s.at[r], o.mark_lo[r + 1]
         while m < hi:
-            mark, a = o.kinds[m], o.args[m]
+            mark, a = o.kinds[m], index(o.args[m])
             t += o.gaps[m]
             m += 1
             if mark == ISSUE or mark == BLOCK:  # an issue: ISSUE goes on, BLOCK waits
                 issue[a] = t
-                j = inst_of[a]
+                j = index(inst_of[a])
                 if o.send_of[j] == NO_EVENT:  # a collective: started by its last member
                     if t >= s.start[j]:
                         s.start[j] = t
@@ -199,12 +199,12 @@ def run_ranks(o: Ops, s: State, L: Links, B: Buckets) -> None:
 def issued_pair(o: Ops, s: State, L: Links, B: Buckets, a: int, j: int, t: float) -> None:
     """Event ``a``, a send or receive of pair ``j``, was issued at ``t``: start the
     pair if it can."""
-    send = o.send_of[j]
+    send = index(o.send_of[j])
     go = False
     if o.meets[j]:  # a rendezvous: the later of its send and receive starts it
         if t >= s.start[j]:
             s.start[j], s.by[j] = t, a
-        other = o.recv_of[j] if a == send else send
+        other = index(o.recv_of[j]) if a == send else send
         go = s.issue[other] != NOT_YET and (o.first[j] or s.state[j - 1])
     elif a == send:  # an eager send starts its pair
         s.start[j], s.by[j] = t, a
@@ -235,7 +235,7 @@ def worker_start(o: Ops, s: State, L: Links, B: Buckets, i: int) -> tuple[float,
         floor = sent + o.queued_wire[i] if sent > t else t + wire
     else:  # its bytes after the other's, with what the buckets hold then
         leave = sent if sent > t else t
-        g = o.group[i]
+        g = index(o.group[i])
         lost = draw(B, o.nodes, o.node_lo[g], o.node_lo[g + 1], leave, o.drawn[i], o.credit[i])
         if lost:
             wire += lost * o.credit[i]
@@ -267,7 +267,7 @@ def begin_collectives(o: Ops, s: State, L: Links, B: Buckets, i: int) -> None:
                     t, how = free, QUEUED
             s.start[i], s.state[i] = t, how
         for x in range(o.offsets[i], o.offsets[i + 1]):
-            e = o.members[x]
+            e = index(o.members[x])
             t_end = t + d[e] + lost * (o.drained[e] - d[e]) if lost else t + d[e]
             t_end = t_end if t_end >= floor else floor
             if s.park[e] == NO_EVENT:
@@ -324,7 +324,7 @@ def take_after(s: State, L: Links, j: int) -> int:
         return NO_EVENT
     i = s.after_head[jj]
     s.after_head[jj] = NO_EVENT
-    return int(i)
+    return index(i)
 
 
 @kernel
@@ -332,7 +332,7 @@ def begin_pair(o: Ops, s: State, L: Links, B: Buckets, i: int) -> bool:
     """Start pair ``i``, its send's end and its data's arrival, and put the pairs that
     waited for it on the pairs to resume; False where it waits for the message back
     that its ready notice follows."""
-    j, arrives = o.reverse[i], s.arrives
+    j, arrives = index(o.reverse[i]), s.arrives
     if j != NO_EVENT and s.state[j] == PENDING:  # the message back has not started
         if o.behind[i]:  # in the capture the notice followed it: wait for it
             wait_after(s, L, j, i)
@@ -353,12 +353,12 @@ def begin_pair(o: Ops, s: State, L: Links, B: Buckets, i: int) -> bool:
         if free > t:
             t, how = free, QUEUED
     s.start[i], s.state[i] = t, how
-    send = o.send_of[i]
+    send = index(o.send_of[i])
     ended(s, send, t + o.duration[send])  # once its bytes are in the socket
-    k = o.link[i]
+    k = index(o.link[i])
     if k != NO_EVENT and L.shared[k]:  # it arrives once the link has served it
         wire, credit = wire_of(o, i)
-        join(L, k, t, o.group[i], i, wire, credit)
+        join(L, k, t, index(o.group[i]), i, wire, credit)
         due(L, B, k)
     elif k != NO_EVENT:  # a link of one channel: its wire after the message ahead's
         t = larger(t, s.busy[k])
@@ -372,7 +372,7 @@ def begin_pair(o: Ops, s: State, L: Links, B: Buckets, i: int) -> bool:
     while p != NO_EVENT:
         s.resume[s.counts[RESUME]] = p
         s.counts[RESUME] += 1
-        p = s.after_next[p - L.first_pair]
+        p = index(s.after_next[p - L.first_pair])
     return True
 
 
@@ -382,7 +382,7 @@ def pair_draw(o: Ops, B: Buckets, i: int, t: float) -> float:
     without (0 without buckets)."""
     if not o.has_bucket:
         return 0.0
-    g = o.group[i]
+    g = index(o.group[i])
     return draw(B, o.nodes, o.node_lo[g], o.node_lo[g + 1], t, o.drawn[i], o.credit[i])
 
 
@@ -400,7 +400,7 @@ def wire_of(o: Ops, i: int) -> tuple[float, float]:
 def took(o: Ops, i: int, lost: float) -> float:
     """Seconds pair ``i``'s data takes alone on an idle link, from its start, with the
     share ``lost`` of its bucket credit gone without."""
-    r = o.recv_of[i]
+    r = index(o.recv_of[i])
     alone = o.duration[r]
     return alone + lost * (o.drained[r] - alone) if lost else alone
 
@@ -409,7 +409,7 @@ def took(o: Ops, i: int, lost: float) -> float:
 def landed(o: Ops, s: State, i: int, t: float) -> None:
     """Pair ``i``'s data arrived at ``t``: its receive ends (once issued)."""
     s.arrives[i] = t
-    r = o.recv_of[i]
+    r = index(o.recv_of[i])
     if s.issue[r] != NOT_YET:
         ended(s, r, larger(s.issue[r], t))
     else:
@@ -425,7 +425,7 @@ def settle(o: Ops, s: State, L: Links, B: Buckets) -> bool:
         return False
     done = serve(L, B, k, True)
     for x in range(L.counts[FINISHED]):
-        i = L.finished[x]
+        i = index(L.finished[x])
         joined, got = L.got_t[i - L.first_pair], L.got[i - L.first_pair]
         wire, credit = wire_of(o, i)
         if B.on:
@@ -434,7 +434,7 @@ def settle(o: Ops, s: State, L: Links, B: Buckets) -> bool:
         landed(o, s, i, done - (wire - got) + took(o, i, lost))
         p = take_after(s, L, i)
         while p != NO_EVENT:
-            nxt = s.after_next[p - L.first_pair]
+            nxt = index(s.after_next[p - L.first_pair])
             begin_pairs(o, s, L, B, p)
             p = nxt
     due(L, B, k)

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from commlens.whatif.buckets import Buckets, bisect_right, level
-from commlens.whatif.compiled import kernel, larger, smaller
+from commlens.whatif.compiled import index, kernel, larger, smaller
 
 DONE_S = 1e-12
 """Seconds of wire a message may have left on a link and be done (float rounding)."""
@@ -363,7 +363,7 @@ def pop_due(L: Links, B: Buckets) -> int:
     entry is current and next end not later (-1: none). A link whose next end moved
     later (a bucket drained since by a collective's bytes) goes back on the queue."""
     while L.counts[HEAP]:
-        t, version, k = L.heap_t[0], L.heap_v[0], L.heap_k[0]
+        t, version, k = L.heap_t[0], L.heap_v[0], index(L.heap_k[0])
         n = L.counts[HEAP] - 1
         L.counts[HEAP] = n
         swap(L, 0, n)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,30 @@ def test_the_clock_check_of_a_run_across_chunks_is_the_whole_runs(
     with open_run(run) as view:
         assert matched_run._run_shifts(view).tolist() == whole.tolist()
     assert chunked == [None]  # the chunks could not be matched alone: matched whole
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "doctor"])
+@pytest.mark.parametrize("room", ["no temporary folder", "folder not writable"])
+def test_a_temporary_folder_without_room_is_one_error_line(
+    generated: tuple[Path, Planted],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    room: str,
+) -> None:
+    from commlens.cli.main import main
+
+    monkeypatch.setattr(spill, "CHUNK_EVENTS", 200)
+    if room == "no temporary folder":
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    else:  # the spill's folder is a file: its files cannot be made
+        (tmp_path / "file").write_text("")
+        monkeypatch.setattr(spill, "make_temp_dir", lambda kind: tmp_path / "file")
+    run = str(generated[0])
+    argv = [command, run, *([run] if command == "compare" else []), "--format", "json"]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert not out
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and "TMPDIR" in lines[0] and "Traceback" not in err

@@ -66,10 +66,9 @@ from commlens.analysis.rankagg import (
     size_bucket,
     split_aggregate,
 )
-from commlens.analysis.spill import Spill, chunk_width
+from commlens.analysis.spill import Spill, chunk_width, spill_dir
 from commlens.analysis.timeline import spread, step_rows
 from commlens.optable import P2P_OPS, backend
-from commlens.tempdirs import temp_dir
 from commlens.trace.layout import NIC_FILE
 from commlens.trace.nic import read_nic
 from commlens.trace.reader import RankDamaged, Run, RunView, StepRange, open_run
@@ -287,7 +286,7 @@ def _run_pass(
     with ExitStack() as stack:
         width = chunk_width(*run_size(run)) if match or quantiles else None
         if width is not None:
-            setup = replace(setup, spill=stack.enter_context(temp_dir("spill")), width=width)
+            setup = replace(setup, spill=stack.enter_context(spill_dir()), width=width)
         parts = map_chunks(partial(_pass_chunk, run, setup), ranks, least=RANKS_A_WORKER)
         return _merged(run, setup, parts, (span, bin_ns, windows))
 

@@ -15,11 +15,18 @@ caller, so that the answer never depends on the chunks.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from commlens.errors import CommandError
+from commlens.tempdirs import make_temp_dir
 
 CHUNK_EVENTS = 250_000
 """About this many events of the run a chunk (a run of no more: matched whole)."""
@@ -39,6 +46,30 @@ def chunk_of(step: np.ndarray, width: int) -> np.ndarray:
     """The chunk of each event of ``step`` (:data:`SETUP` for an event of no step)."""
     step = step.astype(np.int64, copy=False)
     return np.where(step < 0, SETUP, step // width)
+
+
+@contextmanager
+def spill_dir() -> Iterator[Path]:
+    """A temporary folder for spilled records, removed when the block ends; a folder that
+    cannot be made is one :class:`CommandError` line (as a spill that cannot be written
+    or read back: :func:`failed`)."""
+    try:
+        path = make_temp_dir("spill")
+    except OSError as exc:
+        raise failed(exc) from None
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def failed(exc: OSError) -> CommandError:
+    """The error of a spill that cannot be made, written or read (a full or read-only
+    temporary folder)."""
+    return CommandError(
+        f"cannot keep the matching's files in {tempfile.gettempdir()} ({exc.strerror or exc}); "
+        "set TMPDIR to a folder with room (about 100 bytes an event)"
+    )
 
 
 Where = tuple[str, int, int]
@@ -63,20 +94,26 @@ class Spill:
         """``rank``'s ``records`` (in its order), each into its ``chunk``."""
         if not records.size:
             return
-        if self._file is None:
-            self._file = (self.folder / f"{self.prefix}.bin").open("wb")
         order = np.argsort(chunk, kind="stable")
         by_chunk, starts = np.unique(chunk[order], return_index=True)
         ends = np.r_[starts[1:], order.size]
-        np.ascontiguousarray(records[order]).tofile(self._file)
+        try:
+            if self._file is None:
+                self._file = (self.folder / f"{self.prefix}.bin").open("wb")
+            np.ascontiguousarray(records[order]).tofile(self._file)
+        except OSError as exc:
+            raise failed(exc) from None
         for c, lo, hi in zip(by_chunk.tolist(), starts.tolist(), ends.tolist(), strict=True):
             self.index.setdefault(rank, {})[c] = (str(self._file.name), self._rows + lo, hi - lo)
         self._rows += order.size
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:
+                raise failed(exc) from None
 
 
 def chunks(index: Index) -> list[int]:
@@ -105,4 +142,7 @@ def read_one(index: Index, rank: int, chunk: int, dtype: np.dtype) -> np.ndarray
 
 def _read(where: Where, dtype: np.dtype) -> np.ndarray:
     path, first, count = where
-    return np.fromfile(path, dtype=dtype, count=count, offset=first * dtype.itemsize)
+    try:
+        return np.fromfile(path, dtype=dtype, count=count, offset=first * dtype.itemsize)
+    except OSError as exc:
+        raise failed(exc) from None

@@ -27,13 +27,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commlens.analysis.spill import Spill
+from commlens.analysis.spill import Spill, spill_dir
 from commlens.doctor.model import Evidence, Group, Op, RankFacts, StepRuns
 from commlens.doctor.straggle import LATE
 from commlens.errors import RunFormatError
 from commlens.optable import EQUAL_SIZES, P2P_OPS, ROOTED
 from commlens.safefile import read_bytes
-from commlens.tempdirs import temp_dir
 from commlens.trace.callsites import CallSites, read_callsites
 from commlens.trace.inflight import MAX_SIDE_FILE, read_inflight
 from commlens.trace.layout import stacks_path
@@ -367,7 +366,7 @@ def evidence_from_run(run_dir: Path) -> Evidence:
     if not manifest.ranks:
         raise RunFormatError(f"{run_dir}: no rank recorded anything")
     world = manifest.world_size or (max(manifest.ranks) + 1)
-    with temp_dir("spill") as folder:
+    with spill_dir() as folder:
         late = Spill(folder, "late", LATE)
         read = _Read(arrivals=late)
         try:

@@ -33,10 +33,9 @@ from commlens.analysis.matched.ops import (
     spill_ops,
     spilled_ops,
 )
-from commlens.analysis.spill import Index, chunk_width, chunks
+from commlens.analysis.spill import Index, chunk_width, chunks, spill_dir
 from commlens.errors import RunFormatError
 from commlens.optable import RECVS, SENDS
-from commlens.tempdirs import temp_dir
 from commlens.trace.reader import RunView, open_run
 
 
@@ -149,7 +148,7 @@ def _run_shifts(view: RunView) -> np.ndarray:
     where its ops do not keep to their steps."""
     width = chunk_width(*run_size(view))
     if width is not None:
-        with temp_dir("spill") as folder:
+        with spill_dir() as folder:
             template, index = spill_ops(view, folder, width)
             shifts = chunked_shifts(template, index)
         if shifts is not None:

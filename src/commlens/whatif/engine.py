@@ -4,10 +4,10 @@ on flat arrays (compiled: :mod:`~commlens.whatif.compiled`).
 :func:`run` takes the program and its op times (:class:`Ops`) and fills the
 replay's state (:class:`State`): per event its issue and end, per instance its
 start and :data:`QUEUED`/``STARTED``, per rank its clock and the event it is
-held for. A rank held for an op whose end is not known yet is parked on it
-(:attr:`State.park`, a list per event through :attr:`State.park_next`) and
-made ready when it ends; pairs whose ready notice follows a pair not started
-or not arrived wait on it the same way (:attr:`State.after_head`).
+held for. A rank held for an op whose end is not known yet (one of its own) is
+parked (:attr:`State.waiting`) and made ready when it ends; pairs whose ready
+notice follows a pair not started or not arrived wait on it
+(:attr:`State.after_head`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ PENDING, STARTED, QUEUED = 0, 1, 2
 """Where an instance stands (:class:`~commlens.whatif.replay.Start`)."""
 NOT_YET = math.inf
 NO_EVENT = -1
-READY, RESUME = 0, 1
-"""Slots of :attr:`State.counts`: ranks ready to go on, pairs to resume."""
+READY, RESUME, FOREIGN = 0, 1, 2
+"""Slots of :attr:`State.counts`: ranks ready to go on, pairs to resume, 1 where a rank
+was held for another rank's op (not a program :func:`~commlens.whatif.model.build_program`
+makes)."""
 
 
 class Ops(NamedTuple):
@@ -40,6 +42,8 @@ class Ops(NamedTuple):
     args: np.ndarray
     gaps: np.ndarray
     mark_lo: np.ndarray
+    owner: np.ndarray
+    """Per event, its rank."""
     inst_of: np.ndarray
     members: np.ndarray
     offsets: np.ndarray
@@ -95,8 +99,8 @@ class State(NamedTuple):
     """[0]: the share of its bucket credit the collective started last went without."""
     busy: np.ndarray
     """Per link of one channel: when its wire is free."""
-    park: np.ndarray
-    park_next: np.ndarray
+    waiting: np.ndarray
+    """1 where a rank is parked (held for :attr:`blocked_on`, whose end is not known)."""
     after_head: np.ndarray
     """Per pair (from :attr:`Links.first_pair`): the first and last pair whose ready
     notice follows it, waiting; per waiting pair the next."""
@@ -114,10 +118,13 @@ class State(NamedTuple):
 @entry
 def run(o: Ops, s: State, L: Links, B: Buckets) -> int:
     """Replay: run the ranks, and when none can go on, finish the first message to end
-    on a shared link. The first rank left waiting (deadlocked), -1 for none."""
+    on a shared link. The first rank left waiting (deadlocked), -1 for none (-2: a rank
+    was held for another's op)."""
     run_ranks(o, s, L, B)
     while settle(o, s, L, B):
         run_ranks(o, s, L, B)
+    if s.counts[FOREIGN]:
+        return -2
     for r in range(s.blocked_on.size):
         if s.blocked_on[r] != NO_EVENT:
             return r
@@ -125,25 +132,14 @@ def run(o: Ops, s: State, L: Links, B: Buckets) -> int:
 
 
 @kernel
-def ended(s: State, e: int, t: float) -> None:
-    """Event ``e``'s op ended at ``t``: the ranks held for it may go on (in the order
-    they came)."""
+def ended(o: Ops, s: State, e: int, t: float) -> None:
+    """Event ``e``'s op ended at ``t``: the rank held for it may go on."""
     s.end[e] = t
-    r = s.park[e]
-    if r == NO_EVENT:
-        return
-    s.park[e] = NO_EVENT
-    n = 0
-    q = r
-    while q != NO_EVENT:
-        n += 1
-        q = s.park_next[q]
-    top = s.counts[READY] + n
-    while r != NO_EVENT:  # the list runs from the last parked
-        top -= 1
-        s.ready[top] = r
-        r = s.park_next[r]
-    s.counts[READY] += n
+    r = index(o.owner[e])
+    if s.waiting[r] and s.blocked_on[r] == e:
+        s.waiting[r] = 0
+        s.ready[s.counts[READY]] = r
+        s.counts[READY] += 1
 
 
 @kernel
@@ -183,10 +179,11 @@ def run_ranks(o: Ops, s: State, L: Links, B: Buckets) -> None:
                 s.steps[a] = t
                 continue
             t_end = end[a]  # a BLOCK or HOLD: wait for the op to end
-            if t_end == NOT_YET:
-                s.park_next[r] = s.park[a]
-                s.park[a] = r
+            if t_end == NOT_YET:  # parked until it ends
+                s.waiting[r] = 1
                 s.blocked_on[r] = a
+                if o.owner[a] != r:  # only a rank's own ops hold it
+                    s.counts[FOREIGN] = 1
                 break
             if t_end > t:
                 held[a] = t_end - t
@@ -211,7 +208,7 @@ def issued_pair(o: Ops, s: State, L: Links, B: Buckets, a: int, j: int, t: float
         go = o.first[j] or s.state[j - 1]
     elif s.arrival[j]:  # a receive whose data is on its way
         s.arrival[j] = 0
-        ended(s, a, larger(t, s.arrives[j]))
+        ended(o, s, a, larger(t, s.arrives[j]))
     if go:
         begin_pairs(o, s, L, B, j)
 
@@ -254,7 +251,7 @@ def worker_start(o: Ops, s: State, L: Links, B: Buckets, i: int) -> tuple[float,
 @kernel
 def begin_collectives(o: Ops, s: State, L: Links, B: Buckets, i: int) -> None:
     """Start collective ``i`` and any that waited behind it on its group."""
-    d, end = o.duration, s.end
+    d = o.duration
     while True:
         if o.workers > 1:
             t, floor = worker_start(o, s, L, B, i)
@@ -270,10 +267,7 @@ def begin_collectives(o: Ops, s: State, L: Links, B: Buckets, i: int) -> None:
             e = index(o.members[x])
             t_end = t + d[e] + lost * (o.drained[e] - d[e]) if lost else t + d[e]
             t_end = t_end if t_end >= floor else floor
-            if s.park[e] == NO_EVENT:
-                end[e] = t_end
-            else:
-                ended(s, e, t_end)
+            ended(o, s, e, t_end)
         i += 1
         if i >= s.start.size or o.head[i] or s.missing[i] or s.state[i]:
             return
@@ -320,7 +314,7 @@ def take_after(s: State, L: Links, j: int) -> int:
     """The first of the pairs that waited for pair ``j`` (the others follow through
     ``after_next``), no longer waiting; -1 for none."""
     jj = j - L.first_pair
-    if jj < 0:
+    if jj < 0 or jj >= s.after_head.size:  # none can wait (no pair has a notice to follow)
         return NO_EVENT
     i = s.after_head[jj]
     s.after_head[jj] = NO_EVENT
@@ -354,7 +348,7 @@ def begin_pair(o: Ops, s: State, L: Links, B: Buckets, i: int) -> bool:
             t, how = free, QUEUED
     s.start[i], s.state[i] = t, how
     send = index(o.send_of[i])
-    ended(s, send, t + o.duration[send])  # once its bytes are in the socket
+    ended(o, s, send, t + o.duration[send])  # once its bytes are in the socket
     k = index(o.link[i])
     if k != NO_EVENT and L.shared[k]:  # it arrives once the link has served it
         wire, credit = wire_of(o, i)
@@ -411,7 +405,7 @@ def landed(o: Ops, s: State, i: int, t: float) -> None:
     s.arrives[i] = t
     r = index(o.recv_of[i])
     if s.issue[r] != NOT_YET:
-        ended(s, r, larger(s.issue[r], t))
+        ended(o, s, r, larger(s.issue[r], t))
     else:
         s.arrival[i] = 1
 

@@ -93,6 +93,8 @@ def replay(prog: Program, times: OpTimes) -> Timeline:
     links = _links(prog, times)
     state = _state(prog, ops, links)
     stuck = run(ops, state, links, _buckets(prog, times, links))
+    if stuck == -2:
+        raise RuntimeError(f"{prog.trace.name}: a rank's marks name another rank's op")
     if stuck >= 0:
         raise RunFormatError(
             f"{prog.trace.name}: the replay deadlocked with rank {stuck} waiting "
@@ -163,6 +165,9 @@ def _ops(prog: Program, times: OpTimes) -> Ops:
         kinds=kinds,
         args=args,
         gaps=gaps,
+        owner=prog.trace.rank.astype(
+            np.int16 if n_inst and prog.trace.world_size < 2**15 else np.int32, copy=False
+        ),
         mark_lo=np.r_[0, np.cumsum([len(m) for m in prog.mark_types])].astype(np.int64),
         inst_of=prog.inst,
         members=prog.members,
@@ -277,7 +282,8 @@ def _state(prog: Program, ops: Ops, links: Links) -> State:
     """The replay's state before it starts: nothing issued, every rank ready."""
     n_ev, n_inst, n_ranks = prog.inst.size, prog.instances, len(prog.mark_types)
     pool = n_inst if ops.workers > 1 else 0
-    n_pairs = n_inst - links.first_pair if (prog.send_of >= 0).any() else 0
+    # pairs whose ready notice may follow a message back wait on it
+    n_pairs = n_inst - links.first_pair if (prog.reverse >= 0).any() else 0
     return State(
         issue=np.full(n_ev, NOT_YET),
         end=np.full(n_ev, NOT_YET),
@@ -294,8 +300,7 @@ def _state(prog: Program, ops: Ops, links: Links) -> State:
         on_wire=np.zeros(pool),
         lost=np.zeros(1),
         busy=np.full(links.shared.size, -math.inf),
-        park=np.full(n_ev, NO_EVENT, dtype=np.int32),
-        park_next=np.full(n_ranks, NO_EVENT, dtype=np.int32),
+        waiting=np.zeros(n_ranks, dtype=np.int8),
         after_head=np.full(n_pairs, NO_EVENT, dtype=np.int32),
         after_tail=np.full(n_pairs, NO_EVENT, dtype=np.int32),
         after_next=np.full(n_pairs, NO_EVENT, dtype=np.int32),
@@ -304,5 +309,5 @@ def _state(prog: Program, ops: Ops, links: Links) -> State:
         at=ops.mark_lo[:-1].copy(),
         ready=np.arange(n_ranks - 1, -1, -1, dtype=np.int64),
         resume=np.zeros(n_pairs + 1, dtype=np.int64),
-        counts=np.array([n_ranks, 0], dtype=np.int64),
+        counts=np.array([n_ranks, 0, 0], dtype=np.int64),
     )

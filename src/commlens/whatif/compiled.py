@@ -40,6 +40,12 @@ def kernel(func: F) -> F:
     return _compiled(func, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
+def inline(func: F) -> F:
+    """:func:`kernel`, compiled into its one caller (a call hands every array of the
+    state over)."""
+    return _compiled(func, inline="always", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+
 def entry(func: F) -> F:
     """:func:`kernel`, called from Python."""
     return _compiled(func)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from commlens.whatif.buckets import Buckets, bucket_add, draw
-from commlens.whatif.compiled import entry, index, kernel, larger
+from commlens.whatif.compiled import entry, index, inline, kernel, larger
 from commlens.whatif.links import FINISHED, Links, due, join, pop_due, serve
 
 ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
@@ -131,7 +131,7 @@ def run(o: Ops, s: State, L: Links, B: Buckets) -> int:
     return -1
 
 
-@kernel
+@inline
 def ended(o: Ops, s: State, e: int, t: float) -> None:
     """Event ``e``'s op ended at ``t``: the rank held for it may go on."""
     s.end[e] = t
@@ -192,7 +192,7 @@ def run_ranks(o: Ops, s: State, L: Links, B: Buckets) -> None:
         s.clock[r] = t
 
 
-@kernel
+@inline
 def issued_pair(o: Ops, s: State, L: Links, B: Buckets, a: int, j: int, t: float) -> None:
     """Event ``a``, a send or receive of pair ``j``, was issued at ``t``: start the
     pair if it can."""
@@ -213,7 +213,7 @@ def issued_pair(o: Ops, s: State, L: Links, B: Buckets, a: int, j: int, t: float
         begin_pairs(o, s, L, B, j)
 
 
-@kernel
+@inline
 def worker_start(o: Ops, s: State, L: Links, B: Buckets, i: int) -> tuple[float, float]:
     """Start collective ``i`` once one of its group's workers is free: (when, the
     earliest its members may end: once its bytes crossed the link); ``lost[0]``, the
@@ -248,7 +248,7 @@ def worker_start(o: Ops, s: State, L: Links, B: Buckets, i: int) -> tuple[float,
     return t, floor
 
 
-@kernel
+@inline
 def begin_collectives(o: Ops, s: State, L: Links, B: Buckets, i: int) -> None:
     """Start collective ``i`` and any that waited behind it on its group."""
     d = o.duration
@@ -321,7 +321,7 @@ def take_after(s: State, L: Links, j: int) -> int:
     return index(i)
 
 
-@kernel
+@inline
 def begin_pair(o: Ops, s: State, L: Links, B: Buckets, i: int) -> bool:
     """Start pair ``i``, its send's end and its data's arrival, and put the pairs that
     waited for it on the pairs to resume; False where it waits for the message back
@@ -399,7 +399,7 @@ def took(o: Ops, i: int, lost: float) -> float:
     return alone + lost * (o.drained[r] - alone) if lost else alone
 
 
-@kernel
+@inline
 def landed(o: Ops, s: State, i: int, t: float) -> None:
     """Pair ``i``'s data arrived at ``t``: its receive ends (once issued)."""
     s.arrives[i] = t

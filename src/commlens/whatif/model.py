@@ -190,12 +190,6 @@ def compact(values: np.ndarray, code: str) -> tuple[array[int], np.ndarray]:
     return flat, np.frombuffer(flat, dtype=INDEX_TYPES[code])
 
 
-def seconds(values: np.ndarray) -> memoryview:
-    """``values`` as float64 items quick to index from Python, without a copy where
-    they are float64 already."""
-    return np.ascontiguousarray(values, dtype=np.float64).data
-
-
 def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.ndarray:
     """Capture time of the ``wait()`` of each async event of one rank (events lo..hi)."""
     t_issue, t_end = tr.t_issue[lo:hi], tr.t_end[lo:hi]

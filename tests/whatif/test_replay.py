@@ -88,6 +88,15 @@ def test_sends_meet_their_receives_pair_by_pair() -> None:
     assert step_times(tl).tolist() == [us(21), us(21)]
 
 
+def rank0_holds(prog: Program) -> list[tuple[int, float]]:
+    """Rank 0's HOLD marks: (the event held for, when in µs from the program's start)."""
+    return [
+        (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
+        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
+        if k == HOLD
+    ]
+
+
 def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
     # DDP-like: two buckets per rank, no recorded wait; backward blocks until both end.
     events = [
@@ -97,11 +106,7 @@ def test_unwaited_async_burst_is_waited_at_its_last_issue() -> None:
         Ev(1, "all_reduce", 21, 30, is_async=True),
     ]
     prog = build_program(make_trace(events, both_steps(40)))
-    holds = [
-        (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
-        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
-        if k == HOLD
-    ]
+    holds = rank0_holds(prog)
     assert holds == [(0, 20.0), (1, 20.0)]  # both at the second bucket's issue
     assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
     tl = replay(prog, OpTimes(np.full(4, 1e-6)))
@@ -123,11 +128,7 @@ def test_unwaited_buckets_are_waited_with_the_next_bucket_whose_wait_was_seen() 
         )
     ]
     prog = build_program(make_trace(events, both_steps(40)))
-    holds = [
-        (a, round(sum(prog.gaps[0][: i + 1]) * 1e6, 6))
-        for i, (k, a) in enumerate(zip(prog.mark_types[0], prog.args[0], strict=True))
-        if k == HOLD
-    ]
+    holds = rank0_holds(prog)
     assert holds == [(0, 25.0), (1, 25.0)]  # both at the second bucket's wait
     assert step_times(self_replay(prog)).tolist() == [us(40), us(40)]
     # a longer first bucket stays hidden under the compute before that wait

@@ -231,6 +231,8 @@ class RunView:
     quiet: bool = True
     """Warnings found after opening (:meth:`drop_rank`) are printed unless quiet."""
     with_events: set[int] = field(default_factory=set)
+    rows: dict[int, int] = field(default_factory=dict)
+    """rank -> events in its source (the file's metadata, or the table), read once."""
     scans: dict[int, str] = field(default_factory=dict)
     """rank -> the SQL that reads its raw events (the union is ``raw_events``)."""
     roles: dict[str, str] = field(default_factory=dict)
@@ -356,6 +358,7 @@ class RunView:
         if not self.quiet:
             print(f"commlens: warning: {line}", file=sys.stderr)
         self.scans.pop(rank, None)
+        self.rows.pop(rank, None)
         self.with_events.discard(rank)
         self.missing_ranks = sorted({*self.missing_ranks, rank})
         if self._con is not None:
@@ -640,7 +643,8 @@ def open_run(
     for rank, table in found.parts.items():
         view.sources[rank] = table
         view.scans[rank] = f"SELECT {_step0_sql(found.manifest, rank)} FROM parts_{rank}"
-    view.with_events = {r for r, src in view.sources.items() if _has_rows(src)}
+    view.rows = {r: _rows(src) for r, src in view.sources.items()}
+    view.with_events = {r for r, n in view.rows.items() if n}
     view.missing_ranks = found.missing(view.with_events)
     view.problems = window_problems(found.manifest)
     view.warnings.extend(view.problems)
@@ -719,10 +723,10 @@ def _new(seen: list[str], more: list[str]) -> list[str]:
     return [*seen, *(line for line in more if line not in seen)]
 
 
-def _has_rows(src: Path | pa.Table) -> bool:
+def _rows(src: Path | pa.Table) -> int:
     if isinstance(src, Path):
-        return pq.ParquetFile(src).metadata.num_rows > 0
-    return src.num_rows > 0
+        return int(pq.ParquetFile(src).metadata.num_rows)
+    return int(src.num_rows)
 
 
 def _quote(path: Path) -> str:

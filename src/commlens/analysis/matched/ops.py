@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from commlens.analysis.codes import Codes
 from commlens.analysis.spill import Index, Spill, chunk_of, read_chunk
@@ -279,11 +278,8 @@ SPILLED = np.dtype(
 
 def run_size(view: RunView) -> tuple[int, int]:
     """(events, steps) of ``view``'s run, from its files' metadata and step windows."""
-    events = 0
-    for src in view.sources.values():
-        events += pq.ParquetFile(src).metadata.num_rows if isinstance(src, Path) else src.num_rows
     steps = np.unique(view.step_table().column("step").to_numpy()).size
-    return events, int(steps)
+    return sum(view.rows.values()), int(steps)
 
 
 def spill_ops(view: RunView, folder: Path, width: int) -> tuple[RunOps, Index]:

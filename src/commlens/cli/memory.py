@@ -47,11 +47,12 @@ def keep_freed_memory() -> None:
     if any(name in os.environ for name in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")):
         return
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-        gnu = ctypes.CDLL(None).gnu_get_libc_version
-    except (OSError, AttributeError):  # not glibc
+        libc = ctypes.CDLL(None)
+    except OSError:
         return
-    del gnu
+    if not hasattr(libc, "gnu_get_libc_version"):  # not glibc
+        return
+    mallopt = libc.mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt(_M_TRIM_THRESHOLD, KEEP_BYTES)
     mallopt(_M_MMAP_MAX, 0)

@@ -184,6 +184,14 @@ def step_windows(manifest: Manifest, shifts: dict[int, int] | None = None) -> pa
     return pa.table([ranks, np.array(step, np.int32), t_start, t_end, duration], STEPS_SCHEMA)
 
 
+def read_parquet(path: Path, columns: list[str], dictionary: list[str] | None = None) -> pa.Table:
+    """``columns`` of the Parquet file ``path`` (``dictionary``: those read
+    dictionary-encoded), read as one file: not through pyarrow's dataset layer,
+    whose import (with pandas, where installed) costs more than a small run's read."""
+    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+        return file.read(columns=columns)
+
+
 def in_steps(step: np.ndarray, steps: StepRange) -> np.ndarray:
     """Which of ``step`` lie in steps ``[first, stop)`` (None: unbounded): :func:`step_filter`
     for arrays."""
@@ -433,7 +441,7 @@ class RunView:
             schema = pa.schema([EVENT_SCHEMA.field(c) for c in columns])
 
             def read() -> pa.Table:
-                table = pq.read_table(path, columns=columns, read_dictionary=read_dict)
+                table = read_parquet(path, columns, read_dict)
                 return table if dictionary else table.cast(schema)
 
             table = self._read(rank, read)
@@ -495,7 +503,7 @@ class RunView:
         if isinstance(src, Path):
             names = pq.ParquetFile(src).schema_arrow.names
             present = [f.name for f in fields if f.name in names]
-            table = self._read(rank, lambda: pq.read_table(src, columns=["seq", *present]))
+            table = self._read(rank, lambda: read_parquet(src, ["seq", *present]))
         else:
             table = self.read_rank(rank, ["seq"]) if src is None else src.select(["seq"])
         for f in fields:

@@ -107,7 +107,7 @@ def rank_rows(
     if seq.size > 1 and np.any(seq[1:] < seq[:-1]):
         order = np.argsort(seq, kind="stable")
     if steps is not None and t.num_rows:
-        keep = in_steps(pc.fill_null(t.column("step"), 0).to_numpy(), steps)
+        keep = in_steps(_filled(t.column("step"), 0).to_numpy(), steps)
         if not keep.all():
             order = np.flatnonzero(keep) if order is None else order[keep[order]]
     return (t if order is None else t.take(pa.array(order))), order
@@ -130,8 +130,8 @@ def _column(table: pa.Table, name: str, names: dict[str, Codes]) -> np.ndarray:
     if name in STRINGS:
         return names[name].encode(table.column(name))
     if name == "is_async":
-        return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False)
-    values = pc.fill_null(table.column(name), -1).to_numpy()
+        return _filled(table.column(name), False).to_numpy(zero_copy_only=False)
+    values = _filled(table.column(name), -1).to_numpy()
     return values.astype(_dtype(name), copy=False)
 
 
@@ -159,7 +159,12 @@ def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
 
 
 def _ints(table: pa.Table, name: str, null: int) -> np.ndarray:
-    return pc.fill_null(table.column(name), null).to_numpy().astype(np.int64, copy=False)
+    return _filled(table.column(name), null).to_numpy().astype(np.int64, copy=False)
+
+
+def _filled(column: pa.ChunkedArray, null: object) -> pa.ChunkedArray:
+    """``column`` with its nulls replaced by ``null`` (itself when it has none: no copy)."""
+    return pc.fill_null(column, null) if column.null_count else column
 
 
 MATCH_COLUMNS = ("op", "pg_name", "peer", "t_issue_ns", "t_end_ns")

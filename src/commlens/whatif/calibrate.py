@@ -242,7 +242,7 @@ def _host_bound(
 def _size_index(prog: Program, events: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the run's distinct message sizes, sorted; the index into them of each event's
     size, or of ``events``' only)."""
-    sizes, inst_size_of = prog.size_levels()
+    sizes, inst_size_of = prog.size_levels
     return sizes, inst_size_of[prog.inst if events is None else prog.inst[events]]
 
 

@@ -325,19 +325,15 @@ def _per_cost_key(
 
 
 def _groups_of_roles(
-    prog: Program, cost_groups: list[tuple[int, ...]], roles: np.ndarray
+    prog: Program, cost_groups: list[tuple[int, ...]]
 ) -> tuple[dict[int, set[tuple[int, ...]]], dict[int, set[tuple[int, ...]]]]:
     """Per role, the groups of its collectives and the (source, destination) channels
-    of its point-to-point pairs."""
-    n_groups = len(cost_groups)
-    colls: dict[int, set[tuple[int, ...]]] = defaultdict(set)
-    channels: dict[int, set[tuple[int, ...]]] = defaultdict(set)
-    pairs = prog.send_of >= 0
-    for is_p2p, into in ((False, colls), (True, channels)):
-        mine = pairs == is_p2p
-        for key in np.unique(roles[mine] * n_groups + prog.inst_group[mine]).tolist():
-            into[key // n_groups].add(cost_groups[key % n_groups])
-    return colls, channels
+    of its point-to-point pairs (``cost_groups`` of :attr:`Program.role_groups`)."""
+    out: tuple[dict[int, set[tuple[int, ...]]], ...] = (defaultdict(set), defaultdict(set))
+    for into, pairs in zip(out, prog.role_groups, strict=True):
+        for role, group in pairs:
+            into[role].add(cost_groups[group])
+    return out[0], out[1]
 
 
 def modelled(
@@ -410,8 +406,7 @@ def _costed(
     tr = prog.trace
     cost_groups = prog.cost_groups if groups is None else groups
     ops = _op_names(prog, backend)
-    roles = prog.inst_role
-    colls, channels = _groups_of_roles(prog, cost_groups, roles)
+    colls, channels = _groups_of_roles(prog, cost_groups)
     flows = {role: link_flows(fabric, groups) for role, groups in colls.items()}
     rings = {role: ring_flows(fabric, groups) for role, groups in colls.items()}
     p2p = {role: send_flows(fabric, groups) for role, groups in channels.items()}

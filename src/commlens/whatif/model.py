@@ -129,11 +129,25 @@ class Program:
         roles[self.inst[::-1]] = self.trace.role[::-1]
         return roles
 
+    @cached_property
     def size_levels(self) -> tuple[np.ndarray, np.ndarray]:
         """(the run's distinct message sizes, sorted; each instance's index into them,
-        int32)."""
+        int32). Made once (4 bytes an instance)."""
         sizes, size_of = np.unique(self.inst_size, return_inverse=True)
         return sizes, size_of.ravel().astype(np.int32)
+
+    @cached_property
+    def role_groups(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The distinct (role, cost group index) of the collectives' instances, and of the
+        point-to-point pairs', sorted. Made once for every costing of the program."""
+        n_groups, roles = len(self.cost_groups), self.inst_role
+        pairs = self.send_of >= 0
+        out: list[list[tuple[int, int]]] = []
+        for is_p2p in (False, True):
+            mine = pairs == is_p2p
+            keys = np.unique(roles[mine].astype(np.int64) * n_groups + self.inst_group[mine])
+            out.append([(k // n_groups, k % n_groups) for k in keys.tolist()])
+        return out[0], out[1]
 
     @cached_property
     def cost_keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -141,7 +155,7 @@ class Program:
         keys, int32): an instance's cost key is ``(group · roles + role) · sizes + size
         index``, all that its cost depends on but its op. Made once for every costing
         of the program (two sorts of the instances, 0.17 s a costing at 1 M events)."""
-        sizes, size_of = self.size_levels()
+        sizes, size_of = self.size_levels
         key = self.inst_group.astype(np.int64) * len(self.trace.role_names) + self.inst_role
         key *= sizes.size
         key += size_of

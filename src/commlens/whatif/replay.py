@@ -215,8 +215,9 @@ def _links(prog: Program, times: OpTimes) -> Links:
         max((n for g in bucket.nodes for n in g), default=0) if bucket is not None else 0,
     )
     pairs = np.flatnonzero(on_link)
-    crossing = np.unique(np.stack([links[pairs], prog.inst_group[pairs]]), axis=1)
-    k, n = np.unique(crossing[0], return_counts=True)
+    n_groups = len(prog.cost_groups)
+    crossing = np.unique(links[pairs].astype(np.int64) * n_groups + prog.inst_group[pairs])
+    k, n = np.unique(crossing // n_groups, return_counts=True)
     shared = np.zeros(n_nodes, dtype=np.int8)
     shared[k[n > 1]] = 1
     room = np.bincount(links[on_link], minlength=n_nodes) * shared

@@ -89,19 +89,30 @@ def clip_to_windows(
     """``[s, e]`` of each op cut to the window of its step (ops of a step without a
     window, or with an unknown end (NaN), are kept whole): the part of an op that
     lies outside its step's window is no part of that step's time."""
-    if windows is None or not windows[0].size or not step.size:
+    bounds = _window_bounds(step, s.dtype, windows)
+    if bounds is None:
         return s, e
+    return np.clip(s, *bounds), np.clip(e, *bounds)
+
+
+def _window_bounds(
+    step: np.ndarray, dtype: np.dtype, windows: Windows | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high) of the window of each op's step, for times of ``dtype`` (an op of a
+    step without a window, or with an unknown end: unbounded); None: no windows."""
+    if windows is None or not windows[0].size or not step.size:
+        return None
     w_step, w_start, w_end = windows
     at = np.minimum(np.searchsorted(w_step, step), w_step.size - 1)
     has = w_step[at] == step
-    if np.issubdtype(s.dtype, np.floating):
+    if np.issubdtype(dtype, np.floating):
         has &= ~(np.isnan(w_start[at]) | np.isnan(w_end[at]))
         low, high = -np.inf, np.inf
     else:
         low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     lo = np.where(has, w_start[at], low)
     hi = np.where(has, np.maximum(w_end[at], w_start[at]), high)
-    return np.clip(s, lo, hi), np.clip(e, lo, hi)
+    return lo, hi
 
 
 def held_from(s: np.ndarray, e: np.ndarray, held: np.ndarray) -> np.ndarray:
@@ -116,8 +127,12 @@ def exposure(
     """(the steps with ops, sorted; per step the communication, the union of ``[s, e]``;
     its exposed part, the union of ``[e − held, e]``), both cut to the step windows
     (see the module docstring). One rank's ops, rows in any order."""
-    steps, comm = cover(step, *clip_to_windows(step, s, e, windows))
-    _, exposed = cover(step, *clip_to_windows(step, held_from(s, e, held), e, windows))
+    held_s = held_from(s, e, held)
+    bounds = _window_bounds(step, s.dtype, windows)
+    if bounds is not None:  # each op cut to its step's window (as :func:`clip_to_windows`)
+        s, e, held_s = (np.clip(t, *bounds) for t in (s, e, held_s))
+    steps, comm = cover(step, s, e)
+    _, exposed = cover(step, held_s, e)
     return steps, comm, exposed
 
 

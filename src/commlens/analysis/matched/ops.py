@@ -148,6 +148,12 @@ def _narrowest(parts: list[np.ndarray], widest: type[np.generic]) -> type[np.gen
     return widest
 
 
+def _narrowed(values: np.ndarray, name: str) -> np.ndarray:
+    """One rank's ``values`` of column ``name`` in the narrowest type that holds them
+    (:func:`_joined` then takes the widest of the ranks')."""
+    return values.astype(_narrowest([values], _dtype(name)), copy=False)
+
+
 def _joined(parts: list[np.ndarray], name: str) -> np.ndarray:
     """The ranks' arrays of column ``name`` as one (narrowed: :data:`NARROWED`), each
     rank's freed once it is copied."""
@@ -187,8 +193,8 @@ def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
     members: dict[int, tuple[int, ...]] = {}
 
     def keep(rank: int, rows: dict[str, np.ndarray]) -> None:
-        for c, values in rows.items():
-            cols[c].append(values)
+        for c, values in rows.items():  # narrowed as read: the run's columns never all wide
+            cols[c].append(_narrowed(values, c) if c in NARROWED else values)
 
     _each_rank(view, columns, names, members, keep, check="step" in columns)
     return _run_ops(view, name, names, members, cols)

@@ -32,8 +32,11 @@ def positions(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(key, kind="stable")
     starts = segments(key[order])
     lengths = np.diff(np.append(starts, key.size))
+    ahead = np.arange(key.size, dtype=np.int64)
+    ahead -= np.repeat(starts, lengths)  # in place: a run's key arrays are its largest
+    del starts, lengths
     out = np.empty(key.size, np.int64)
-    out[order] = np.arange(key.size) - np.repeat(starts, lengths)
+    out[order] = ahead
     return out, order
 
 
@@ -104,10 +107,13 @@ def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
     its group on every rank: one that ended on some rank before the one ahead of it
     (gloo runs a group's async ops on several threads) did not queue."""
     n_ranks = int(ops.rank.max()) + 1
-    group, rank = ops.group[idx].astype(np.int64), ops.rank[idx]
-    pos, order = positions(group * n_ranks + rank)  # order: by group, rank, then position
     cells = len(ops.groups) * n_ranks
-    counts = np.bincount(group * n_ranks + rank, minlength=cells).reshape(-1, n_ranks)
+    # (group, rank) of each event as one key, 32-bit where it fits
+    cell = ops.group[idx].astype(np.int32 if cells < 2**31 else np.int64)
+    cell *= n_ranks
+    cell += ops.rank[idx]
+    pos, order = positions(cell)  # order: by group, rank, then position
+    counts = np.bincount(cell, minlength=cells).reshape(-1, n_ranks)
     calls = {}
     for g, ranks in enumerate(ops.groups):
         present = np.flatnonzero(counts[g])
@@ -129,7 +135,8 @@ def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
             )
         calls[g] = int(per[0])
     number = numbering(calls)
-    inst = number.ids(group, pos)
+    inst = number.ids(cell // n_ranks, pos)
+    del pos
     _, agrees = agreement([inst], [ops.op[idx]], number.total)
     if not agrees.all():
         i = int(np.flatnonzero(~agrees)[0])
@@ -144,10 +151,13 @@ def match_collectives(ops: RunOps, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
     opens = np.zeros(number.total, dtype=bool)
     opens[number.offset[:-1][np.diff(number.offset) > 0]] = True
     first = opens.copy()
-    ev = idx[order]
-    same = (group[order][1:] == group[order][:-1]) & (rank[order][1:] == rank[order][:-1])
-    early = same & (ops.t_end[ev[1:]] < ops.t_end[ev[:-1]])
-    first[inst[order][1:][early]] = True
+    cell = cell[order]  # the next op on the same group and rank follows in this order
+    same = cell[1:] == cell[:-1]
+    del cell
+    t_end = ops.t_end[idx[order]]
+    same &= t_end[1:] < t_end[:-1]  # it ended before the one ahead of it
+    del t_end
+    first[inst[order[1:][same]]] = True
     return inst, first, opens
 
 

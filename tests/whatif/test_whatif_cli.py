@@ -156,6 +156,23 @@ def test_data_parallel_scale_out(runs: dict[str, Path]) -> None:
         run_study(runs["dp"], "tcp-10g", dp=3)
 
 
+def test_a_scale_out_is_placed_by_its_own_ranks(runs: dict[str, Path]) -> None:
+    """``--nodes`` and ``--ranks-per-node`` count the ranks after ``--dp``, not the run's."""
+    by_nodes = run_study(runs["dp"], "tcp-10g", dp=8, nodes=2, op_times="model")
+    by_size = run_study(runs["dp"], "tcp-10g", dp=8, ranks_per_node=4, op_times="model")
+    spread = run_study(runs["dp"], "tcp-10g", dp=8, op_times="model")  # the run's: 1 a node
+    assert (by_nodes.placement.nodes, by_nodes.placement.ranks_per_node) == (2, 4)
+    assert (by_size.placement.nodes, by_size.placement.ranks_per_node) == (2, 4)
+    assert (spread.placement.nodes, spread.placement.ranks_per_node) == (8, 1)
+    assert by_nodes.answers[0].figures == by_size.answers[0].figures
+    with pytest.raises(
+        UsageError, match="--nodes 3 must be a positive divisor of the scale-out's 8"
+    ):
+        run_study(runs["dp"], "tcp-10g", dp=8, nodes=3)
+    with pytest.raises(UsageError, match="is not the scale-out's 8 ranks"):
+        run_study(runs["dp"], "tcp-10g", dp=8, nodes=2, ranks_per_node=2)
+
+
 def predict(capsys: pytest.CaptureFixture[str], run: Path, nets: str, out: Path) -> Path:
     assert main(["whatif", str(run), "--net", nets, "--format", "json", "-o", str(out)]) == 0
     capsys.readouterr()

@@ -69,7 +69,12 @@ def register(subparsers: Any) -> None:
         help="data-parallel scale-out of a DP/ZeRO job: its dp groups grow to N ranks (a "
         "multiple of the run's dp degree), the same per-rank work on each replica",
     )
-    p.add_argument("--nodes", type=int, default=None, help="place the ranks on K nodes")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="place the ranks (with --dp: the scale-out's) on K nodes",
+    )
     p.add_argument(
         "--ranks-per-node",
         type=int,

@@ -139,27 +139,33 @@ def placement_for(
     ranks_per_node: int | None,
     intra: str | None,
     algorithm: str,
+    world: int | None = None,
 ) -> Placement:
-    """The placement asked for, else the run's own (one rank per node on a single host)."""
-    world = trace.world_size
+    """The placement asked for, else the run's own (one rank per node on a single host),
+    of ``world`` ranks: the run's, or its scale-out's (``--dp``), which ``--nodes`` and
+    ``--ranks-per-node`` count; by default the scale-out keeps the run's ranks a node."""
+    captured = trace.world_size
+    world = captured if world is None else world
+    whose = "the run's" if world == captured else "the scale-out's"
     topo = trace.manifest.get("topology") or {}
     captured_nodes = topo.get("nodes") if isinstance(topo, dict) else None
     if nodes is not None and ranks_per_node is not None and nodes * ranks_per_node != world:
         raise UsageError(
-            f"--nodes {nodes} x --ranks-per-node {ranks_per_node} is not the run's {world} ranks"
+            f"--nodes {nodes} x --ranks-per-node {ranks_per_node} is not {whose} {world} ranks"
         )
     if nodes is not None:
         if nodes < 1 or world % nodes:
-            raise UsageError(f"--nodes {nodes} must be a positive divisor of the {world} ranks")
+            raise UsageError(f"--nodes {nodes} must be a positive divisor of {whose} {world} ranks")
         per, source = world // nodes, "--nodes"
     elif ranks_per_node is not None:
         if ranks_per_node < 1 or world % ranks_per_node:
             raise UsageError(
-                f"--ranks-per-node {ranks_per_node} must be a positive divisor of the {world} ranks"
+                f"--ranks-per-node {ranks_per_node} must be a positive divisor of {whose} "
+                f"{world} ranks"
             )
         per, source = ranks_per_node, "--ranks-per-node"
-    elif isinstance(captured_nodes, int) and captured_nodes > 1 and world % captured_nodes == 0:
-        per, source = world // captured_nodes, "the run's emulated nodes"
+    elif isinstance(captured_nodes, int) and captured_nodes > 1 and captured % captured_nodes == 0:
+        per, source = captured // captured_nodes, "the run's emulated nodes"
     else:
         per, source = 1, "one rank per node (the run had no nodes of its own)"
     backend = str(trace.manifest.get("backend") or "")
@@ -327,12 +333,16 @@ def run_study(
     switched_on = corrections(without)
     profiles = network_profiles(nets)  # a bad network is refused before the run is read
     trace = read_trace(path)
-    place = placement_for(trace, nodes, ranks_per_node, intra, algorithm)
+    # a scale-out's placement counts its ranks, known once the program is built
+    place = placement_for(trace, nodes, ranks_per_node, intra, algorithm) if dp is None else None
     keep = kept_steps(trace, steps)
     own = own_link(trace, captured_net)
     if own is None and op_times == "delta":
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
     prog = build_program(trace)
+    groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
+    if place is None:
+        place = placement_for(trace, nodes, ranks_per_node, intra, algorithm, world)
     backend = replay_backend(str(trace.manifest.get("backend") or ""))
     if backend.streams and streams.applies(trace, path):  # an imported NCCL run with kernels
         return streams.stream_study(path, prog, profiles, place, keep, dp)
@@ -345,7 +355,6 @@ def run_study(
     del took  # the builder holds what it needs of the measured times
     release_captured_times(trace)
     own_answer = None if own is None else _answer(prog, keep, own[0], builder.own_link())
-    groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     answers = []
     for profile in profiles:
         fabric = Fabric(profile, intra_profile, place.ranks_per_node, algorithm)

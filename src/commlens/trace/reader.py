@@ -186,8 +186,8 @@ def step_windows(manifest: Manifest, shifts: dict[int, int] | None = None) -> pa
 
 def read_parquet(path: Path, columns: list[str], dictionary: list[str] | None = None) -> pa.Table:
     """``columns`` of the Parquet file ``path`` (``dictionary``: those read
-    dictionary-encoded), read as one file: not through pyarrow's dataset layer,
-    whose import (with pandas, where installed) costs more than a small run's read."""
+    dictionary-encoded), read as one file, not through pyarrow's dataset layer (its
+    module's import and a dataset made for each file), and closed once read."""
     with pq.ParquetFile(path, read_dictionary=dictionary) as file:
         return file.read(columns=columns)
 

@@ -34,7 +34,6 @@ before the burst completed, at the op's own completion instead.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import cached_property
@@ -75,12 +74,9 @@ class Program:
     """Per rank, the event (ISSUE, HOLD) or step slot (STEP) of each mark (int32)."""
     gaps: list[np.ndarray]
     """Per rank, seconds of compute before each mark (float64)."""
-    as_lists: dict[str, array[int]]
-    """``inst``, ``members``, ``offsets``, ``first_of_queue``, ``send_of`` and ``recv_of``
-    as flat arrays (quick to index from Python; 4 bytes an entry, 1 for the flags), made
-    once for every replay of the program: the numpy fields below are views of them."""
     inst: np.ndarray
-    """Instance of each event."""
+    """Instance of each event. This and the index fields below (:data:`INDEX_FIELDS`) are
+    int32 or flags, read-only: every replay of the program reads them as they are."""
     members: np.ndarray
     """Events of instance i: ``members[offsets[i]:offsets[i + 1]]``."""
     offsets: np.ndarray
@@ -180,28 +176,26 @@ def release_captured_times(trace: Trace) -> None:
         setattr(trace, name, getattr(trace, name)[:0].copy())
 
 
-INDEX_TYPES = {"b": np.bool_, "i": np.int32}
-"""Numpy types of the ``array`` type codes of :attr:`Program.as_lists`."""
-INDEX_FIELDS = {
-    "inst": "i",
-    "members": "i",
-    "offsets": "i",
-    "first_of_queue": "b",
-    "opens_queue": "b",
-    "send_of": "i",
-    "recv_of": "i",
-    "rendezvous": "b",
-    "reverse": "i",
-    "behind": "b",
+INDEX_FIELDS: dict[str, type[np.generic]] = {
+    "inst": np.int32,
+    "members": np.int32,
+    "offsets": np.int32,
+    "first_of_queue": np.bool_,
+    "opens_queue": np.bool_,
+    "send_of": np.int32,
+    "recv_of": np.int32,
+    "rendezvous": np.bool_,
+    "reverse": np.int32,
+    "behind": np.bool_,
 }
-"""The fields of :attr:`Program.as_lists` and their ``array`` type codes."""
+"""The program's index fields and their types."""
 
 
-def compact(values: np.ndarray, code: str) -> tuple[array[int], np.ndarray]:
-    """``values`` as a flat ``array(code)`` (``'i'``: int32, ``'b'``: flags) and a numpy
-    view of it."""
-    flat = array(code, np.ascontiguousarray(values, dtype=INDEX_TYPES[code]).tobytes())
-    return flat, np.frombuffer(flat, dtype=INDEX_TYPES[code])
+def frozen(values: np.ndarray, name: str) -> np.ndarray:
+    """A read-only copy of ``values`` in the type of the index field ``name``."""
+    out = np.array(values, dtype=INDEX_FIELDS[name])
+    out.flags.writeable = False
+    return out
 
 
 def _wait_points(tr: Trace, lo: int, hi: int, marks_after: np.ndarray) -> np.ndarray:
@@ -314,7 +308,7 @@ def build_program(tr: Trace) -> Program:
     inst_size = np.zeros(total, dtype=np.int64)
     # the sizes as int64, as the sums: numpy's fast path (a narrowed column takes 10x)
     np.maximum.at(inst_size, m.inst, tr.size_bytes.astype(np.int64, copy=False))
-    lists, views = {}, {}
+    views: dict[str, np.ndarray] = {}
     offsets = np.r_[0, np.cumsum(np.bincount(m.inst, minlength=total))]
     for name, values in (
         ("offsets", offsets),
@@ -325,7 +319,7 @@ def build_program(tr: Trace) -> Program:
         ("send_of", m.send_of),
         ("recv_of", m.recv_of),
     ):
-        lists[name], views[name] = compact(values, INDEX_FIELDS[name])
+        views[name] = frozen(values, name)
     del offsets, values
     chan, shifts = m.chan, m.clock_shifts
     del m  # the wider copies
@@ -334,10 +328,10 @@ def build_program(tr: Trace) -> Program:
     s, r = views["send_of"][pairs], views["recv_of"][pairs]
     meets[pairs] = tr.t_end[s] >= tr.t_issue[r]
     del pairs, s, r
-    lists["rendezvous"], views["rendezvous"] = compact(meets, "b")
+    views["rendezvous"] = frozen(meets, "rendezvous")
     reverse, behind = _reverse_pairs(tr, views["send_of"], views["recv_of"], meets, chan, n_coll)
-    lists["reverse"], views["reverse"] = compact(reverse, "i")
-    lists["behind"], views["behind"] = compact(behind, "b")
+    views["reverse"] = frozen(reverse, "reverse")
+    views["behind"] = frozen(behind, "behind")
     del meets, reverse, behind
     mark_types, args, gaps, t0 = _marks(tr)
     for name in BUILD_ONLY:
@@ -347,7 +341,6 @@ def build_program(tr: Trace) -> Program:
         mark_types=mark_types,
         args=args,
         gaps=gaps,
-        as_lists=lists,
         **views,
         inst_size=inst_size,
         inst_group=inst_group,

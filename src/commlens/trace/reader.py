@@ -184,8 +184,10 @@ def step_windows(manifest: Manifest, shifts: dict[int, int] | None = None) -> pa
     return pa.table([ranks, np.array(step, np.int32), t_start, t_end, duration], STEPS_SCHEMA)
 
 
-def read_parquet(path: Path, columns: list[str], dictionary: list[str] | None = None) -> pa.Table:
-    """``columns`` of the Parquet file ``path`` (``dictionary``: those read
+def read_parquet(
+    path: Path, columns: list[str] | None = None, dictionary: list[str] | None = None
+) -> pa.Table:
+    """``columns`` (None: all) of the Parquet file ``path`` (``dictionary``: those read
     dictionary-encoded), read as one file, not through pyarrow's dataset layer (its
     module's import and a dataset made for each file), and closed once read."""
     with pq.ParquetFile(path, read_dictionary=dictionary) as file:
@@ -334,7 +336,7 @@ class RunView:
         for rank, src in sorted(self.sources.items()):
             if isinstance(src, Path):
                 try:
-                    pq.read_table(src)
+                    read_parquet(src)
                 except (OSError, pa.ArrowException, ValueError):
                     return rank
         return None

@@ -24,9 +24,14 @@ from commlens.whatif.links import FINISHED, Links, due, join, pop_due, serve
 ISSUE, BLOCK, HOLD, STEP = 0, 1, 2, 3
 """The marks (:class:`~commlens.whatif.model.Mark`)."""
 PENDING, STARTED, QUEUED = 0, 1, 2
-"""Where an instance stands (:class:`~commlens.whatif.replay.Start`)."""
+"""Where an instance stands (:attr:`State.state`): not started (a member has not issued
+it yet, or the one ahead has not started); started when its last member issued it (a
+pair: when it could meet); started later than that, behind its queue's previous
+instance (or for a worker)."""
 NOT_YET = math.inf
+"""The time of what has not happened yet in the replay (an issue, an end, an arrival)."""
 NO_EVENT = -1
+"""In place of an event or instance index: none."""
 READY, RESUME, FOREIGN = 0, 1, 2
 """Slots of :attr:`State.counts`: ranks ready to go on, pairs to resume, 1 where a rank
 was held for another rank's op (not a program :func:`~commlens.whatif.model.build_program`

@@ -36,35 +36,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 
 from commlens.errors import RunFormatError
 from commlens.whatif.buckets import Buckets
-from commlens.whatif.engine import Ops, State, run
+from commlens.whatif.engine import NO_EVENT, NOT_YET, QUEUED, Ops, State, run
 from commlens.whatif.links import Links
 from commlens.whatif.model import Program
 from commlens.whatif.optimes import OpTimes
-
-NOT_YET = math.inf
-"""The time of what has not happened yet in the replay (an issue, an end, an arrival)."""
-NO_EVENT = -1
-"""In place of an event or instance index: none."""
-
-
-class Start(IntEnum):
-    """Where an instance stands in the replay."""
-
-    PENDING = 0
-    """Not started: a member has not issued it yet, or the one ahead has not started."""
-    STARTED = 1
-    """Started when its last member issued it (a pair: when it could meet)."""
-    QUEUED = 2
-    """Started later than that: behind its queue's previous instance (or for a worker)."""
-
-
-PENDING, STARTED, QUEUED = Start.PENDING.value, Start.STARTED.value, Start.QUEUED.value
 
 
 @dataclass

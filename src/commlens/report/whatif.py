@@ -353,7 +353,7 @@ def build_whatif_document(study: Study) -> Document:
     steps = study.captured.figures.steps
     facts = [
         ("run", tr.name),
-        ("ranks", f"{tr.world_size} ({tr.events:,} events)"),
+        ("ranks", f"{tr.world_size} ({study.event_count:,} events)"),
         ("steps", f"{steps[0]}..{steps[-1]} ({len(steps)} kept)" if steps else "none"),
         (
             "placement",
@@ -404,7 +404,7 @@ def build_whatif_document(study: Study) -> Document:
         "format_version": RESULT_VERSION,
         "run": tr.name,
         "world_size": tr.world_size,
-        "events": tr.events,
+        "events": study.event_count,
         "placement": vars(place),
         "self_check": {
             "max_step_error": check.max_step_error,

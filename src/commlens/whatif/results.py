@@ -117,8 +117,73 @@ OP_FIELDS = ("calls", "bytes", "time", "service", "wait", "exposed")
 """What :func:`figures` sums per (op, role), in this order."""
 
 
+@dataclass
+class Tally:
+    """What :class:`Figures` are made of, per step and per rank: the tallies of a run's
+    chunks of steps join into the run's (:meth:`join`)."""
+
+    steps: np.ndarray
+    """The steps kept, sorted."""
+    step_s: np.ndarray
+    comm: np.ndarray
+    """Per step, the mean over the ranks with steps of their communication time."""
+    exposed: np.ndarray
+    held: np.ndarray
+    """Per rank, seconds held over the steps."""
+    ranks_with_steps: np.ndarray
+    ops: dict[tuple[str, str], np.ndarray]
+    """Per (op, role) with calls, the :data:`OP_FIELDS` sums over the steps and ranks."""
+    critical: list[PathShare]
+    """The critical path of the last step kept."""
+
+    @classmethod
+    def join(cls, parts: list[Tally]) -> Tally:
+        """The tally of disjoint steps' ``parts``, in step order."""
+        ops: dict[tuple[str, str], np.ndarray] = {}
+        for part in parts:
+            for key, sums in part.ops.items():
+                ops[key] = ops[key] + sums if key in ops else sums
+        return cls(
+            np.concatenate([p.steps for p in parts]),
+            np.concatenate([p.step_s for p in parts]),
+            np.concatenate([p.comm for p in parts]),
+            np.concatenate([p.exposed for p in parts]),
+            np.sum([p.held for p in parts], axis=0),
+            np.logical_or.reduce([p.ranks_with_steps for p in parts]),
+            ops,
+            parts[-1].critical,
+        )
+
+    def figures(self) -> Figures:
+        n_steps, with_steps = self.steps.size, self.ranks_with_steps
+        comm_s = float(np.median(self.comm)) if n_steps else 0.0
+        exposed_s = float(np.median(self.exposed)) if n_steps else 0.0
+        candidates = np.flatnonzero(with_steps)
+        slowest = int(candidates[np.argmin(self.held[candidates])]) if candidates.size else 0
+        scale = 1.0 / max(n_steps * int(with_steps.sum()), 1)
+        return Figures(
+            steps=self.steps.tolist(),
+            step_s=self.step_s.tolist(),
+            comm_s=comm_s,
+            exposed_s=exposed_s,
+            overlapped_s=max(comm_s - exposed_s, 0.0),
+            ops=_op_rows({key: sums * scale for key, sums in self.ops.items()}),
+            slowest_rank=slowest,
+            slowest_held_s=float(self.held[slowest]) / max(n_steps, 1),
+            median_held_s=float(np.median(self.held[candidates])) / max(n_steps, 1)
+            if candidates.size
+            else 0.0,
+            critical=self.critical,
+        )
+
+
 def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
-    """The figures of timeline ``tl`` over steps ``keep``.
+    """The figures of timeline ``tl`` over steps ``keep``."""
+    return tally(prog, tl, keep).figures()
+
+
+def tally(prog: Program, tl: Timeline, keep: list[int]) -> Tally:
+    """The tally of timeline ``tl`` over steps ``keep``.
 
     Rank by rank (a rank's events are contiguous), so what is made on the way
     is the size of one rank's events, not the run's.
@@ -150,24 +215,18 @@ def figures(prog: Program, tl: Timeline, keep: list[int]) -> Figures:
         ops += _op_totals(prog, tl, part, kept)
     ranks_with_steps = np.zeros(n_ranks, dtype=bool)
     ranks_with_steps[tr.step_rank] = True
-    comm_s = float(np.median(comm[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
-    exposed_s = float(np.median(exposed[:, ranks_with_steps].mean(axis=1))) if n_steps else 0.0
-    per_rank_held = held.sum(axis=0)
-    candidates = np.flatnonzero(ranks_with_steps)
-    slowest = int(candidates[np.argmin(per_rank_held[candidates])]) if candidates.size else 0
-    scale = 1.0 / max(n_steps * int(ranks_with_steps.sum()), 1)
-    return Figures(
-        steps=steps.tolist(),
-        step_s=step_s.tolist(),
-        comm_s=comm_s,
-        exposed_s=exposed_s,
-        overlapped_s=max(comm_s - exposed_s, 0.0),
-        ops=_op_rows(prog, ops * scale),
-        slowest_rank=slowest,
-        slowest_held_s=float(per_rank_held[slowest]) / max(n_steps, 1),
-        median_held_s=float(np.median(per_rank_held[candidates])) / max(n_steps, 1)
-        if candidates.size
-        else 0.0,
+    n_roles = len(tr.role_names)
+    return Tally(
+        steps=steps,
+        step_s=step_s,
+        comm=comm[:, ranks_with_steps].mean(axis=1),
+        exposed=exposed[:, ranks_with_steps].mean(axis=1),
+        held=held.sum(axis=0),
+        ranks_with_steps=ranks_with_steps,
+        ops={
+            (tr.op_names[k // n_roles], tr.role_names[k % n_roles]): ops[:, k].copy()
+            for k in np.flatnonzero(ops[0]).tolist()
+        },
         critical=critical_path(prog, tl, int(steps[-1])) if n_steps else [],
     )
 
@@ -200,22 +259,19 @@ def _op_totals(prog: Program, tl: Timeline, part: slice, kept: np.ndarray) -> np
     return np.array([np.bincount(key, weights=w, minlength=n) for w in weights])
 
 
-def _op_rows(prog: Program, totals: np.ndarray) -> list[OpRow]:
+def _op_rows(totals: dict[tuple[str, str], np.ndarray]) -> list[OpRow]:
     """Per (op, role) with calls, the rows of ``totals`` (per step per rank), costliest first."""
-    tr = prog.trace
-    n_roles = len(tr.role_names)
-    calls, size, time, service, wait, exposed = totals
     rows = [
         OpRow(
-            op=tr.op_names[k // n_roles],
-            role=tr.role_names[k % n_roles],
-            calls=float(calls[k]),
-            bytes=float(size[k]),
-            time_s=float(time[k]),
-            service_s=float(service[k]),
-            wait_s=float(wait[k]),
-            exposed_s=float(exposed[k]),
+            op=op,
+            role=role,
+            calls=float(calls),
+            bytes=float(size),
+            time_s=float(time),
+            service_s=float(service),
+            wait_s=float(wait),
+            exposed_s=float(exposed),
         )
-        for k in np.flatnonzero(calls)
+        for (op, role), (calls, size, time, service, wait, exposed) in totals.items()
     ]
     return sorted(rows, key=lambda r: (-r.time_s, r.op, r.role))

@@ -29,8 +29,14 @@ def _names(line: str, rank: int) -> bool:
 
 def read_trace(path: str | Path) -> Trace:
     """The run in ``path`` for replay; :class:`RunFormatError` when it cannot be replayed."""
-    where = str(path)
     ops = read_ops(path)
+    check_replayable(ops, str(path), ops.events)
+    return ops
+
+
+def check_replayable(ops: RunOps, where: str, events: int) -> None:
+    """:class:`RunFormatError` where the run ``ops`` read (of ``events`` events: its
+    own, or those its chunks hold) cannot be replayed."""
     if time_semantics(ops.manifest) == SYNTHETIC_TIMES:
         raise RunFormatError(
             f"{where}: its times are synthetic (an aggregate-only import: only op counts and "
@@ -50,11 +56,10 @@ def read_trace(path: str | Path) -> Trace:
         raise RunFormatError(
             f"{where}: {problems[0]}{more}; a replay of times that cannot be is no answer"
         )
-    if not ops.rank.size:
+    if not events:
         raise RunFormatError(f"{where}: the run holds no communication events to replay")
     if not ops.step_rank.size:
         raise RunFormatError(
             f"{where}: the run has no step markers (optimizer steps or commlens.step()); "
             "whatif reports per-step times and needs them"
         )
-    return ops

@@ -17,7 +17,7 @@ from commlens.predict.networks import (
 )
 from commlens.predict.profiles import NetworkProfile, get_profile
 from commlens.predict.topology import Fabric
-from commlens.whatif import streams
+from commlens.whatif import chunked, streams
 from commlens.whatif.backend import replay_backend
 from commlens.whatif.builders import (
     BUILDERS,
@@ -33,7 +33,7 @@ from commlens.whatif.durations import elapsed
 from commlens.whatif.model import Program, build_program, release_captured_times
 from commlens.whatif.optimes import OpTimes, measured_times
 from commlens.whatif.replay import replay
-from commlens.whatif.results import Figures, figures
+from commlens.whatif.results import Figures, Tally, tally
 from commlens.whatif.source import Trace, read_trace
 
 StepRange = tuple[int | None, int | None]
@@ -76,6 +76,12 @@ class Answer:
     profile: NetworkProfile | None
     """None for the captured network (measured op times)."""
     figures: Figures
+    tally: Tally | None = field(default=None, repr=False)
+    """What :attr:`figures` were made of (a chunk's answers join by it)."""
+
+    @classmethod
+    def of(cls, name: str, profile: NetworkProfile | None, tally: Tally) -> Answer:
+        return cls(name, profile, tally.figures(), tally)
 
 
 @dataclass
@@ -97,6 +103,14 @@ class Study:
     corrections: list[str] = field(default_factory=list)
     """The corrections applied to the op times, by name (see
     :data:`~commlens.whatif.corrections.CORRECTIONS`)."""
+    chunks: int = 1
+    """The chunks of steps the run was replayed in (:mod:`~commlens.whatif.chunked`)."""
+    events: int = -1
+    """The run's events (-1: its trace's; a run replayed by chunks holds none)."""
+
+    @property
+    def event_count(self) -> int:
+        return self.events if self.events >= 0 else self.trace.events
 
     @property
     def model_error(self) -> float | None:
@@ -223,7 +237,7 @@ def self_check(
     rel = np.abs(rep - cap)[kept] / np.maximum(cap[kept], 1e-9)
     ev = np.abs(tl.end - (tr.t_end - prog.t0_ns) / 1e9)[np.isin(tr.step, steps)]
     check = SelfCheck(float(rel.max()) if rel.size else 0.0, float(ev.max()) if ev.size else 0.0)
-    return check, Answer("captured", None, figures(prog, tl, steps))
+    return check, Answer.of("captured", None, tally(prog, tl, steps))
 
 
 def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, SelfCheck, Answer]:
@@ -308,7 +322,23 @@ def study_assumptions(
 
 def _answer(prog: Program, keep: list[int], profile: NetworkProfile, times: OpTimes) -> Answer:
     """The figures of the steps ``keep`` replayed with ``times`` on ``profile``."""
-    return Answer(profile.name, profile, figures(prog, replay(prog, times), keep))
+    return Answer.of(profile.name, profile, tally(prog, replay(prog, times), keep))
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a study asks of a run (:func:`run_study`'s arguments, checked)."""
+
+    profiles: list[NetworkProfile]
+    steps: StepRange | None
+    nodes: int | None
+    ranks_per_node: int | None
+    intra: str | None
+    algorithm: str
+    captured_net: str | None
+    op_times: str
+    dp: int | None
+    switched_on: frozenset[str]
 
 
 def run_study(
@@ -327,36 +357,61 @@ def run_study(
 ) -> Study:
     """Replay the run in ``path`` as captured, on its own link and on every network of
     ``nets``, with the corrections of :data:`~commlens.whatif.corrections.CORRECTIONS` but
-    those named in ``without``."""
+    those named in ``without``; a run larger than a chunk a chunk of steps at a time
+    (:mod:`~commlens.whatif.chunked`)."""
     if op_times not in OP_TIMES:
         raise UsageError(f"unknown --op-times {op_times!r}; expected one of {', '.join(OP_TIMES)}")
-    switched_on = corrections(without)
-    profiles = network_profiles(nets)  # a bad network is refused before the run is read
-    trace = read_trace(path)
+    q = Question(
+        network_profiles(nets),  # a bad network is refused before the run is read
+        steps,
+        nodes,
+        ranks_per_node,
+        intra,
+        algorithm,
+        captured_net,
+        op_times,
+        dp,
+        corrections(without),
+    )
+    with chunked.chunked_run(path) as run:
+        if run is None:
+            trace = read_trace(path)
+            return _study(path, trace, kept_steps(trace, steps), q)
+        parts = [
+            _study(path, trace, keep, q)
+            for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps))
+        ]
+        return _joined(run, parts)
+
+
+def _study(path: str | Path, trace: Trace, keep: list[int], q: Question) -> Study:
+    """The study of ``trace`` (the run in ``path``, or a chunk of it) over steps ``keep``."""
+    dp, algorithm = q.dp, q.algorithm
     # a scale-out's placement counts its ranks, known once the program is built
-    place = placement_for(trace, nodes, ranks_per_node, intra, algorithm) if dp is None else None
-    keep = kept_steps(trace, steps)
-    own = own_link(trace, captured_net)
-    if own is None and op_times == "delta":
+    place = (
+        placement_for(trace, q.nodes, q.ranks_per_node, q.intra, algorithm) if dp is None else None
+    )
+    own = own_link(trace, q.captured_net)
+    if own is None and q.op_times == "delta":
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
     prog = build_program(trace)
     groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     if place is None:
-        place = placement_for(trace, nodes, ranks_per_node, intra, algorithm, world)
+        place = placement_for(trace, q.nodes, q.ranks_per_node, q.intra, algorithm, world)
     backend = replay_backend(str(trace.manifest.get("backend") or ""))
     if backend.streams and streams.applies(trace, path):  # an imported NCCL run with kernels
-        return streams.stream_study(path, prog, profiles, place, keep, dp)
+        return streams.stream_study(path, prog, q.profiles, place, keep, dp)
     took = elapsed(prog)
     check, captured = self_check(prog, keep, took)
     intra_profile = get_profile(place.intra)
     own_fabric = None if own is None else Fabric(own[0], intra_profile, own[1], algorithm)
-    setting = Setting(prog, backend, keep, own_fabric, recorded_burst(trace), switched_on)
-    builder = BUILDERS[op_times if own is not None else "model"](setting, took)
+    setting = Setting(prog, backend, keep, own_fabric, recorded_burst(trace), q.switched_on)
+    builder = BUILDERS[q.op_times if own is not None else "model"](setting, took)
     del took  # the builder holds what it needs of the measured times
     release_captured_times(trace)
     own_answer = None if own is None else _answer(prog, keep, own[0], builder.own_link())
     answers = []
-    for profile in profiles:
+    for profile in q.profiles:
         fabric = Fabric(profile, intra_profile, place.ranks_per_node, algorithm)
         answers.append(
             _answer(prog, keep, profile, builder.on(fabric, groups, link_burst(profile)))
@@ -367,10 +422,49 @@ def run_study(
         check,
         captured,
         answers,
-        study_assumptions(builder, profiles, op_times, dp, world),
+        study_assumptions(builder, q.profiles, q.op_times, dp, world),
         clock_shifts={r: int(v) for r, v in enumerate(prog.clock_shifts.tolist()) if v},
         own_link=own_answer,
         op_times=builder.mode,
         calibration=builder.terms,
         corrections=builder.applied(),
+    )
+
+
+def _joined(run: chunked.Chunks, parts: list[Study]) -> Study:
+    """The study of the run ``run`` of its chunks' studies ``parts``: their figures joined
+    step by step, the worst of their self-checks, the first chunk's fits."""
+    first = parts[0]
+
+    def joined(answers: list[Answer]) -> Answer:
+        tallies = [a.tally for a in answers if a.tally is not None]
+        return Answer.of(answers[0].name, answers[0].profile, Tally.join(tallies))
+
+    check = SelfCheck(
+        max(p.check.max_step_error for p in parts), max(p.check.max_event_error_s for p in parts)
+    )
+    steps = sum(len(p.captured.figures.steps) for p in parts)
+    line = (
+        f"the run ({run.events:,} events) is replayed {len(parts)} chunk(s) of up to "
+        f"{run.width} step(s) at a time, in bounded memory: each chunk starts with the last "
+        "step of the chunk before (replayed, not counted) and its ranks where the capture "
+        f"had them; each chunk's op times are fitted from its own steps ({steps} kept in "
+        "all; the CPU terms and step latencies listed are the first chunk's)"
+    )
+    return Study(
+        run.template,
+        first.placement,
+        check,
+        joined([p.captured for p in parts]),
+        [joined([p.answers[i] for p in parts]) for i in range(len(first.answers))],
+        [*first.assumptions, line] if len(parts) > 1 else first.assumptions,
+        clock_shifts=run.clock_shifts,
+        own_link=None
+        if first.own_link is None
+        else joined([p.own_link for p in parts if p.own_link is not None]),
+        op_times=first.op_times,
+        calibration=first.calibration,
+        corrections=first.corrections,
+        chunks=len(parts),
+        events=run.events,
     )

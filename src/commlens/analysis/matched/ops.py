@@ -148,7 +148,7 @@ def _narrowest(parts: list[np.ndarray], widest: type[np.generic]) -> type[np.gen
     return widest
 
 
-def _narrowed(values: np.ndarray, name: str) -> np.ndarray:
+def narrowed(values: np.ndarray, name: str) -> np.ndarray:
     """One rank's ``values`` of column ``name`` in the narrowest type that holds them
     (:func:`_joined` then takes the widest of the ranks')."""
     return values.astype(_narrowest([values], _dtype(name)), copy=False)
@@ -194,7 +194,7 @@ def _read_ops(view: RunView, name: str, columns: tuple[str, ...]) -> RunOps:
 
     def keep(rank: int, rows: dict[str, np.ndarray]) -> None:
         for c, values in rows.items():  # narrowed as read: the run's columns never all wide
-            cols[c].append(_narrowed(values, c) if c in NARROWED else values)
+            cols[c].append(narrowed(values, c) if c in NARROWED else values)
 
     _each_rank(view, columns, names, members, keep, check="step" in columns)
     return _run_ops(view, name, names, members, cols)
@@ -280,11 +280,29 @@ def _run_ops(
     )
 
 
-SPILLED = np.dtype(
-    [("rank", "i4"), ("op", "i4"), ("group", "i4"), ("peer", "i4"), ("t_issue", "i8"),
-     ("t_end", "i8")]
-)  # fmt: skip
-"""A spilled op (:func:`spill_ops`): what matching and the clock check read of it."""
+FIELDS = {
+    "op": "op",
+    "pg_name": "group",
+    "role": "role",
+    "size_bytes": "size_bytes",
+    "peer": "peer",
+    "is_async": "is_async",
+    "t_issue_ns": "t_issue",
+    "t_end_ns": "t_end",
+    "t_wait_ns": "t_wait",
+    "step": "step",
+}
+"""The :class:`RunOps` field each event column is held in."""
+
+
+def spilled_dtype(columns: tuple[str, ...]) -> np.dtype:
+    """The record of a spilled op (:func:`spill_ops`) of ``columns``: its rank and each
+    column, under its :class:`RunOps` field's name and in its type (not narrowed)."""
+    return np.dtype([("rank", "i4"), *((FIELDS[c], _dtype(c)) for c in columns)])
+
+
+SPILLED = spilled_dtype(MATCH_COLUMNS)
+"""A spilled op of :data:`MATCH_COLUMNS`: what matching and the clock check read of it."""
 
 
 def run_size(view: RunView) -> tuple[int, int]:
@@ -293,40 +311,39 @@ def run_size(view: RunView) -> tuple[int, int]:
     return sum(view.rows.values()), int(steps)
 
 
-def spill_ops(view: RunView, folder: Path, width: int) -> tuple[RunOps, Index]:
-    """Every rank's ops of ``view`` (:data:`MATCH_COLUMNS`) written to ``folder`` by chunk
-    of ``width`` steps (:mod:`commlens.analysis.spill`): (the run's ops without events:
-    its names, groups and facts; where each rank's ops of each chunk are)."""
+def spill_ops(
+    view: RunView, folder: Path, width: int, columns: tuple[str, ...] = MATCH_COLUMNS
+) -> tuple[RunOps, Index]:
+    """Every rank's ops of ``view`` (``columns``: :func:`spilled_dtype`) written to
+    ``folder`` by chunk of ``width`` steps (:mod:`commlens.analysis.spill`): (the run's ops
+    without events: its names, groups, step windows and facts; where each rank's ops of
+    each chunk are). Where ``columns`` hold the ``step`` (all of :data:`OP_COLUMNS`: a
+    replay's), the times are checked as :func:`read_ops` checks them."""
     names = {c: Codes() for c in STRINGS}
     members: dict[int, tuple[int, ...]] = {}
-    spill = Spill(folder, "ops", SPILLED)
+    dtype = spilled_dtype(columns)
+    spill = Spill(folder, "ops", dtype)
 
     def write(rank: int, rows: dict[str, np.ndarray]) -> None:
-        rec = np.empty(rows["rank"].size, SPILLED)
-        rec["rank"], rec["op"], rec["group"] = rows["rank"], rows["op"], rows["pg_name"]
-        rec["peer"], rec["t_issue"], rec["t_end"] = (
-            rows["peer"],
-            rows["t_issue_ns"],
-            rows["t_end_ns"],
-        )
+        rec = np.empty(rows["rank"].size, dtype)
+        rec["rank"] = rows["rank"]
+        for c in columns:
+            rec[FIELDS[c]] = rows[c]
         spill.add(rank, chunk_of(rows["step"], width), rec)
 
+    read = columns if "step" in columns else (*columns, "step")
     try:
-        _each_rank(view, (*MATCH_COLUMNS, "step"), names, members, write, check=False)
+        _each_rank(view, read, names, members, write, check="step" in columns)
     finally:
         spill.close()
     return _run_ops(view, view.name, names, members, {}), spill.index
 
 
-def spilled_ops(template: RunOps, index: Index, chunk: int) -> RunOps:
-    """The ops of ``chunk`` of every rank (:func:`spill_ops`), in a copy of ``template``."""
-    rec = read_chunk(index, chunk, SPILLED)
-    return replace(
-        template,
-        rank=rec["rank"],
-        op=rec["op"],
-        group=rec["group"],
-        peer=rec["peer"],
-        t_issue=rec["t_issue"],
-        t_end=rec["t_end"],
-    )
+def spilled_ops(
+    template: RunOps, index: Index, chunk: int, columns: tuple[str, ...] = MATCH_COLUMNS
+) -> RunOps:
+    """The ops of ``chunk`` of every rank (:func:`spill_ops` of ``columns``), in a copy of
+    ``template``."""
+    rec = read_chunk(index, chunk, spilled_dtype(columns))
+    fields: dict[str, Any] = {FIELDS[c]: rec[FIELDS[c]] for c in columns}
+    return replace(template, rank=rec["rank"], **fields)

@@ -304,6 +304,35 @@ def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire(
     assert other_s[recvs] == pytest.approx(50e-6)
 
 
+def test_an_excess_equal_to_its_wire_time_is_a_share_whatever_its_last_bits() -> None:
+    # the model says 1000 us, it took 500: the 500 too many are exactly the wire time,
+    # here one float step below them (the rounding of the means they are found with, which
+    # a chunk of the run's steps and the whole run round differently). Within the wire:
+    # the whole wire's share, on a 10x slower link too (5000 us less, not 500)
+    events = []
+    for step in range(4):
+        t = step * 2000.0
+        events += [
+            Ev(0, "send", t, t + 500, size=1000, peer=1, role="pp", step=step),
+            Ev(1, "recv", t, t + 500, size=1000, peer=0, role="pp", step=step),
+        ]
+    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
+    own_s = modelled(prog, own, None, GLOO_REPLAY)
+    recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
+    excess = own_s - measured(prog)
+    assert excess[recvs] == pytest.approx(500e-6)
+    wire = np.where(recvs, np.nextafter(excess, 0.0), 1000e-6)
+    assert (wire[recvs] < excess[recvs]).all()
+    cal = fit_cpu_terms(prog, own, measured(prog), own_s.copy(), [1, 2, 3], own_wire_s=wire)
+    assert cal.wire_share is not None
+    assert cal.wire_share[recvs] == pytest.approx(1.0) and (cal.wire_share[recvs] <= 1.0).all()
+    assert (cal.extra_s[recvs] == 0.0).all()
+    slow = own_s * 10
+    cal.add_to(slow, wire * 10)
+    assert slow[recvs] == pytest.approx(5000e-6)
+
+
 def test_a_receive_over_explained_beyond_its_wire_keeps_the_excess_in_seconds() -> None:
     # the model says 300 us (100 of wire, 200 of step latency); it took 50: the 250
     # too many are more than its wire, so they are the host's, not a share of the wire

@@ -136,6 +136,9 @@ def _fit_line(sizes: np.ndarray, size_of: np.ndarray, resid: np.ndarray) -> tupl
     return max(float(np.average(mean, weights=w)), 0.0), 0.0
 
 
+ROUNDING = 1e-9
+"""Relative slack of "no more than the wire time" (:func:`_wire_share`): an excess equal
+to the wire time is within it, whatever the last bits of the means it was found with."""
 LATENCY_BOUND = 0.5
 """An op is latency-bound on its own link when its wire time is at most this share of
 its measured time: then what it took beyond one step's wire is the host's, with
@@ -385,18 +388,18 @@ def _wire_share(
     scaling both ways (it is its wire's). Beyond the wire time it stays in seconds: the
     host's latency over-explained, not the wire (docs/whatif.md, "Calibration")."""
     over = np.flatnonzero((extra < 0) & receives)
-    over = over[(wire_s[over] > 0) & (-extra[over] <= wire_s[over])]
+    over = over[(wire_s[over] > 0) & (-extra[over] <= wire_s[over] * (1 + ROUNDING))]
     events, level = below
     wire = wire_s[events]
-    fits = (wire > 0) & (-level <= wire)
+    fits = (wire > 0) & (-level <= wire * (1 + ROUNDING))
     del wire
     events, level = events[fits], level[fits]
     if not (over.size or events.size):
         return Calibration(extra, terms)
     share = np.zeros(extra.size)
-    share[over] = -extra[over] / wire_s[over]
+    share[over] = np.minimum(-extra[over] / wire_s[over], 1.0)
     extra[over] = 0.0
-    share[events] = -level / wire_s[events]
+    share[events] = np.minimum(-level / wire_s[events], 1.0)
     extra[events] -= level
     return Calibration(extra, terms, share, (events, -level) if events.size else None)
 

@@ -94,18 +94,22 @@ class Spill:
         """``rank``'s ``records`` (in its order), each into its ``chunk``."""
         if not records.size:
             return
-        order = np.argsort(chunk, kind="stable")
-        by_chunk, starts = np.unique(chunk[order], return_index=True)
-        ends = np.r_[starts[1:], order.size]
+        if np.all(chunk[1:] >= chunk[:-1]):  # a rank's records in step order: as they are
+            ordered = records
+        else:
+            order = np.argsort(chunk, kind="stable")
+            chunk, ordered = chunk[order], records[order]
+        starts = np.r_[0, np.flatnonzero(chunk[1:] != chunk[:-1]) + 1]
+        by_chunk, ends = chunk[starts], np.r_[starts[1:], chunk.size]
         try:
             if self._file is None:
                 self._file = (self.folder / f"{self.prefix}.bin").open("wb")
-            np.ascontiguousarray(records[order]).tofile(self._file)
+            np.ascontiguousarray(ordered).tofile(self._file)
         except OSError as exc:
             raise failed(exc) from None
         for c, lo, hi in zip(by_chunk.tolist(), starts.tolist(), ends.tolist(), strict=True):
             self.index.setdefault(rank, {})[c] = (str(self._file.name), self._rows + lo, hi - lo)
-        self._rows += order.size
+        self._rows += chunk.size
 
     def close(self) -> None:
         if self._file is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from commlens.analysis.matched.clocks import shift_clocks
 from commlens.analysis.matched.ops import (
     FIELDS,
     NARROWED,
@@ -34,7 +35,7 @@ from commlens.analysis.matched.ops import (
     spill_ops,
     spilled_dtype,
 )
-from commlens.analysis.matched.run import check_clocks
+from commlens.analysis.matched.run import chunked_shifts
 from commlens.analysis.spill import SETUP, Index, chunks, read_chunk, spill_dir
 from commlens.trace.reader import open_run
 from commlens.whatif.backend import replay_backend
@@ -56,8 +57,13 @@ class Chunks:
     width: int
     """Steps a chunk: chunk ``c`` holds steps ``c·width .. (c + 1)·width - 1``."""
     events: int
-    clock_shifts: dict[int, int]
-    """rank -> ns its clock was moved by (non-zero only), found on the whole run."""
+    shifts: np.ndarray
+    """Per rank, the ns its clock is moved by (found on the whole run)."""
+
+    @property
+    def clock_shifts(self) -> dict[int, int]:
+        """rank -> ns its clock was moved by (non-zero only)."""
+        return {r: int(ns) for r, ns in enumerate(self.shifts.tolist()) if ns}
 
 
 def chunk_width(events: int, steps: int) -> int | None:
@@ -70,9 +76,9 @@ def chunk_width(events: int, steps: int) -> int | None:
 @contextmanager
 def chunked_run(path: str | Path) -> Iterator[Chunks | None]:
     """The run in ``path`` spilled by chunk (removed when the block ends), or None where it
-    is replayed whole: it fits in one chunk, or it is replayed on its streams (an imported
-    GPU trace: :mod:`~commlens.whatif.streams`). :class:`RunFormatError` where it cannot be
-    replayed."""
+    is replayed whole: it fits in one chunk, it is replayed on its streams (an imported
+    GPU trace: :mod:`~commlens.whatif.streams`), or a chunk of it cannot be matched alone
+    (an op waited in a later chunk). :class:`RunFormatError` where it cannot be replayed."""
     with open_run(path) as view:
         events, steps = run_size(view)
         streamed = replay_backend(str(view.manifest.get("backend") or "")).streams
@@ -80,11 +86,15 @@ def chunked_run(path: str | Path) -> Iterator[Chunks | None]:
         if width is None:
             yield None
             return
-        shifts = check_clocks(view)
         with spill_dir() as folder:
             template, index = spill_ops(view, folder, width, OP_COLUMNS)
             template.name = Path(path).name or str(path)
             check_replayable(template, str(path), events)
+            # the clocks checked on the whole run, as the whole run's matching checks them
+            shifts = chunked_shifts(template, index, OP_COLUMNS)
+            if shifts is None:
+                yield None
+                return
             yield Chunks(template, index, width, events, shifts)
 
 
@@ -94,35 +104,33 @@ def chunk_traces(run: Chunks, keep: list[int]) -> Iterator[tuple[Trace, list[int
     dtype = spilled_dtype(OP_COLUMNS)
     ids = chunks(run.index)
     head = read_chunk(run.index, SETUP, dtype) if SETUP in ids else np.zeros(0, dtype)
+    windows = run.template.step_index
     for c in (i for i in ids if i != SETUP):
         rec = read_chunk(run.index, c, dtype)
         mine = [s for s in keep if s // run.width == c]
         if mine:
-            yield _trace(run.template, _by_rank(head, rec)), mine
-        head = rec[rec["step"] == rec["step"].max()] if rec.size else head
+            warm_up = head["step"].max() if head.size else SETUP
+            steps = (windows // run.width == c) | ((windows == warm_up) & (warm_up >= 0))
+            yield _trace(run.template, head, rec, steps, run.shifts), mine
+        head = rec[rec["step"] == rec["step"].max()]
         del rec
 
 
-def _by_rank(first: np.ndarray, then: np.ndarray) -> np.ndarray:
-    """The records of ``first`` and ``then`` (each by rank, in order), by rank: a rank's
-    records of ``first`` before its records of ``then``."""
-    if not first.size:
-        return then
-    both = np.concatenate([first, then])
-    return both[np.argsort(both["rank"], kind="stable")]
+def _trace(
+    template: Trace, head: np.ndarray, rec: np.ndarray, windows: np.ndarray, shifts: np.ndarray
+) -> Trace:
+    """The run of the records ``head`` then ``rec`` (:func:`chunk_traces`; each by rank, in
+    order: a rank's ``head`` records go before its ``rec`` records) and of the step windows
+    of ``template`` where ``windows`` is True, each rank's clock moved by its ``shifts``."""
+    at = np.searchsorted(rec["rank"], head["rank"])
 
+    def column(field: str) -> np.ndarray:
+        values = np.insert(rec[field], at, head[field]) if head.size else rec[field].copy()
+        name = COLUMN_OF.get(field, field)
+        return narrowed(values, name) if name in NARROWED else values
 
-def _trace(template: Trace, rec: np.ndarray) -> Trace:
-    """The run of the records ``rec`` (:func:`chunk_traces`): its events and the windows of
-    their steps."""
-    events: dict[str, Any] = {
-        field: narrowed(rec[field], COLUMN_OF.get(field, field))
-        if COLUMN_OF.get(field, field) in NARROWED
-        else rec[field].copy()
-        for field in rec.dtype.names or ()
-    }
-    windows = np.isin(template.step_index, np.unique(rec["step"]))
-    return replace(
+    events: dict[str, Any] = {field: column(field) for field in rec.dtype.names or ()}
+    trace = replace(
         template,
         **events,
         step_rank=template.step_rank[windows],
@@ -131,3 +139,6 @@ def _trace(template: Trace, rec: np.ndarray) -> Trace:
         step_end=template.step_end[windows],
         warnings=list(template.warnings),
     )
+    if shifts.any():
+        shift_clocks(trace, shifts)
+    return trace

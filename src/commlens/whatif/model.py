@@ -284,15 +284,16 @@ def _reverse_pairs(
     return reverse, behind
 
 
-def build_program(tr: Trace) -> Program:
+def build_program(tr: Trace, *, clocks: bool = True) -> Program:
     """Match the run's ops into instances and check the clocks against them
     (:func:`commlens.analysis.matched.run.match_run`: a rank whose ops end before
     their peers issued them is corrected) and lay out every rank's marks.
 
     The program takes ``tr`` over (it is the program's trace): a clock correction
     moves its times, and its build-only columns (:data:`BUILD_ONLY`), whose
-    content the program now holds, are emptied to free their memory."""
-    m = match_run(tr)
+    content the program now holds, are emptied to free their memory. ``clocks`` False:
+    ``tr`` is a chunk of a run whose clocks were checked whole (:func:`match_run`)."""
+    m = match_run(tr, clocks=clocks)
     n_coll = m.collectives
     cost_groups = list(tr.groups)
     inst_group = np.zeros(n_coll, dtype=np.int32)

@@ -378,14 +378,17 @@ def run_study(
             trace = read_trace(path)
             return _study(path, trace, kept_steps(trace, steps), q)
         parts = [
-            _study(path, trace, keep, q)
+            _study(path, trace, keep, q, whole_clocks=True)
             for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps))
         ]
         return _joined(run, parts)
 
 
-def _study(path: str | Path, trace: Trace, keep: list[int], q: Question) -> Study:
-    """The study of ``trace`` (the run in ``path``, or a chunk of it) over steps ``keep``."""
+def _study(
+    path: str | Path, trace: Trace, keep: list[int], q: Question, whole_clocks: bool = False
+) -> Study:
+    """The study of ``trace`` (the run in ``path``, or a chunk of it whose clocks were
+    checked on the whole run: ``whole_clocks``) over steps ``keep``."""
     dp, algorithm = q.dp, q.algorithm
     # a scale-out's placement counts its ranks, known once the program is built
     place = (
@@ -394,7 +397,7 @@ def _study(path: str | Path, trace: Trace, keep: list[int], q: Question) -> Stud
     own = own_link(trace, q.captured_net)
     if own is None and q.op_times == "delta":
         raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
-    prog = build_program(trace)
+    prog = build_program(trace, clocks=not whole_clocks)
     groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     if place is None:
         place = placement_for(trace, q.nodes, q.ranks_per_node, q.intra, algorithm, world)

@@ -71,10 +71,15 @@ class Matching:
         return int(np.count_nonzero(self.send_of < 0))
 
 
-def match_run(ops: RunOps) -> Matching:
+def match_run(ops: RunOps, *, clocks: bool = True) -> Matching:
     """Match ``ops`` and put them on a causal clock (``ops``' times are moved where a
-    rank's clock breaks causality; :attr:`Matching.clock_shifts` says by how much)."""
+    rank's clock breaks causality; :attr:`Matching.clock_shifts` says by how much);
+    ``clocks`` False: the clocks were checked already, on the whole run ``ops`` is a
+    chunk of (:func:`chunked_shifts`), and are not checked again (shifts all 0)."""
     matching = _matching(ops)
+    if not clocks:
+        matching.clock_shifts = np.zeros(ops.world_size, np.int64)
+        return matching
     shifts = causal_shifts(ops, matching.inst, matching.members, matching.send_of, matching.recv_of)
     if shifts.any():
         shift_clocks(ops, shifts)
@@ -156,12 +161,14 @@ def _run_shifts(view: RunView) -> np.ndarray:
     return match_run(read_ops(view, MATCH_COLUMNS)).clock_shifts
 
 
-def chunked_shifts(template: RunOps, index: Index) -> np.ndarray | None:
-    """:func:`match_run`'s clock shifts of the spilled run ``index`` (:func:`spill_ops`),
-    its chunks matched one at a time and their bounds joined
-    (:func:`~commlens.analysis.matched.clocks.lower_bounds`); None where a chunk cannot be
-    matched alone (an instance or a message across chunks, or a run that cannot be
-    matched at all: the whole run's matching decides)."""
+def chunked_shifts(
+    template: RunOps, index: Index, columns: tuple[str, ...] = MATCH_COLUMNS
+) -> np.ndarray | None:
+    """:func:`match_run`'s clock shifts of the spilled run ``index`` (:func:`spill_ops` of
+    ``columns``, :data:`MATCH_COLUMNS` among them), its chunks matched one at a time and
+    their bounds joined (:func:`~commlens.analysis.matched.clocks.lower_bounds`); None
+    where a chunk cannot be matched alone (an instance or a message across chunks, or a
+    run that cannot be matched at all: the whole run's matching decides)."""
     w = template.world_size
     if w < 2 or w > MAX_WORLD:
         return np.zeros(w, np.int64)
@@ -169,20 +176,26 @@ def chunked_shifts(template: RunOps, index: Index) -> np.ndarray | None:
     skipped = []
     try:
         for chunk in chunks(index):
-            if not _chunk_bounds(template, index, chunk, bound, pairs=False):
+            if not _chunk_bounds(template, index, chunk, bound, pairs=False, columns=columns):
                 skipped.append(chunk)
         if (bound < 0).any():  # the collectives' pairs matter: those left out too
             for chunk in skipped:
-                _chunk_bounds(template, index, chunk, bound, pairs=True)
+                _chunk_bounds(template, index, chunk, bound, pairs=True, columns=columns)
     except RunFormatError:
         return None
     return shifts_of(bound)
 
 
 def _chunk_bounds(
-    template: RunOps, index: Index, chunk: int, bound: np.ndarray, *, pairs: bool
+    template: RunOps,
+    index: Index,
+    chunk: int,
+    bound: np.ndarray,
+    *,
+    pairs: bool,
+    columns: tuple[str, ...],
 ) -> bool:
     """Lower ``bound`` by ``chunk``'s matched ops (:func:`lower_bounds`)."""
-    ops = spilled_ops(template, index, chunk)
+    ops = spilled_ops(template, index, chunk, columns)
     m = _matching(ops)
     return lower_bounds(ops, m.inst, m.members, m.send_of, m.recv_of, bound, pairs=pairs)

@@ -125,3 +125,25 @@ def test_a_chunked_run_missing_a_rank_is_refused_and_its_spill_removed(
     with pytest.raises(RunFormatError, match=r"rank\(s\) 3 missing or unreadable"):
         chunked_study(broken, monkeypatch)
     assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"op_times": "model"},
+        {"op_times": "delta", "captured_net": "loopback"},
+        {"dp": 4},
+        {"nodes": 2},
+        {"without": ("link-bucket",)},
+    ],
+    ids=["model", "delta", "dp 4", "2 nodes", "no bucket"],
+)
+def test_every_question_replayed_by_chunks_gives_the_whole_replays_medians(
+    run: Path, asked: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = study.run_study(run, NETS, **asked)  # type: ignore[arg-type]
+    parts = chunked_study(run, monkeypatch, **asked)
+    assert parts.chunks == 6 and parts.placement == whole.placement
+    mine, theirs = [parts.captured, *parts.answers], [whole.captured, *whole.answers]
+    for got, want in zip(mine, theirs, strict=True):
+        assert got.figures.median_step_s == pytest.approx(want.figures.median_step_s, rel=1e-3)

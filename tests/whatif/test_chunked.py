@@ -147,3 +147,17 @@ def test_every_question_replayed_by_chunks_gives_the_whole_replays_medians(
     mine, theirs = [parts.captured, *parts.answers], [whole.captured, *whole.answers]
     for got, want in zip(mine, theirs, strict=True):
         assert got.figures.median_step_s == pytest.approx(want.figures.median_step_s, rel=1e-3)
+
+
+def test_a_run_compared_with_a_prediction_is_replayed_by_chunks_too(
+    run: Path, whole: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(chunked, "CHUNK_EVENTS", CHUNK)
+        trace, check, captured = study.replay_captured(run, None)
+    assert trace.events == 0 and trace.name == whole.trace.name  # the run, not held
+    assert check.max_step_error == pytest.approx(whole.check.max_step_error, abs=1e-3)
+    assert captured.figures.steps == whole.captured.figures.steps
+    assert captured.figures.median_step_s == pytest.approx(
+        whole.captured.figures.median_step_s, rel=1e-3
+    )

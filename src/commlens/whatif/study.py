@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -241,12 +242,34 @@ def self_check(
 
 
 def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, SelfCheck, Answer]:
-    """The run in ``path`` replayed with its own op times: its trace, the self-check and
-    the figures of the steps kept (``steps``, else :func:`kept_steps`'s)."""
-    trace = read_trace(path)
-    keep = kept_steps(trace, steps)
-    check, captured = self_check(build_program(trace), keep)
-    return trace, check, captured
+    """The run in ``path`` replayed with its own op times: its trace (a run larger than a
+    chunk: without its events, :mod:`~commlens.whatif.chunked`), the self-check and the
+    figures of the steps kept (``steps``, else :func:`kept_steps`'s)."""
+    with chunked.chunked_run(path) as run:
+        if run is None:
+            trace = read_trace(path)
+            check, captured = self_check(build_program(trace), kept_steps(trace, steps))
+            return trace, check, captured
+        parts = [
+            self_check(build_program(trace, clocks=False), keep)
+            for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps))
+        ]
+        checks, answers = zip(*parts, strict=True)
+        return run.template, _worst(checks), _joined_answer(list(answers))
+
+
+def _worst(checks: Iterable[SelfCheck]) -> SelfCheck:
+    """The self-check of a run of chunks of these ``checks``: the worst of each figure."""
+    checks = list(checks)
+    return SelfCheck(
+        max(c.max_step_error for c in checks), max(c.max_event_error_s for c in checks)
+    )
+
+
+def _joined_answer(answers: list[Answer]) -> Answer:
+    """One network's answer over a run's chunks (each chunk's answer on it, in step order)."""
+    tallies = [a.tally for a in answers if a.tally is not None]
+    return Answer.of(answers[0].name, answers[0].profile, Tally.join(tallies))
 
 
 ASSUMPTIONS = (
@@ -377,10 +400,11 @@ def run_study(
         if run is None:
             trace = read_trace(path)
             return _study(path, trace, kept_steps(trace, steps), q)
-        parts = [
-            _study(path, trace, keep, q, whole_clocks=True)
-            for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps))
-        ]
+        parts = []
+        for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps)):
+            part = _study(path, trace, keep, q, whole_clocks=True)
+            parts.append(replace(part, trace=run.template))  # the chunk's events freed
+            del trace, part
         return _joined(run, parts)
 
 
@@ -438,14 +462,7 @@ def _joined(run: chunked.Chunks, parts: list[Study]) -> Study:
     """The study of the run ``run`` of its chunks' studies ``parts``: their figures joined
     step by step, the worst of their self-checks, the first chunk's fits."""
     first = parts[0]
-
-    def joined(answers: list[Answer]) -> Answer:
-        tallies = [a.tally for a in answers if a.tally is not None]
-        return Answer.of(answers[0].name, answers[0].profile, Tally.join(tallies))
-
-    check = SelfCheck(
-        max(p.check.max_step_error for p in parts), max(p.check.max_event_error_s for p in parts)
-    )
+    check = _worst(p.check for p in parts)
     steps = sum(len(p.captured.figures.steps) for p in parts)
     line = (
         f"the run ({run.events:,} events) is replayed {len(parts)} chunk(s) of up to "
@@ -458,13 +475,13 @@ def _joined(run: chunked.Chunks, parts: list[Study]) -> Study:
         run.template,
         first.placement,
         check,
-        joined([p.captured for p in parts]),
-        [joined([p.answers[i] for p in parts]) for i in range(len(first.answers))],
+        _joined_answer([p.captured for p in parts]),
+        [_joined_answer([p.answers[i] for p in parts]) for i in range(len(first.answers))],
         [*first.assumptions, line] if len(parts) > 1 else first.assumptions,
         clock_shifts=run.clock_shifts,
         own_link=None
         if first.own_link is None
-        else joined([p.own_link for p in parts if p.own_link is not None]),
+        else _joined_answer([p.own_link for p in parts if p.own_link is not None]),
         op_times=first.op_times,
         calibration=first.calibration,
         corrections=first.corrections,

@@ -3,6 +3,7 @@ answers, the run never held whole."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -161,3 +162,24 @@ def test_a_run_compared_with_a_prediction_is_replayed_by_chunks_too(
     assert captured.figures.median_step_s == pytest.approx(
         whole.captured.figures.median_step_s, rel=1e-3
     )
+
+
+def test_a_rank_whose_clock_breaks_causality_is_moved_as_the_whole_run_moves_it(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rank 5's recorded offset 3 ms off: its ops end before their peers issued them. The
+    # chunks find it, then take the whole run's shifts and replay every chunk again
+    skewed = tmp_path / "skewed"
+    shutil.copytree(run, skewed)
+    meta = skewed / "rank-00005.json"
+    rank = json.loads(meta.read_text())
+    rank["clock"]["offset_ns"] += 3_000_000
+    meta.write_text(json.dumps(rank))
+    whole = study.run_study(skewed, NETS)
+    assert whole.clock_shifts == {5: -3_000_000}
+    parts = chunked_study(skewed, monkeypatch)
+    assert parts.chunks == 6 and parts.clock_shifts == whole.clock_shifts
+    for got, want in zip(
+        [parts.captured, *parts.answers], [whole.captured, *whole.answers], strict=True
+    ):
+        assert got.figures.median_step_s == pytest.approx(want.figures.median_step_s, rel=1e-3)

@@ -17,11 +17,11 @@ chunk".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,12 +37,14 @@ from commlens.analysis.matched.ops import (
 )
 from commlens.analysis.matched.run import chunked_shifts
 from commlens.analysis.spill import SETUP, Index, chunks, read_chunk, spill_dir
+from commlens.errors import RunFormatError
 from commlens.trace.reader import open_run
 from commlens.whatif.backend import replay_backend
 from commlens.whatif.source import Trace, check_replayable
 
 CHUNK_EVENTS = 2_000_000
 """About this many events a chunk (a run of no more is replayed whole, as one chunk)."""
+T = TypeVar("T")
 COLUMN_OF = {field: column for column, field in FIELDS.items()}
 """The event column of each :class:`Trace` field a chunk is read into."""
 
@@ -58,7 +60,8 @@ class Chunks:
     """Steps a chunk: chunk ``c`` holds steps ``c·width .. (c + 1)·width - 1``."""
     events: int
     shifts: np.ndarray
-    """Per rank, the ns its clock is moved by (found on the whole run)."""
+    """Per rank, the ns its clock is moved by (found on the whole run where a chunk's
+    own check moved one: :func:`by_chunks`; else 0)."""
 
     @property
     def clock_shifts(self) -> dict[int, int]:
@@ -76,9 +79,9 @@ def chunk_width(events: int, steps: int) -> int | None:
 @contextmanager
 def chunked_run(path: str | Path) -> Iterator[Chunks | None]:
     """The run in ``path`` spilled by chunk (removed when the block ends), or None where it
-    is replayed whole: it fits in one chunk, it is replayed on its streams (an imported
-    GPU trace: :mod:`~commlens.whatif.streams`), or a chunk of it cannot be matched alone
-    (an op waited in a later chunk). :class:`RunFormatError` where it cannot be replayed."""
+    is replayed whole: it fits in one chunk, or it is replayed on its streams (an imported
+    GPU trace: :mod:`~commlens.whatif.streams`). :class:`RunFormatError` where it cannot
+    be replayed."""
     with open_run(path) as view:
         events, steps = run_size(view)
         streamed = replay_backend(str(view.manifest.get("backend") or "")).streams
@@ -90,12 +93,40 @@ def chunked_run(path: str | Path) -> Iterator[Chunks | None]:
             template, index = spill_ops(view, folder, width, OP_COLUMNS)
             template.name = Path(path).name or str(path)
             check_replayable(template, str(path), events)
-            # the clocks checked on the whole run, as the whole run's matching checks them
-            shifts = chunked_shifts(template, index, OP_COLUMNS)
-            if shifts is None:
-                yield None
-                return
-            yield Chunks(template, index, width, events, shifts)
+            no_shifts = np.zeros(template.world_size, np.int64)
+            yield Chunks(template, index, width, events, no_shifts)
+
+
+def by_chunks(
+    run: Chunks, keep: list[int], one: Callable[[Trace, list[int], bool], tuple[T, bool]]
+) -> list[T] | None:
+    """``one`` of each chunk that holds steps of ``keep``, in order, or None where a chunk
+    cannot be matched alone (an op waited in a later chunk: replay the run whole).
+
+    ``one(trace, steps, checked)`` gives its answer and whether the chunk's own clock
+    check moved a clock; ``checked``: the whole run's clocks were checked and the chunk's
+    moved by them (:attr:`Chunks.shifts`), not to be checked again. The chunks are first
+    taken as read, each checking its own clocks: where none moves one, the whole run's
+    check would move none either (its bounds are the least of its chunks'). Else the
+    whole run's shifts are found (:func:`chunked_shifts`) and every chunk taken again,
+    moved by them."""
+    try:
+        parts = []
+        for trace, steps in chunk_traces(run, keep):
+            part, moved = one(trace, steps, False)
+            if moved:
+                break
+            parts.append(part)
+        else:
+            return parts
+        del parts
+        shifts = chunked_shifts(run.template, run.index, OP_COLUMNS)
+        if shifts is None:
+            return None
+        run.shifts = shifts
+        return [one(trace, steps, True)[0] for trace, steps in chunk_traces(run, keep)]
+    except RunFormatError:  # a chunk that cannot be matched alone
+        return None
 
 
 def chunk_traces(run: Chunks, keep: list[int]) -> Iterator[tuple[Trace, list[int]]]:

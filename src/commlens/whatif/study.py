@@ -246,16 +246,21 @@ def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, S
     chunk: without its events, :mod:`~commlens.whatif.chunked`), the self-check and the
     figures of the steps kept (``steps``, else :func:`kept_steps`'s)."""
     with chunked.chunked_run(path) as run:
-        if run is None:
-            trace = read_trace(path)
-            check, captured = self_check(build_program(trace), kept_steps(trace, steps))
-            return trace, check, captured
-        parts = [
-            self_check(build_program(trace, clocks=False), keep)
-            for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps))
-        ]
-        checks, answers = zip(*parts, strict=True)
-        return run.template, _worst(checks), _joined_answer(list(answers))
+        if run is not None:
+
+            def one(
+                trace: Trace, keep: list[int], checked: bool
+            ) -> tuple[tuple[SelfCheck, Answer], bool]:
+                prog = build_program(trace, clocks=not checked)
+                return self_check(prog, keep), bool(prog.clock_shifts.any())
+
+            parts = chunked.by_chunks(run, kept_steps(run.template, steps), one)
+            if parts is not None:
+                checks, answers = zip(*parts, strict=True)
+                return run.template, _worst(checks), _joined_answer(list(answers))
+        trace = read_trace(path)
+        check, captured = self_check(build_program(trace), kept_steps(trace, steps))
+        return trace, check, captured
 
 
 def _worst(checks: Iterable[SelfCheck]) -> SelfCheck:
@@ -397,15 +402,19 @@ def run_study(
         corrections(without),
     )
     with chunked.chunked_run(path) as run:
-        if run is None:
-            trace = read_trace(path)
-            return _study(path, trace, kept_steps(trace, steps), q)
-        parts = []
-        for trace, keep in chunked.chunk_traces(run, kept_steps(run.template, steps)):
-            part = _study(path, trace, keep, q, whole_clocks=True)
-            parts.append(replace(part, trace=run.template))  # the chunk's events freed
-            del trace, part
-        return _joined(run, parts)
+        if run is not None:
+            template = run.template
+
+            def one(trace: Trace, keep: list[int], checked: bool) -> tuple[Study, bool]:
+                part = _study(path, trace, keep, q, whole_clocks=checked)
+                # the chunk's events freed once it is answered
+                return replace(part, trace=template), bool(part.clock_shifts)
+
+            parts = chunked.by_chunks(run, kept_steps(template, steps), one)
+            if parts is not None:
+                return _joined(run, parts)
+        trace = read_trace(path)
+        return _study(path, trace, kept_steps(trace, steps), q)
 
 
 def _study(

@@ -79,7 +79,7 @@ def test_a_run_larger_than_a_chunk_gives_the_whole_replays_answers(
 def test_a_chunked_replay_holds_a_chunk_and_its_warm_up_step(run: Path) -> None:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(chunked, "CHUNK_EVENTS", CHUNK)
-        with chunked.chunked_run(run) as spilled:
+        with chunked.chunked_run(run) as (_, spilled):
             assert spilled is not None and spilled.width == 4
             got = list(chunked.chunk_traces(spilled, list(range(1, 24))))
     per_step = SHAPE.events_per_step()

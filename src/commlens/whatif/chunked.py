@@ -38,7 +38,7 @@ from commlens.analysis.matched.ops import (
 from commlens.analysis.matched.run import chunked_shifts
 from commlens.analysis.spill import SETUP, Index, chunks, read_chunk, spill_dir
 from commlens.errors import RunFormatError
-from commlens.trace.reader import open_run
+from commlens.trace.reader import RunView, open_run
 from commlens.whatif.backend import replay_backend
 from commlens.whatif.source import Trace, check_replayable
 
@@ -77,24 +77,25 @@ def chunk_width(events: int, steps: int) -> int | None:
 
 
 @contextmanager
-def chunked_run(path: str | Path) -> Iterator[Chunks | None]:
-    """The run in ``path`` spilled by chunk (removed when the block ends), or None where it
-    is replayed whole: it fits in one chunk, or it is replayed on its streams (an imported
-    GPU trace: :mod:`~commlens.whatif.streams`). :class:`RunFormatError` where it cannot
-    be replayed."""
+def chunked_run(path: str | Path) -> Iterator[tuple[RunView, Chunks | None]]:
+    """The run in ``path`` opened, and spilled by chunk (removed when the block ends), or
+    None where it is replayed whole (read from the view): it fits in one chunk, or it is
+    replayed on its streams (an imported GPU trace: :mod:`~commlens.whatif.streams`).
+    :class:`RunFormatError` where it cannot be replayed."""
     with open_run(path) as view:
-        events, steps = run_size(view)
+        events = sum(view.rows.values())
         streamed = replay_backend(str(view.manifest.get("backend") or "")).streams
-        width = None if streamed else chunk_width(events, steps)
+        whole = streamed or events <= CHUNK_EVENTS  # then no step table needed
+        width = None if whole else chunk_width(events, run_size(view)[1])
         if width is None:
-            yield None
+            yield view, None
             return
         with spill_dir() as folder:
             template, index = spill_ops(view, folder, width, OP_COLUMNS)
             template.name = Path(path).name or str(path)
             check_replayable(template, str(path), events)
             no_shifts = np.zeros(template.world_size, np.int64)
-            yield Chunks(template, index, width, events, no_shifts)
+            yield view, Chunks(template, index, width, events, no_shifts)
 
 
 def by_chunks(

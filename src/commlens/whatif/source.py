@@ -15,6 +15,7 @@ from commlens.analysis.matched.ops import RunOps, read_ops
 from commlens.errors import RunFormatError
 from commlens.trace.files import format_ranks
 from commlens.trace.manifest import SYNTHETIC_TIMES, time_semantics
+from commlens.trace.reader import RunView
 
 Trace = RunOps
 """What a replay reads: the matched run's ops (:class:`RunOps`). The columns of
@@ -27,10 +28,11 @@ def _names(line: str, rank: int) -> bool:
     return line.endswith(f"rank {rank} skipped") or line.startswith(f"rank {rank}: ")
 
 
-def read_trace(path: str | Path) -> Trace:
-    """The run in ``path`` for replay; :class:`RunFormatError` when it cannot be replayed."""
-    ops = read_ops(path)
-    check_replayable(ops, str(path), ops.events)
+def read_trace(source: str | Path | RunView) -> Trace:
+    """The run in ``source`` (a directory, or a view of one) for replay;
+    :class:`RunFormatError` when it cannot be replayed."""
+    ops = read_ops(source)
+    check_replayable(ops, str(source.path if isinstance(source, RunView) else source), ops.events)
     return ops
 
 

@@ -245,7 +245,7 @@ def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, S
     """The run in ``path`` replayed with its own op times: its trace (a run larger than a
     chunk: without its events, :mod:`~commlens.whatif.chunked`), the self-check and the
     figures of the steps kept (``steps``, else :func:`kept_steps`'s)."""
-    with chunked.chunked_run(path) as run:
+    with chunked.chunked_run(path) as (view, run):
         if run is not None:
 
             def one(
@@ -258,7 +258,7 @@ def replay_captured(path: str | Path, steps: StepRange | None) -> tuple[Trace, S
             if parts is not None:
                 checks, answers = zip(*parts, strict=True)
                 return run.template, _worst(checks), _joined_answer(list(answers))
-        trace = read_trace(path)
+        trace = read_trace(view)
         check, captured = self_check(build_program(trace), kept_steps(trace, steps))
         return trace, check, captured
 
@@ -401,7 +401,7 @@ def run_study(
         dp,
         corrections(without),
     )
-    with chunked.chunked_run(path) as run:
+    with chunked.chunked_run(path) as (view, run):
         if run is not None:
             template = run.template
 
@@ -413,7 +413,7 @@ def run_study(
             parts = chunked.by_chunks(run, kept_steps(template, steps), one)
             if parts is not None:
                 return _joined(run, parts)
-        trace = read_trace(path)
+        trace = read_trace(view)
         return _study(path, trace, kept_steps(trace, steps), q)
 
 

@@ -2,14 +2,15 @@
 
 A replay holds its program whole (about 150 bytes an event at its peak), so a
 run of tens of millions of events would hold gigabytes. Such a run is read
-once, its clocks checked on the whole run
-(:func:`~commlens.analysis.matched.run.check_clocks`), and its ops written to
-disk by chunk of steps (:func:`~commlens.analysis.matched.ops.spill_ops`).
-Each chunk is then a run of its own: matched, its op times fitted from its own
-kept steps, replayed as captured and on every network. It starts with the
-last step of the chunk before it (the set-up ops, for the first), replayed
-but not counted, so that the skew between ranks its first counted step meets
-is the replay's own, not the capture's. The chunks' figures join per step
+once and its ops written to disk by chunk of steps
+(:func:`~commlens.analysis.matched.ops.spill_ops`). Each chunk is then a run of
+its own: matched, its clocks checked, its op times fitted from its own kept
+steps, replayed as captured and on every network (:func:`by_chunks`: where a
+chunk's clocks are moved, the whole run's shifts are found and every chunk
+replayed again, moved by them). It starts with the last step of the chunk
+before it (the set-up ops, for the first), replayed but not counted, so that
+the skew between ranks its first counted step meets is the replay's own, not
+the capture's. The chunks' figures join per step
 (:class:`~commlens.whatif.results.Tally`): memory holds one chunk, not the
 run. Measured against the whole replay: docs/whatif.md, "Runs larger than a
 chunk".

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlens.errors import RunFormatError
+from commlens.errors import RunFormatError, UsageError
 from commlens.report.whatif import build_whatif_document
 from commlens.trace.synthetic import Spec, generate
 from commlens.whatif import chunked, study
@@ -183,3 +183,14 @@ def test_a_rank_whose_clock_breaks_causality_is_moved_as_the_whole_run_moves_it(
         [parts.captured, *parts.answers], [whole.captured, *whole.answers], strict=True
     ):
         assert got.figures.median_step_s == pytest.approx(want.figures.median_step_s, rel=1e-3)
+
+
+def test_a_question_the_run_cannot_answer_is_refused_before_any_chunk_is_replayed(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def replayed(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a chunk was replayed")
+
+    monkeypatch.setattr(study, "_study", replayed)
+    with pytest.raises(UsageError, match="--nodes 3 must be a positive divisor of the run's 8"):
+        chunked_study(run, monkeypatch, nodes=3)

@@ -410,11 +410,22 @@ def run_study(
                 # the chunk's events freed once it is answered
                 return replace(part, trace=template), bool(part.clock_shifts)
 
-            parts = chunked.by_chunks(run, kept_steps(template, steps), one)
+            keep = kept_steps(template, steps)
+            _refuse(template, q)  # before any chunk is replayed
+            parts = chunked.by_chunks(run, keep, one)
             if parts is not None:
                 return _joined(run, parts)
         trace = read_trace(view)
         return _study(path, trace, kept_steps(trace, steps), q)
+
+
+def _refuse(trace: Trace, q: Question) -> None:
+    """:class:`UsageError` where ``q`` cannot be asked of the run ``trace`` (a placement
+    that does not divide its ranks, op times that need its own link's profile)."""
+    if q.dp is None:
+        placement_for(trace, q.nodes, q.ranks_per_node, q.intra, q.algorithm)
+    if q.op_times == "delta" and own_link(trace, q.captured_net) is None:
+        raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
 
 
 def _study(
@@ -428,8 +439,7 @@ def _study(
         placement_for(trace, q.nodes, q.ranks_per_node, q.intra, algorithm) if dp is None else None
     )
     own = own_link(trace, q.captured_net)
-    if own is None and q.op_times == "delta":
-        raise UsageError("--op-times delta needs the profile of the run's own link: give --profile")
+    _refuse(trace, q)
     prog = build_program(trace, clocks=not whole_clocks)
     groups, world = (prog.cost_groups, trace.world_size) if dp is None else scaled_groups(prog, dp)
     if place is None:

@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from commlens.analysis.skew import late_nodes, late_ranks
 from commlens.trace.files import format_ranks
 from commlens.trace.synthetic import Planted, Spec, generate
 
@@ -154,3 +156,31 @@ def test_utilization_lists_the_busiest(run: tuple[Path, Planted]) -> None:
     assert util.count(" rank ") >= 10 and "rank 63 " not in util.split("highest:")[0][-2000:-1]
     data = json.loads(_report(run_dir, "--format", "json"))
     assert sum(row["source"] == "events" for row in data["utilization"]) == 64
+
+
+def test_a_slow_node_diluted_by_its_own_collectives_is_named(tmp_path: Path) -> None:
+    # tensor-parallel groups of 8 on nodes of 8 ranks, 11 layers and 8 microbatches (the
+    # 1,024-rank 20 M-event shape of benchmarks/scale.py): the slow node's ranks are late
+    # only at the few collectives across nodes, their mean lateness under half the median's
+    # floor; all eight together stand out
+    spec = Spec(tp=8, pp=2, dp=4, ranks_per_node=8, steps=3, layers=11, microbatches=8)
+    planted = generate(tmp_path / "run", spec)
+    data = json.loads(_report(tmp_path / "run", "--format", "json"))
+    rows = {row["rank"]: row["mean_lateness_s"] for row in data["stragglers"]}
+    median = sorted(rows.values())[len(rows) // 2]
+    assert all(0 < rows[r] - median < 0.5 * median for r in planted.slow_ranks)
+    headline = "\n".join(data["highlights"])
+    assert f"ranks {format_ranks(sorted(planted.stragglers))}" in headline
+    assert f"all of node node001 (ranks {format_ranks(planted.slow_ranks)})" in headline
+
+
+def test_late_nodes_needs_every_rank_of_a_node() -> None:
+    # 4 nodes of 2 ranks, 1 rank alone on a fifth: node b's ranks late together, node c's
+    # only one, the lone rank 8 late alone: only b is late as a node
+    late_us = {0: 8.0, 1: 8.1, 2: 11.0, 3: 11.2, 4: 8.0, 5: 40.0, 6: 7.9, 7: 8.05, 8: 30.0}
+    table = pa.table(
+        {"rank": list(late_us), "mean_lateness_s": [v * 1e-6 for v in late_us.values()]}
+    )
+    node_of = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: "d", 7: "d", 8: "e"}
+    assert late_nodes(table, node_of) == ["b"]
+    assert set(late_ranks(table)) == {5, 8}  # b's 3 us over is under half the median

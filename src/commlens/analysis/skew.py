@@ -227,3 +227,33 @@ def late_ranks(stragglers: pa.Table) -> list[int]:
     mad = float(np.median(np.abs(late - med)))
     floor = max(0.5 * med, 8 * mad, 1e-6)
     return sorted(int(r) for r, x in zip(ranks, late, strict=True) if x - med > floor)
+
+
+def late_nodes(stragglers: pa.Table, node_of: dict[int, str]) -> list[str]:
+    """Nodes (``node_of``: rank -> node) of two or more ranks that are all late together
+    (a :func:`straggler_table`).
+
+    A node whose ranks arrive late at every collective is waited for only by the
+    collectives across nodes: its ranks' own collectives within the node wait for none
+    of them. Their mean lateness is diluted by those, and at many collectives within a
+    node (a 1,024-rank run's tensor-parallel groups of 8 on 8-rank nodes) falls under
+    :func:`late_ranks`'s floor of half the median. Together they stand out: a node is
+    late when every one of its ranks exceeds the median by more than eight median
+    absolute deviations and 1 µs (a rank or two late does not make its node late, nor
+    one rank alone on its node).
+    """
+    if stragglers.num_rows < 3:
+        return []
+    late = np.asarray(stragglers.column("mean_lateness_s").to_numpy(zero_copy_only=False))
+    ranks = stragglers.column("rank").to_pylist()
+    med = float(np.median(late))
+    floor = max(8 * float(np.median(np.abs(late - med))), 1e-6)
+    over = {int(r): x - med > floor for r, x in zip(ranks, late, strict=True)}
+    members: dict[str, list[int]] = {}
+    for rank, node in node_of.items():
+        members.setdefault(node, []).append(rank)
+    return sorted(
+        node
+        for node, mine in members.items()
+        if len(mine) > 1 and all(over.get(r, False) for r in mine)
+    )

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from commlens.analysis.skew import late_ranks
+from commlens.analysis.skew import late_nodes, late_ranks
 from commlens.trace.files import format_ranks
 from commlens.units import plural
 
@@ -35,18 +35,21 @@ def _hosts(entries: dict[int, dict[str, Any]]) -> dict[int, str]:
 def late_line(manifest: dict[str, Any], stragglers: pa.Table) -> str | None:
     """'late ranks: 23, 59; all of node X (ranks 8..15)', or None when no rank stands out.
 
-    A node is named when every one of its ranks is late and the run has several.
+    A node is named when every one of its ranks is late (:func:`late_ranks`, or
+    :func:`late_nodes`: late together) and the run has several.
     """
-    late = late_ranks(stragglers)
-    if not late:
-        return None
     hosts = _hosts(_rank_entries(manifest))
     by_host: dict[str, list[int]] = defaultdict(list)
     for r, h in hosts.items():
         by_host[h].append(r)
+    several = len(by_host) > 1
+    slow = set(late_nodes(stragglers, hosts)) if several else set()
+    late = set(late_ranks(stragglers)) | {r for h in slow for r in by_host[h]}
+    if not late:
+        return None
     whole: list[str] = []
     rest = set(late)
-    if len(by_host) > 1:
+    if several:
         for h, members in sorted(by_host.items()):
             if set(members) <= rest:
                 whole.append(f"all of node {h} (ranks {format_ranks(sorted(members))})")

@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from commlens.analysis.matched.intervals import segments
 from commlens.errors import CommandError
 from commlens.tempdirs import make_temp_dir
 
@@ -34,12 +35,14 @@ SETUP = -1
 """The chunk of the ops outside every step."""
 
 
-def chunk_width(events: int, steps: int) -> int | None:
-    """Steps a chunk for a run of ``events`` events over ``steps`` steps; None when the
-    run fits in one chunk (it is matched whole, in memory)."""
-    if events <= CHUNK_EVENTS:
+def chunk_width(events: int, steps: int, per_chunk: int | None = None) -> int | None:
+    """Steps a chunk of about ``per_chunk`` events (:data:`CHUNK_EVENTS`) for a run of
+    ``events`` events over ``steps`` steps; None when the run fits in one chunk (it is
+    taken whole, in memory)."""
+    per_chunk = CHUNK_EVENTS if per_chunk is None else per_chunk
+    if events <= per_chunk:
         return None
-    return max(1, CHUNK_EVENTS * max(steps, 1) // events)
+    return max(1, per_chunk * max(steps, 1) // events)
 
 
 def chunk_of(step: np.ndarray, width: int) -> np.ndarray:
@@ -99,7 +102,7 @@ class Spill:
         else:
             order = np.argsort(chunk, kind="stable")
             chunk, ordered = chunk[order], records[order]
-        starts = np.r_[0, np.flatnonzero(chunk[1:] != chunk[:-1]) + 1]
+        starts = segments(chunk)
         by_chunk, ends = chunk[starts], np.r_[starts[1:], chunk.size]
         try:
             if self._file is None:

@@ -37,7 +37,7 @@ from commlens.analysis.matched.ops import (
     spilled_dtype,
 )
 from commlens.analysis.matched.run import chunked_shifts
-from commlens.analysis.spill import SETUP, Index, chunks, read_chunk, spill_dir
+from commlens.analysis.spill import SETUP, Index, chunk_width, chunks, read_chunk, spill_dir
 from commlens.errors import RunFormatError
 from commlens.trace.reader import RunView, open_run
 from commlens.whatif.backend import replay_backend
@@ -70,13 +70,6 @@ class Chunks:
         return {r: int(ns) for r, ns in enumerate(self.shifts.tolist()) if ns}
 
 
-def chunk_width(events: int, steps: int) -> int | None:
-    """Steps a chunk of a run of ``events`` over ``steps`` steps; None: one chunk."""
-    if events <= CHUNK_EVENTS:
-        return None
-    return max(1, CHUNK_EVENTS * max(steps, 1) // events)
-
-
 @contextmanager
 def chunked_run(path: str | Path) -> Iterator[tuple[RunView, Chunks | None]]:
     """The run in ``path`` opened, and spilled by chunk (removed when the block ends), or
@@ -87,7 +80,7 @@ def chunked_run(path: str | Path) -> Iterator[tuple[RunView, Chunks | None]]:
         events = sum(view.rows.values())
         streamed = replay_backend(str(view.manifest.get("backend") or "")).streams
         whole = streamed or events <= CHUNK_EVENTS  # then no step table needed
-        width = None if whole else chunk_width(events, run_size(view)[1])
+        width = None if whole else chunk_width(events, run_size(view)[1], CHUNK_EVENTS)
         if width is None:
             yield view, None
             return

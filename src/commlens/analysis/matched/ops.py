@@ -38,6 +38,20 @@ NARROWED = ("rank", "op", "pg_name", "role", "size_bytes", "peer", "t_wait_ns", 
 """Columns kept in the narrowest of int16, int32 and int64 that holds every value (all
 but the clock times, which need 64 bits): 35 to 57 bytes an event."""
 
+FIELDS = {
+    "op": "op",
+    "pg_name": "group",
+    "role": "role",
+    "size_bytes": "size_bytes",
+    "peer": "peer",
+    "is_async": "is_async",
+    "t_issue_ns": "t_issue",
+    "t_end_ns": "t_end",
+    "t_wait_ns": "t_wait",
+    "step": "step",
+}
+"""The :class:`RunOps` field each event column is held in."""
+
 
 def _dtype(column: str) -> type[np.generic]:
     """The numpy type of a column of :class:`RunOps` (strings: int32 codes)."""
@@ -251,24 +265,16 @@ def _run_ops(
     pa.default_memory_pool().release_unused()  # the ranks' tables: back to the system
     ev = {c: _joined(cols.get(c, []), c) for c in ("rank", *OP_COLUMNS)}
     groups = names["pg_name"].values
+    events: dict[str, Any] = {FIELDS[c]: ev[c] for c in OP_COLUMNS}
     return RunOps(
         name=name,
         world_size=facts[0],
         rank=ev["rank"],
-        op=ev["op"],
+        **events,
         op_names=names["op"].values,
-        group=ev["pg_name"],
         group_names=groups,
         groups=[members.get(g, ()) for g in range(len(groups))],
-        role=ev["role"],
         role_names=names["role"].values,
-        size_bytes=ev["size_bytes"],
-        peer=ev["peer"],
-        is_async=ev["is_async"],
-        t_issue=ev["t_issue_ns"],
-        t_end=ev["t_end_ns"],
-        t_wait=ev["t_wait_ns"],
-        step=ev["step"],
         step_rank=_ints(steps, "rank", 0),
         step_index=_ints(steps, "step", 0),
         step_start=_ints(steps, "t_start_ns", 0),
@@ -278,21 +284,6 @@ def _run_ops(
         missing_ranks=facts[1],
         problems=facts[2],
     )
-
-
-FIELDS = {
-    "op": "op",
-    "pg_name": "group",
-    "role": "role",
-    "size_bytes": "size_bytes",
-    "peer": "peer",
-    "is_async": "is_async",
-    "t_issue_ns": "t_issue",
-    "t_end_ns": "t_end",
-    "t_wait_ns": "t_wait",
-    "step": "step",
-}
-"""The :class:`RunOps` field each event column is held in."""
 
 
 def spilled_dtype(columns: tuple[str, ...]) -> np.dtype:

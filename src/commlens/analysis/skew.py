@@ -219,14 +219,23 @@ def late_ranks(stragglers: pa.Table) -> list[int]:
     shared by every rank never qualifies, a rank or node that keeps the others
     waiting does.
     """
-    if stragglers.num_rows < 3:
+    spread = _lateness(stragglers)
+    if spread is None:
         return []
+    ranks, over, med, mad = spread
+    floor = max(0.5 * med, 8 * mad, 1e-6)
+    return sorted(int(r) for r, x in zip(ranks, over, strict=True) if x > floor)
+
+
+def _lateness(stragglers: pa.Table) -> tuple[list[int], np.ndarray, float, float] | None:
+    """(the ranks of a :func:`straggler_table`, each one's mean lateness over the median,
+    the median, the median absolute deviation); None for fewer than 3 ranks."""
+    if stragglers.num_rows < 3:
+        return None
     late = np.asarray(stragglers.column("mean_lateness_s").to_numpy(zero_copy_only=False))
-    ranks = stragglers.column("rank").to_pylist()
     med = float(np.median(late))
     mad = float(np.median(np.abs(late - med)))
-    floor = max(0.5 * med, 8 * mad, 1e-6)
-    return sorted(int(r) for r, x in zip(ranks, late, strict=True) if x - med > floor)
+    return stragglers.column("rank").to_pylist(), late - med, med, mad
 
 
 def late_nodes(stragglers: pa.Table, node_of: dict[int, str]) -> list[str]:
@@ -242,13 +251,12 @@ def late_nodes(stragglers: pa.Table, node_of: dict[int, str]) -> list[str]:
     absolute deviations and 1 µs (a rank or two late does not make its node late, nor
     one rank alone on its node).
     """
-    if stragglers.num_rows < 3:
+    spread = _lateness(stragglers)
+    if spread is None:
         return []
-    late = np.asarray(stragglers.column("mean_lateness_s").to_numpy(zero_copy_only=False))
-    ranks = stragglers.column("rank").to_pylist()
-    med = float(np.median(late))
-    floor = max(8 * float(np.median(np.abs(late - med))), 1e-6)
-    over = {int(r): x - med > floor for r, x in zip(ranks, late, strict=True)}
+    ranks, excess, _, mad = spread
+    floor = max(8 * mad, 1e-6)
+    over = {int(r): x > floor for r, x in zip(ranks, excess, strict=True)}
     members: dict[str, list[int]] = {}
     for rank, node in node_of.items():
         members.setdefault(node, []).append(rank)

@@ -270,19 +270,25 @@ def test_step_latency_comes_from_the_latency_bound_ops() -> None:
     assert fit.default_latency_s == pytest.approx(1.496e-3)
 
 
+def a_message_a_step(took_us: float, size: int) -> Program:
+    """2 ranks, one ``size``-byte message from 0 to 1 in each of 4 steps, its send and its
+    receive each taking ``took_us``."""
+    events = []
+    for step in range(4):
+        t = step * 2000.0
+        events += [
+            Ev(0, "send", t, t + took_us, size=size, peer=1, role="pp", step=step),
+            Ev(1, "recv", t, t + took_us, size=size, peer=0, role="pp", step=step),
+        ]
+    return build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+
+
 def test_a_message_the_own_link_over_explains_keeps_that_as_a_share_of_its_wire() -> None:
     # 2 ranks on 2 nodes, a 1000-byte message per step: the model says 1000 us on WIRE,
     # it took 500. The 500 us the model has too many are the wire model's (the shared
     # rate of a node's link): on a link 10x faster the message takes half its 100 us of
     # wire, not 100 - 500 us (nothing, its host latency cancelled with it)
-    events = []
-    for step in range(4):
-        t = step * 2000.0
-        events += [
-            Ev(0, "send", t, t + 500, size=1000, peer=1, role="pp", step=step),
-            Ev(1, "recv", t, t + 500, size=1000, peer=0, role="pp", step=step),
-        ]
-    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    prog = a_message_a_step(took_us=500, size=1000)
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     fast = replace(WIRE, bandwidth_Gbps=WIRE.bandwidth_Gbps * 10)
     other = Fabric(inter=fast, intra=fast, gpus_per_node=1)
@@ -309,14 +315,7 @@ def test_an_excess_equal_to_its_wire_time_is_a_share_whatever_its_last_bits() ->
     # here one float step below them (the rounding of the means they are found with, which
     # a chunk of the run's steps and the whole run round differently). Within the wire:
     # the whole wire's share, on a 10x slower link too (5000 us less, not 500)
-    events = []
-    for step in range(4):
-        t = step * 2000.0
-        events += [
-            Ev(0, "send", t, t + 500, size=1000, peer=1, role="pp", step=step),
-            Ev(1, "recv", t, t + 500, size=1000, peer=0, role="pp", step=step),
-        ]
-    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    prog = a_message_a_step(took_us=500, size=1000)
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     own_s = modelled(prog, own, None, GLOO_REPLAY)
     recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
@@ -336,14 +335,7 @@ def test_an_excess_equal_to_its_wire_time_is_a_share_whatever_its_last_bits() ->
 def test_a_receive_over_explained_beyond_its_wire_keeps_the_excess_in_seconds() -> None:
     # the model says 300 us (100 of wire, 200 of step latency); it took 50: the 250
     # too many are more than its wire, so they are the host's, not a share of the wire
-    events = []
-    for step in range(4):
-        t = step * 2000.0
-        events += [
-            Ev(0, "send", t, t + 50, size=100, peer=1, role="pp", step=step),
-            Ev(1, "recv", t, t + 50, size=100, peer=0, role="pp", step=step),
-        ]
-    prog = build_program(make_trace(events, [(r, s, 0, 8000) for r in (0, 1) for s in range(4)]))
+    prog = a_message_a_step(took_us=50, size=100)
     own = Fabric(inter=WIRE, intra=WIRE, gpus_per_node=1)
     own_s = modelled(prog, own, None, GLOO_REPLAY, Steps(default_latency_s=200e-6))
     recvs = prog.recv_of[prog.inst] == np.arange(prog.inst.size)
